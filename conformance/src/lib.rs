@@ -1,0 +1,1 @@
+//! Conformance: traces generated from the model, replayed against an implementation.

@@ -1,0 +1,1 @@
+//! The fenced-lease protocol of docs/protocol.md as a stateright model.
