@@ -1,1 +1,22 @@
 //! The fenced-lease protocol of docs/protocol.md on PostgreSQL.
+//!
+//! Every rule is exactly one transaction ([`Store`]); every SQL statement lives in impl/sql/,
+//! named after the rule it enforces; every invariant a row can carry is a named constraint in
+//! impl/migrations. Time is an argument ([`Clock`]); rejections are values ([`Verdict`],
+//! [`Reason`]); infrastructure failures are [`Error`]s. See docs/impl.md.
+
+mod clock;
+pub mod database;
+mod error;
+#[cfg(feature = "mutants")]
+pub mod mutants;
+mod sql;
+mod store;
+pub mod target;
+mod types;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::Error;
+pub use store::{Store, StoreConfig};
+pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};
+pub use types::*;

@@ -1,0 +1,25 @@
+-- name: job_make_uncertain_if_lease_expired
+-- Rule R4 `expiry sweep`: every `running`/`cancelling` job whose current lease expired at `now`
+-- becomes `uncertain`, and so does its attempt. Never `queued`: a timeout is not a stopped process.
+-- $1 now
+WITH expired AS (
+    SELECT j.id AS job_id, a.id AS attempt_id
+    FROM jobs AS j
+    JOIN attempts AS a ON a.id = j.current_attempt_id
+    WHERE j.state IN ('running', 'cancelling')
+      AND a.state = 'active'
+      AND a.lease_expiry <= $1
+    ORDER BY j.id
+    FOR UPDATE OF j, a
+),
+uncertain_attempts AS (
+    UPDATE attempts AS a
+    SET state = 'uncertain'
+    FROM expired
+    WHERE a.id = expired.attempt_id
+)
+UPDATE jobs AS j
+SET state = 'uncertain'
+FROM expired
+WHERE j.id = expired.job_id
+RETURNING j.id

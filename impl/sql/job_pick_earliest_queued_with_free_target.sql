@@ -1,0 +1,15 @@
+-- name: job_pick_earliest_queued_with_free_target
+-- Rule R1 `claim`: the earliest-submitted `queued` job of the runner's project whose target is not
+-- reserved. Concurrent claimers skip each other's locked rows and never get the same job.
+-- $1 project, $2 job ids to skip (their target was reserved concurrently)
+SELECT j.id, j.target
+FROM jobs AS j
+WHERE j.project_id = $1
+  AND j.state = 'queued'
+  AND NOT (j.id = ANY($2))
+  AND NOT EXISTS (
+      SELECT 1 FROM target_reservations AS t
+      WHERE t.project_id = j.project_id AND t.target = j.target)
+ORDER BY j.submitted_seq
+LIMIT 1
+FOR UPDATE OF j SKIP LOCKED

@@ -1,0 +1,4 @@
+-- name: runner_select_token_hash
+-- authenticate: the stored SHA-256 of the runner's bearer token (compared in constant time in Rust).
+-- $1 runner
+SELECT token_sha256 FROM runners WHERE id = $1

@@ -1,0 +1,61 @@
+//! Infrastructure failures. Rejections are not errors: they are [`crate::Verdict::Rejected`].
+
+/// An infrastructure failure. Its `Display` never contains database text; the underlying error is
+/// kept as the `source` (and logged with `tracing`) for operators.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database could not be reached or failed to run a statement.
+    #[error("database unavailable")]
+    Database(#[source] sqlx::Error),
+    /// The schema migrations could not be applied.
+    #[error("database migration failed")]
+    Migration(#[source] sqlx::migrate::MigrateError),
+    /// A project with this name exists already (`projects_name_unique`).
+    #[error("a project with this name exists already")]
+    ProjectNameTaken,
+    /// The project has a runner with this name already (`runners_name_unique_per_project`).
+    #[error("the project has a runner with this name already")]
+    RunnerNameTaken,
+    /// The project named does not exist.
+    #[error("unknown project")]
+    UnknownProject,
+    /// A named constraint of the schema refused a write: a bug in a rule, never a runner's fault.
+    #[error("constraint violated: {constraint}")]
+    Constraint {
+        /// The constraint's name from impl/migrations (ours, never database text).
+        constraint: String,
+    },
+    /// The store found its own state inconsistent (a bug).
+    #[error("internal invariant broken: {0}")]
+    Invariant(&'static str),
+    /// The caller passed an argument no message can carry.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(database_error) = &error {
+            if let Some(constraint) = database_error.constraint() {
+                let constraint = constraint.to_owned();
+                tracing::warn!(%constraint, error = %error, "constraint violated");
+                return match constraint.as_str() {
+                    "projects_name_unique" => Error::ProjectNameTaken,
+                    "runners_name_unique_per_project" => Error::RunnerNameTaken,
+                    "runners_project_id_fkey" => Error::UnknownProject,
+                    "jobs_project_id_fkey" => Error::UnknownProject,
+                    _ => Error::Constraint { constraint },
+                };
+            }
+        }
+        tracing::error!(error = %error, "database error");
+        Error::Database(error)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(error: sqlx::migrate::MigrateError) -> Self {
+        tracing::error!(error = %error, "migration failed");
+        Error::Migration(error)
+    }
+}

@@ -1,0 +1,349 @@
+//! The protocol of docs/protocol.md against real PostgreSQL: one fresh database per test (on
+//! DATABASE_URL, or on one throwaway cluster per test binary).
+
+mod common;
+
+use common::{checks, run, World};
+use leasewright_impl::database::{HarnessError, TestDatabase};
+use leasewright_impl::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+mod scenarios {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stale_completion_from_a_superseded_attempt_is_rejected_and_kept_in_its_own_ledger() {
+        run(|w| Box::pin(checks::stale_completion(w))).await;
+    }
+
+    #[tokio::test]
+    async fn every_message_checks_the_whole_ownership_tuple() {
+        run(|w| Box::pin(checks::ownership_tuple(w))).await;
+    }
+
+    #[tokio::test]
+    async fn a_runner_reconnecting_after_expiry_is_told_to_stop_and_no_second_attempt_starts() {
+        run(|w| Box::pin(checks::reconnect(w))).await;
+    }
+
+    #[tokio::test]
+    async fn a_fenced_target_refuses_a_stale_fence_and_an_unfenced_one_stays_reserved() {
+        run(|w| Box::pin(checks::target_boundary(w))).await;
+    }
+}
+
+mod rules {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_heartbeat_after_expiry_is_rejected_and_the_lease_is_unchanged() {
+        run(|w| Box::pin(checks::heartbeat_after_expiry(w))).await;
+    }
+
+    #[tokio::test]
+    async fn an_identical_duplicate_result_is_acknowledged_after_the_lease_without_renewing_rights()
+    {
+        run(|w| Box::pin(checks::duplicate_result(w))).await;
+    }
+
+    #[tokio::test]
+    async fn a_conflicting_result_is_recorded_and_the_committed_outcome_is_unchanged() {
+        run(|w| Box::pin(checks::conflicting_result(w))).await;
+    }
+
+    #[tokio::test]
+    async fn runner_clock_skew_of_hours_in_either_direction_changes_no_verdict() {
+        run(|w| Box::pin(checks::runner_clock_skew(w))).await;
+    }
+
+    #[tokio::test]
+    async fn cross_project_access_is_rejected_on_every_operation() {
+        run(|w| Box::pin(checks::cross_project(w))).await;
+    }
+
+    #[tokio::test]
+    async fn expiry_makes_running_work_uncertain_never_queued() {
+        run(|w| Box::pin(checks::expiry_makes_uncertain(w))).await;
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_reconciliation_gets_a_larger_fence_and_late_reports_stay_in_the_old_ledger(
+    ) {
+        run(|w| Box::pin(checks::retry_after_reconciliation(w))).await;
+    }
+
+    #[tokio::test]
+    async fn rejoin_answers_continue_cancel_or_stop_and_never_extends_the_lease() {
+        run(|w| Box::pin(checks::rejoin_answers(w))).await;
+    }
+
+    #[tokio::test]
+    async fn log_appends_are_idempotent_per_sequence_number_and_missing_entries_are_not_found() {
+        run(|w| Box::pin(checks::side_effect_rules(w))).await;
+    }
+}
+
+mod precedence {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_tuple_wrong_in_two_ways_gets_the_first_reason_of_the_precedence() {
+        run(|w| Box::pin(checks::tuple_precedence(w))).await;
+    }
+
+    #[tokio::test]
+    async fn the_standing_checks_follow_the_precedence_after_identity() {
+        run(|w| Box::pin(checks::standing_precedence(w))).await;
+    }
+
+    #[tokio::test]
+    async fn cancel_follows_its_table() {
+        run(|w| Box::pin(checks::cancel_table(w))).await;
+    }
+
+    #[tokio::test]
+    async fn reconcile_follows_its_table() {
+        run(|w| Box::pin(checks::reconcile_table(w))).await;
+    }
+}
+
+mod concurrency {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn thirty_two_concurrent_claimers_on_a_thousand_jobs_claim_each_job_exactly_once_with_fence_one(
+    ) {
+        let w = World::with_store(|store| store, 40).await;
+        let mut submitted = HashSet::new();
+        for _ in 0..1000 {
+            submitted.insert(w.submit().await.expect("submit"));
+        }
+        let mut claimers = Vec::new();
+        for _ in 0..32 {
+            let store = w.store.clone();
+            let runner = w.runner;
+            claimers.push(tokio::spawn(async move {
+                let mut leases = Vec::new();
+                loop {
+                    match store.claim_batch(runner, 1, None).await.expect("claim") {
+                        Verdict::Accepted(batch) => leases.extend(batch),
+                        Verdict::Rejected(Reason::NoQueuedJob) => return leases,
+                        other => panic!("claim: {other:?}"),
+                    }
+                }
+            }));
+        }
+        let mut claimed = Vec::new();
+        for claimer in claimers {
+            claimed.extend(claimer.await.expect("claimer"));
+        }
+        assert_eq!(claimed.len(), 1000, "every job claimed once");
+        let jobs: HashSet<JobId> = claimed.iter().map(|lease| lease.tuple.job).collect();
+        assert_eq!(jobs, submitted, "each job exactly once");
+        assert!(
+            claimed.iter().all(|lease| lease.tuple.fence == 1),
+            "each with fence 1"
+        );
+        assert_eq!(
+            w.store.claim(w.runner, None).await.expect("claim"),
+            Verdict::Rejected(Reason::NoQueuedJob)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn many_stores_connecting_at_once_migrate_the_same_database_safely() {
+        let db = TestDatabase::create().await.expect("a test database");
+        let mut connecting = Vec::new();
+        for _ in 0..8 {
+            let url = db.url().to_owned();
+            connecting.push(tokio::spawn(async move {
+                let config = StoreConfig {
+                    max_connections: 2,
+                    ..StoreConfig::default()
+                };
+                Store::connect(&url, Arc::new(SystemClock), config)
+                    .await
+                    .map(|_| ())
+            }));
+        }
+        for store in connecting {
+            store.await.expect("task").expect("connect and migrate");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_claim_takes_up_to_k_jobs_in_submission_order() {
+        let w = World::new().await;
+        let jobs = [
+            w.submit().await.ok(),
+            w.submit().await.ok(),
+            w.submit().await.ok(),
+        ];
+        let leases = w
+            .store
+            .claim_batch(w.runner, 2, None)
+            .await
+            .expect("claim")
+            .accepted();
+        let claimed: Vec<_> = leases
+            .expect("accepted")
+            .iter()
+            .map(|l| Some(l.tuple.job))
+            .collect();
+        assert_eq!(claimed, jobs[..2].to_vec());
+        let rest = w
+            .store
+            .claim_batch(w.runner, 5, None)
+            .await
+            .expect("claim")
+            .accepted();
+        assert_eq!(rest.map(|leases| leases.len()), Some(1));
+    }
+}
+
+mod setup {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_runner_token_authenticates_only_its_runner_and_is_stored_as_a_hash() {
+        let w = World::new().await;
+        let (runner, token) = w
+            .store
+            .create_runner(w.project, "tokened")
+            .await
+            .expect("runner");
+        assert_eq!(
+            w.store.authenticate(&token).await.expect("auth"),
+            Some(runner)
+        );
+        let mut forged = token.clone();
+        forged.pop();
+        forged.push('x');
+        assert_eq!(w.store.authenticate(&forged).await.expect("auth"), None);
+        assert_eq!(w.store.authenticate("garbage").await.expect("auth"), None);
+        let stored: Vec<u8> = sqlx::query_scalar("SELECT token_sha256 FROM runners WHERE id = $1")
+            .bind(runner.0)
+            .fetch_one(w.store.pool())
+            .await
+            .expect("row");
+        assert_eq!(stored.len(), 32);
+        assert!(!String::from_utf8_lossy(&stored).contains(&token));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_runner_cannot_claim_and_names_are_unique() {
+        let w = World::new().await;
+        assert_eq!(
+            w.store
+                .claim(RunnerId::new_random(), None)
+                .await
+                .expect("claim"),
+            Verdict::Rejected(Reason::UnknownRunner)
+        );
+        assert!(matches!(
+            w.store.create_project("alpha").await,
+            Err(Error::ProjectNameTaken)
+        ));
+        assert!(matches!(
+            w.store.create_runner(w.project, "runner-a").await,
+            Err(Error::RunnerNameTaken)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_write_breaking_an_invariant_is_refused_by_its_named_constraint() {
+        let w = World::new().await;
+        let job = w.submit().await.expect("submit");
+        let error = sqlx::query("UPDATE jobs SET state = 'aborted' WHERE id = $1")
+            .bind(job.0)
+            .execute(w.store.pool())
+            .await
+            .map_err(Error::from)
+            .expect_err("a terminal job without an outcome");
+        assert!(
+            matches!(&error, Error::Constraint { constraint } if constraint == "jobs_terminal_has_outcome"),
+            "{error:?}"
+        );
+        let lease = w.claim().await.expect("claim");
+        let error = sqlx::query(
+            "INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, lease_expiry, \
+             claimed_at) SELECT gen_random_uuid(), job_id, project_id, runner_id, gen_random_uuid(), \
+             fence + 1, lease_expiry, claimed_at FROM attempts WHERE id = $1",
+        )
+        .bind(lease.tuple.attempt.0)
+        .execute(w.store.pool())
+        .await
+        .map_err(Error::from)
+        .expect_err("a second executing attempt");
+        assert!(
+            matches!(&error, Error::Constraint { constraint } if constraint == "attempts_one_current_per_job"),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "constraint violated: attempts_one_current_per_job"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_database_is_a_typed_error_without_database_text() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let url = format!("postgres://postgres@127.0.0.1:{port}/nothing");
+        let config = StoreConfig {
+            acquire_timeout: std::time::Duration::from_secs(1),
+            ..StoreConfig::default()
+        };
+        let connect = Store::connect(&url, Arc::new(SystemClock), config);
+        let error = tokio::time::timeout(std::time::Duration::from_secs(60), connect)
+            .await
+            .expect("fails fast")
+            .expect_err("nothing listens");
+        assert!(matches!(error, Error::Database(_)), "{error:?}");
+        assert_eq!(error.to_string(), "database unavailable");
+    }
+
+    #[test]
+    fn the_missing_binaries_error_names_the_fix() {
+        let message = HarnessError::NoBinaries.to_string();
+        assert!(message.contains("apt-get install postgresql"), "{message}");
+        assert!(message.contains("DATABASE_URL"), "{message}");
+    }
+
+    #[test]
+    fn every_reason_has_its_stable_code() {
+        let codes: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            codes,
+            [
+                "unknown_runner",
+                "unknown_job",
+                "wrong_project",
+                "unknown_attempt",
+                "runner_mismatch",
+                "lease_mismatch",
+                "fence_mismatch",
+                "not_current",
+                "conflicting_result",
+                "job_finished",
+                "lease_expired",
+                "cancel_requested",
+                "cancel_not_requested",
+                "sequence_conflict",
+                "not_found",
+                "no_queued_job",
+                "reconcile_required",
+                "not_uncertain",
+                "execution_not_stopped",
+                "nothing_to_adopt",
+                "stale_fence",
+            ]
+        );
+        for reason in Reason::ALL {
+            assert_eq!(Reason::from_code(reason.as_str()), Some(reason));
+        }
+    }
+}
