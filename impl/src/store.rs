@@ -347,6 +347,11 @@ impl Store {
         k: usize,
         runner_time: Option<DateTime<Utc>>,
     ) -> Result<Verdict<Vec<Lease>>, Error> {
+        if k == 0 {
+            return Err(Error::InvalidArgument(
+                "a batch claim takes at least one job",
+            ));
+        }
         let now = self.now();
         tracing::debug!(%runner, ?runner_time, k, "claim");
         let mut tx = self.begin().await?;
