@@ -1,0 +1,1 @@
+//! The HTTP control plane, the runner agent, immutable source snapshots and target adapters.
