@@ -69,7 +69,7 @@ CREATE TABLE jobs (
 );
 
 CREATE INDEX jobs_queued_by_submission ON jobs (project_id, submitted_seq) WHERE state = 'queued';
-CREATE INDEX jobs_leased_or_uncertain ON jobs (state) WHERE state IN ('running', 'cancelling');
+CREATE INDEX jobs_leased ON jobs (state) WHERE state IN ('running', 'cancelling');
 
 -- The per-attempt ledger.
 CREATE TABLE attempts (

@@ -16,7 +16,7 @@ fn killers(mutant: Mutant) -> &'static [&'static str] {
         Mutant::ExpiryRequeues => &["expiry_makes_uncertain", "stale_completion", "reconnect"],
         Mutant::ConflictOverwrites => &["conflicting_result"],
         Mutant::DuplicateNotAcknowledged => &["duplicate_result", "standing_precedence"],
-        Mutant::NoProjectCheck => &["cross_project", "cancel_table"],
+        Mutant::NoProjectCheck => &["cross_project", "cancel_table", "cross_project_reconcile"],
         Mutant::RunnerClockDecidesExpiry => &["runner_clock_skew"],
         Mutant::LateReportDropped => &["stale_completion", "retry_after_reconciliation"],
     }

@@ -63,6 +63,11 @@ mod rules {
     }
 
     #[tokio::test]
+    async fn an_operator_of_another_project_cannot_reconcile_an_uncertain_job() {
+        run(|w| Box::pin(checks::cross_project_reconcile(w))).await;
+    }
+
+    #[tokio::test]
     async fn expiry_makes_running_work_uncertain_never_queued() {
         run(|w| Box::pin(checks::expiry_makes_uncertain(w))).await;
     }

@@ -16,6 +16,9 @@ pub const ALL: &[(&str, CheckFn)] = &[
     ("conflicting_result", |w| Box::pin(conflicting_result(w))),
     ("runner_clock_skew", |w| Box::pin(runner_clock_skew(w))),
     ("cross_project", |w| Box::pin(cross_project(w))),
+    ("cross_project_reconcile", |w| {
+        Box::pin(cross_project_reconcile(w))
+    }),
     ("expiry_makes_uncertain", |w| {
         Box::pin(expiry_makes_uncertain(w))
     }),
@@ -485,6 +488,48 @@ pub async fn cross_project(w: World) -> Check {
         w.job(queued).await?.state,
         JobState::Queued,
         "the queued job"
+    );
+    Ok(())
+}
+
+/// An operator of another project cannot reconcile an uncertain job, whatever it decides.
+pub async fn cross_project_reconcile(w: World) -> Check {
+    let job = w.submit().await?;
+    let t = w.claim().await?.tuple;
+    w.advance_secs(LEASE_TTL_SECS);
+    w.store.sweep_expired().await?;
+    for (finding, decision) in [
+        (Finding::ObservedPassed, Decision::Adopt),
+        (Finding::Stopped, Decision::Abort),
+        (Finding::Stopped, Decision::Retry),
+    ] {
+        let verdict = w
+            .store
+            .reconcile(w.other_project, job, finding, decision)
+            .await?;
+        ensure_eq!(
+            verdict,
+            rejected(Reason::WrongProject),
+            "{finding} + {decision} from another project"
+        );
+    }
+    let view = w.job(job).await?;
+    ensure_eq!(
+        (view.state, view.current_attempt),
+        (JobState::Uncertain, Some(t.attempt)),
+        "the job"
+    );
+    ensure!(
+        w.store.target_reservation(job).await?.is_some(),
+        "the target stays reserved"
+    );
+    let records = w.store.reconciliations(job).await?;
+    ensure_eq!(records.len(), 3, "rejected reconciliations are recorded");
+    ensure!(
+        records
+            .iter()
+            .all(|r| r.attempt.is_none() && r.project == w.other_project),
+        "records: {records:?}"
     );
     Ok(())
 }
