@@ -530,8 +530,12 @@ impl Store {
             ) {
                 let committed: Option<String> = attempt.try_get("outcome")?;
                 let committed_digest: Option<String> = attempt.try_get("result_digest")?;
+                // An outcome adopted by a reconciliation has no digest: the same outcome is
+                // identical to it.
                 let identical = committed.as_deref() == Some(outcome.as_str())
-                    && committed_digest.as_deref() == Some(result_digest);
+                    && committed_digest
+                        .as_deref()
+                        .is_none_or(|digest| digest == result_digest);
                 let verdict = if identical {
                     Verdict::Acknowledged
                 } else {

@@ -156,6 +156,63 @@ mod concurrency {
         );
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_batch_claimers_never_hold_two_jobs_of_one_shared_target() {
+        let w = World::with_store(|store| store, 20).await;
+        for i in 0..200 {
+            let job = NewJob {
+                target: Some(format!("target-{}", i % 8)),
+                ..NewJob::new("r", "d", "c")
+            };
+            w.store.submit_job(w.project, job).await.expect("submit");
+        }
+        let mut claimers = Vec::new();
+        for _ in 0..16 {
+            let store = w.store.clone();
+            let runner = w.runner;
+            claimers.push(tokio::spawn(async move {
+                match store
+                    .claim_batch(runner, 4, None)
+                    .await
+                    .expect("no deadlock, no error")
+                {
+                    Verdict::Accepted(leases) => leases,
+                    Verdict::Rejected(Reason::NoQueuedJob) => Vec::new(),
+                    other => panic!("claim: {other:?}"),
+                }
+            }));
+        }
+        let mut claimed = Vec::new();
+        for claimer in claimers {
+            claimed.extend(claimer.await.expect("claimer"));
+        }
+        // Top up: whatever was skipped while another claim was reserving is claimable now.
+        while let Verdict::Accepted(leases) =
+            w.store.claim_batch(w.runner, 8, None).await.expect("claim")
+        {
+            claimed.extend(leases);
+        }
+        let mut targets = Vec::new();
+        for lease in &claimed {
+            targets.push(
+                w.store
+                    .job(lease.tuple.job)
+                    .await
+                    .expect("job")
+                    .expect("job")
+                    .target,
+            );
+        }
+        targets.sort();
+        let distinct: HashSet<_> = targets.iter().cloned().collect();
+        assert_eq!(
+            targets.len(),
+            distinct.len(),
+            "one job per target: {targets:?}"
+        );
+        assert_eq!(distinct.len(), 8, "every target is in use");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_stores_connecting_at_once_migrate_the_same_database_safely() {
         let db = TestDatabase::create().await.expect("a test database");

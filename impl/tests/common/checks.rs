@@ -1162,6 +1162,13 @@ pub async fn reconcile_table(w: World) -> Check {
         rejected(Reason::ConflictingResult),
         "a late other result"
     );
+    ensure_eq!(
+        w.store
+            .report_result(&t, Outcome::Passed, "late", None)
+            .await?,
+        Verdict::Acknowledged,
+        "the adopted outcome reported late"
+    );
     // cancel requested: retry refused, abort → cancelled
     let job = w.submit().await?;
     let t = w.claim().await?.tuple;
