@@ -1190,6 +1190,15 @@ impl Store {
     /// Rule R4 `expiry sweep`: every `running`/`cancelling` job whose lease expired at `now`
     /// becomes `uncertain` (never `queued`).
     pub async fn sweep_expired(&self) -> Result<SweepVerdict, Error> {
+        self.sweep_expired_in(None).await
+    }
+
+    /// Rule R4 `expiry sweep` restricted to the jobs of `project` (`None`: every project), for
+    /// callers that share one database between independent worlds (the conformance suite).
+    pub async fn sweep_expired_in(
+        &self,
+        project: Option<ProjectId>,
+    ) -> Result<SweepVerdict, Error> {
         let now = self.now();
         let mut tx = self.begin().await?;
         #[cfg(not(feature = "mutants"))]
@@ -1202,6 +1211,7 @@ impl Store {
         };
         let mut jobs: Vec<JobId> = sqlx::query_scalar::<_, Uuid>(statement)
             .bind(now)
+            .bind(project.map(|project| project.0))
             .fetch_all(&mut *tx)
             .await?
             .into_iter()

@@ -68,6 +68,29 @@ mod rules {
     }
 
     #[tokio::test]
+    async fn a_sweep_restricted_to_one_project_leaves_other_projects_alone() {
+        let w = World::new().await;
+        let mine = w.submit().await.expect("submit");
+        let theirs = w
+            .store
+            .submit_job(w.other_project, NewJob::new("r", "d", "c"))
+            .await
+            .expect("submit");
+        w.claim().await.expect("claim");
+        w.claim_by(w.other_runner).await.expect("claim");
+        w.advance_secs(common::LEASE_TTL_SECS);
+        let swept = w
+            .store
+            .sweep_expired_in(Some(w.other_project))
+            .await
+            .expect("sweep");
+        assert_eq!(swept, SweepVerdict::Uncertain(vec![theirs]));
+        assert_eq!(w.job(mine).await.expect("job").state, JobState::Running);
+        let swept = w.store.sweep_expired().await.expect("sweep");
+        assert_eq!(swept, SweepVerdict::Uncertain(vec![mine]));
+    }
+
+    #[tokio::test]
     async fn expiry_makes_running_work_uncertain_never_queued() {
         run(|w| Box::pin(checks::expiry_makes_uncertain(w))).await;
     }

@@ -1,7 +1,7 @@
 -- name: job_requeue_if_lease_expired
 -- MUTANT (feature `mutants`, Mutant::ExpiryRequeues): the rule R4 gets wrong on purpose. An
 -- expired job is silently returned to the queue and its attempt forgotten as stopped.
--- $1 now
+-- $1 now, $2 project (NULL: every project)
 WITH expired AS (
     SELECT j.id AS job_id, a.id AS attempt_id
     FROM jobs AS j
@@ -9,6 +9,7 @@ WITH expired AS (
     WHERE j.state IN ('running', 'cancelling')
       AND a.state = 'active'
       AND a.lease_expiry <= $1
+      AND ($2::uuid IS NULL OR j.project_id = $2)
     ORDER BY j.id
     FOR UPDATE OF j, a
 ),
