@@ -16,4 +16,4 @@ WHERE a.id = $3
   AND a.state = 'active'
   AND j.state = 'running' -- guard: cancel
   AND $6 < a.lease_expiry -- guard: expiry
-FOR UPDATE OF a
+FOR NO KEY UPDATE OF a

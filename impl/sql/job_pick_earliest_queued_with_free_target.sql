@@ -12,4 +12,4 @@ WHERE j.project_id = $1
       WHERE t.project_id = j.project_id AND t.target = j.target)
 ORDER BY j.submitted_seq
 LIMIT 1
-FOR UPDATE OF j SKIP LOCKED
+FOR NO KEY UPDATE OF j SKIP LOCKED

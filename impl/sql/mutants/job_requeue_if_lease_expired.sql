@@ -11,7 +11,7 @@ WITH expired AS (
       AND a.lease_expiry <= $1
       AND ($2::uuid IS NULL OR j.project_id = $2)
     ORDER BY j.id
-    FOR UPDATE OF j, a
+    FOR NO KEY UPDATE OF j, a
 ),
 stopped_attempts AS (
     UPDATE attempts AS a
