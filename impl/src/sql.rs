@@ -1,4 +1,4 @@
-//! Every SQL statement, loaded from impl/sql/<name>.sql at compile time. A statement's name is
+//! Every SQL statement, loaded from `impl/sql/<name>.sql` at compile time. A statement's name is
 //! the rule it enforces; guard predicates are marked `-- guard: <what>` at the end of their line
 //! (the `mutants` feature removes exactly one kind of guard to prove a test notices).
 

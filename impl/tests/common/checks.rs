@@ -1301,6 +1301,49 @@ pub async fn reconnect(w: World) -> Check {
 /// once; an unfenced one applies everything, so the reservation is the only protection: no
 /// second job on the same target starts until reconciliation.
 pub async fn target_boundary(w: World) -> Check {
+    // The scenario as the spec tells it: A11 mutated the fenced target, A10 comes back.
+    let job = w
+        .store
+        .submit_job(
+            w.project,
+            NewJob {
+                target_kind: TargetKind::Fenced,
+                ..NewJob::new("r", "d", "deploy")
+            },
+        )
+        .await?;
+    for _ in 1..=9 {
+        w.claim().await?;
+        w.lose_and_retry(job).await?;
+    }
+    let a10 = w.claim().await?.tuple;
+    w.lose_and_retry(job).await?;
+    let a11 = w.claim_by(w.second_runner).await?.tuple;
+    ensure_eq!((a10.fence, a11.fence), (10, 11), "the fences");
+    let slot = w.job(job).await?.target;
+    let target = w.store.demo_target(TargetKind::Fenced, &slot).await?;
+    let deploy = |t: Tuple| TargetMutation {
+        job,
+        attempt: t.attempt,
+        fence: t.fence,
+        deployment_id: job.to_string(),
+    };
+    ensure_eq!(
+        target.mutate(&deploy(a11)).await?,
+        Verdict::Accepted(()),
+        "A11's mutation"
+    );
+    ensure_eq!(
+        target.mutate(&deploy(a10)).await?,
+        rejected(Reason::StaleFence),
+        "A10's mutation"
+    );
+    ensure_eq!(
+        target.state().await?.highest_fence,
+        Some(11),
+        "the target's fence"
+    );
+    ensure_eq!(target.state().await?.applied_count, 1, "applied once");
     let job = JobId::new_random();
     let fenced = w
         .store
