@@ -1,5 +1,11 @@
-//! Conformance: traces generated from the model, replayed against an implementation.
+//! Conformance: traces generated from the model, replayed against an implementation, step by
+//! step, comparing verdicts, reasons and the projected state. See docs/conformance.md.
 
+pub mod driver;
 pub mod generate;
 pub mod junit;
+pub mod pg;
+pub mod replay;
+pub mod scenarios;
 pub mod shard;
+pub mod suite;

@@ -1,0 +1,238 @@
+//! The driver interface: how an implementation plugs into the conformance suite.
+//!
+//! A driver applies one model step to the implementation and answers with the verdict it observed,
+//! then projects the implementation's state onto the model's abstract state so that the two can be
+//! compared after every step. Abstract identities (runner 0, job 1, attempt 2, lease 3) are the
+//! driver's to map to the implementation's concrete ids.
+
+use std::fmt;
+use std::future::Future;
+
+use leasewright_model::{
+    Action, AttemptState, Expected, Fence, JobState, LeaseModel, MessageKind, Reason, RunnerId,
+    State, Verdict,
+};
+use serde::Serialize;
+
+/// The verdict and reason an implementation gave to one step.
+pub type Observed = Expected;
+
+/// The part of the state both sides must agree on after every step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Projection {
+    /// Jobs, by the model's job index.
+    pub jobs: Vec<JobProjection>,
+    /// Target slots, by the model's job index.
+    pub targets: Vec<TargetProjection>,
+    /// The observation the last step recorded (docs/protocol.md §2: attribution, sender, kind,
+    /// named job and attempt, verdict, reason), if it recorded one. Comparing every step's record
+    /// checks that every received message is recorded, against the right attempt.
+    pub observation: Option<ObservationProjection>,
+}
+
+/// One job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobProjection {
+    /// Its state.
+    pub state: JobState,
+    /// Its current attempt (model attempt index).
+    pub current_attempt: Option<u8>,
+    /// Its fence counter.
+    pub fence: Fence,
+    /// The runner holding the lease (the current attempt's runner while the job is leased).
+    pub lease_holder: Option<RunnerId>,
+    /// Its cancel request flag.
+    pub cancel_requested: bool,
+    /// Its target is reserved.
+    pub target_reserved: bool,
+    /// Its attempt ledger, in claim order.
+    pub ledger: Vec<AttemptProjection>,
+}
+
+/// One entry of the attempt ledger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AttemptProjection {
+    /// Model attempt index.
+    pub attempt: u8,
+    /// The runner that claimed it.
+    pub runner: RunnerId,
+    /// Its fence.
+    pub fence: Fence,
+    /// Its state (`passed`/`failed`/`cancelled` is the committed outcome it holds).
+    pub state: AttemptState,
+}
+
+/// One target slot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TargetProjection {
+    /// Mutations applied, saturating at 2 as the model counts them.
+    pub applied: u8,
+    /// The highest fence applied (0: none).
+    pub highest_fence: Fence,
+}
+
+/// One received runner message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ObservationProjection {
+    /// The attempt it is recorded against, if any.
+    pub attempt: Option<u8>,
+    /// The sending runner.
+    pub sender: RunnerId,
+    /// `heartbeat`, `result` or `rejoin`.
+    pub kind: &'static str,
+    /// The job the message named.
+    pub job: u8,
+    /// The attempt the message named.
+    pub named_attempt: u8,
+    /// The verdict it got.
+    pub verdict: Verdict,
+    /// The reason it got.
+    pub reason: Option<Reason>,
+}
+
+impl fmt::Display for ObservationProjection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} from runner {} naming job {} attempt {} -> {}{} (recorded against {})",
+            self.kind,
+            self.sender,
+            self.job,
+            self.named_attempt,
+            self.verdict,
+            self.reason.map(|r| format!(" {r}")).unwrap_or_default(),
+            self.attempt
+                .map(|a| format!("attempt {a}"))
+                .unwrap_or_else(|| "no attempt".into())
+        )
+    }
+}
+
+/// The projection of the model's step from `before` by `action` to `state`: what the
+/// implementation must show after the same steps.
+pub fn project_model(
+    model: &LeaseModel,
+    before: &State,
+    action: &Action,
+    state: &State,
+) -> Projection {
+    let jobs = state
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let ledger: Vec<AttemptProjection> = state
+                .attempts
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.job as usize == j)
+                .map(|(i, a)| AttemptProjection {
+                    attempt: i as u8,
+                    runner: a.runner,
+                    fence: a.fence,
+                    state: a.state,
+                })
+                .collect();
+            let lease_holder = match job.current {
+                Some(a) if job.state.is_leased() => Some(state.attempts[a as usize].runner),
+                _ => None,
+            };
+            JobProjection {
+                state: job.state,
+                current_attempt: job.current,
+                fence: job.fence,
+                lease_holder,
+                cancel_requested: job.cancel_requested,
+                target_reserved: job.target_reserved,
+                ledger,
+            }
+        })
+        .collect();
+    let targets = state
+        .targets
+        .iter()
+        .map(|t| TargetProjection {
+            applied: t.applied.min(2),
+            highest_fence: if model.config.target == leasewright_model::TargetKind::Fenced {
+                t.highest_fence
+            } else {
+                0
+            },
+        })
+        .collect();
+    Projection {
+        jobs,
+        targets,
+        observation: match action {
+            Action::Deliver { message } if recorded_by_server(message.kind) => {
+                Some(model.observation(before, message))
+            }
+            Action::Replay {
+                runner,
+                message,
+                forge,
+            } if recorded_by_server(message.kind) => {
+                Some(model.observation(before, &LeaseModel::replayed(message, *runner, *forge)))
+            }
+            _ => None,
+        }
+        .map(|o| ObservationProjection {
+            attempt: o.attempt,
+            sender: o.sender,
+            kind: o.kind.name(),
+            job: o.job,
+            named_attempt: o.named_attempt,
+            verdict: o.verdict,
+            reason: o.reason,
+        }),
+    }
+}
+
+/// What went wrong inside a driver (not a divergence: the step could not be carried out).
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The implementation failed (database down, HTTP error, ...).
+    #[error("the implementation failed: {0}")]
+    Implementation(String),
+    /// The trace named something the driver cannot map.
+    #[error("the driver cannot map this step: {0}")]
+    Unmappable(String),
+}
+
+/// A way to reach one implementation. `open` gives a fresh, isolated namespace for one trace.
+pub trait Driver: Send + Sync {
+    /// One trace's session.
+    type Session: Session;
+
+    /// A short name for reports (`postgres`, `http`).
+    fn name(&self) -> String;
+
+    /// A fresh namespace for one trace of `model` (its own projects, runners, jobs and clock).
+    fn open(
+        &self,
+        model: &LeaseModel,
+        trace: &str,
+    ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send;
+}
+
+/// One trace's view of the implementation.
+pub trait Session: Send {
+    /// Apply `action`, taken by the model from state `before` to state `after` (the driver reads
+    /// the abstract ids the step creates, such as a new attempt's lease id, from `after`). Returns
+    /// the verdict the implementation gave, or `None` for a step with no server-side verdict (a
+    /// runner sending a message, a runner stopping, a disconnect, the passing of time).
+    fn step(
+        &mut self,
+        before: &State,
+        action: &Action,
+        after: &State,
+    ) -> impl Future<Output = Result<Option<Observed>, DriverError>> + Send;
+
+    /// The implementation's state, projected onto the model's abstract state.
+    fn project(&mut self) -> impl Future<Output = Result<Projection, DriverError>> + Send;
+}
+
+/// The message kinds whose observations the server records (target mutations are the target's).
+pub fn recorded_by_server(kind: MessageKind) -> bool {
+    !matches!(kind, MessageKind::TargetMutation)
+}

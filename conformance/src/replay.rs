@@ -1,0 +1,217 @@
+//! Replaying one trace against a driver, comparing after every step.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use leasewright_model::{describe, Action, Expected, LeaseModel};
+use serde_json::Value;
+
+use crate::driver::{project_model, DriverError, Session};
+use crate::generate::Generated;
+
+/// What a trace exercised, for the suite's summary and coverage.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Steps replayed.
+    pub steps: u64,
+    /// Verdicts seen, keyed `accepted`, `acknowledged`, `uncertain` or `rejected:<reason>`.
+    pub verdicts: BTreeMap<String, u64>,
+    /// Model transitions exercised, keyed by action kind (`claim`, `deliver:result`, ...).
+    pub actions: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    /// Adds another tally into this one.
+    pub fn absorb(&mut self, other: &Tally) {
+        self.steps += other.steps;
+        for (k, v) in &other.verdicts {
+            *self.verdicts.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &other.actions {
+            *self.actions.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+/// The key of a verdict in [`Tally::verdicts`].
+pub fn verdict_key(v: &Expected) -> String {
+    match v.reason {
+        Some(reason) => format!("rejected:{reason}"),
+        None => v.verdict.as_str().to_string(),
+    }
+}
+
+/// The key of an action in [`Tally::actions`]: its name, and for a delivery the message kind.
+pub fn action_key(a: &Action) -> String {
+    match a {
+        Action::Deliver { message } => format!("deliver:{}", message.kind.name().replace(' ', "_")),
+        other => other.name().to_string(),
+    }
+}
+
+/// The first step where the implementation and the model disagree.
+#[derive(Clone, Debug)]
+pub struct Divergence {
+    /// The trace's name.
+    pub trace: String,
+    /// The 1-based index of the step that diverged.
+    pub step: usize,
+    /// The steps up to and including the divergent one, as a person reads them.
+    pub prefix: Vec<String>,
+    /// What disagreed: `verdict`, `state` or `driver`.
+    pub kind: &'static str,
+    /// Expected (the model) against observed (the implementation), one line per difference.
+    pub differences: Vec<String>,
+}
+
+impl Divergence {
+    /// A report a person can follow.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "divergence in {} at step {} ({}):",
+            self.trace, self.step, self.kind
+        );
+        for d in &self.differences {
+            let _ = writeln!(out, "  {d}");
+        }
+        let _ = writeln!(out, "trace prefix:");
+        for (i, line) in self.prefix.iter().enumerate() {
+            let marker = if i + 1 == self.step { ">>" } else { "  " };
+            let _ = writeln!(out, "  {marker} {:>3}. {line}", i + 1);
+        }
+        out
+    }
+}
+
+/// Replays `trace` on `session`: after every step, the verdict and the projected state must equal
+/// the model's. Returns what the trace exercised, or the first divergence.
+pub async fn replay<S: Session>(
+    model: &LeaseModel,
+    session: &mut S,
+    trace: &Generated<LeaseModel>,
+) -> Result<Tally, Divergence> {
+    let mut tally = Tally::default();
+    let mut before = trace.init.clone();
+    let mut prefix = Vec::with_capacity(trace.steps.len());
+    for (i, (action, after)) in trace.steps.iter().enumerate() {
+        let expected = model.expected(&before, action);
+        prefix.push(match &expected {
+            Some(v) => format!("{}  => {v}", describe::action(action)),
+            None => describe::action(action),
+        });
+        let diverge =
+            |kind: &'static str, differences: Vec<String>, prefix: &Vec<String>| Divergence {
+                trace: trace.name.clone(),
+                step: i + 1,
+                prefix: prefix.clone(),
+                kind,
+                differences,
+            };
+        let observed = match session.step(&before, action, after).await {
+            Ok(observed) => observed,
+            Err(error) => return Err(diverge("driver", vec![driver_error(&error)], &prefix)),
+        };
+        if observed != expected {
+            return Err(diverge(
+                "verdict",
+                vec![format!(
+                    "verdict: expected {}, observed {}",
+                    show(&expected),
+                    show(&observed)
+                )],
+                &prefix,
+            ));
+        }
+        let want = project_model(model, &before, action, after);
+        let got = match session.project().await {
+            Ok(got) => got,
+            Err(error) => return Err(diverge("driver", vec![driver_error(&error)], &prefix)),
+        };
+        if want != got {
+            let want = serde_json::to_value(&want).expect("a projection serializes");
+            let got = serde_json::to_value(&got).expect("a projection serializes");
+            let mut differences = Vec::new();
+            diff("state", &want, &got, &mut differences);
+            return Err(diverge("state", differences, &prefix));
+        }
+        tally.steps += 1;
+        *tally.actions.entry(action_key(action)).or_default() += 1;
+        if let Some(v) = &expected {
+            *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
+        }
+        before = after.clone();
+    }
+    Ok(tally)
+}
+
+fn show(v: &Option<Expected>) -> String {
+    match v {
+        Some(v) => v.to_string(),
+        None => "no verdict (a step the server does not see)".into(),
+    }
+}
+
+fn driver_error(error: &DriverError) -> String {
+    format!("the driver could not apply the step: {error}")
+}
+
+/// One line per leaf where `want` (the model) and `got` (the implementation) differ.
+pub fn diff(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
+    match (want, got) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                diff(
+                    &format!("{path}.{k}"),
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                diff(&format!("{path}[{i}]"), x, y, out);
+            }
+        }
+        _ if want != got => out.push(format!("{path}: expected {want}, observed {got}")),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::diff;
+    use serde_json::json;
+
+    #[test]
+    fn diff_names_the_path_of_each_difference() {
+        let mut out = Vec::new();
+        diff(
+            "state",
+            &json!({"jobs": [{"state": "running", "fence": 1}], "observation": null}),
+            &json!({"jobs": [{"state": "queued", "fence": 1}], "observation": null}),
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![r#"state.jobs[0].state: expected "running", observed "queued""#]
+        );
+    }
+
+    #[test]
+    fn ledgers_of_different_length_are_one_difference() {
+        let mut out = Vec::new();
+        diff(
+            "s",
+            &json!({"ledger": [1, 2]}),
+            &json!({"ledger": [1]}),
+            &mut out,
+        );
+        assert_eq!(out, vec!["s.ledger: expected [1,2], observed [1]"]);
+    }
+}

@@ -1,0 +1,380 @@
+//! The named scenarios of docs/protocol.md §10 as model traces.
+//!
+//! A scenario is never written as raw states: it is either a script of picks among the model's
+//! enabled actions, or the shortest model path to a step with a given property. Either way it is a
+//! real trace of the model, so the model decides every expected verdict.
+
+use std::collections::{HashSet, VecDeque};
+
+use leasewright_model::{
+    Action, AttemptState, Config, Expected, Forge, JobState, LeaseModel, MessageKind, Outcome,
+    Reason, State, TargetKind,
+};
+use stateright::Model;
+
+use crate::generate::Generated;
+
+/// The scenarios, each with the configuration it runs in.
+pub fn all() -> Result<Vec<(LeaseModel, Generated<LeaseModel>)>, String> {
+    Ok(vec![
+        stale_completion()?,
+        ownership_tuple(Outcome::Passed)?,
+        fenced_target()?,
+        unfenced_target_stays_reserved()?,
+        reconnect()?,
+    ])
+}
+
+/// The names of the scenarios, in the order [`all`] returns them.
+pub const NAMES: [&str; 5] = [
+    "scenario-stale-completion",
+    "scenario-ownership-tuple",
+    "scenario-fenced-target",
+    "scenario-unfenced-target-stays-reserved",
+    "scenario-reconnect",
+];
+
+/// A script of picks: each `take` chooses the first enabled action that matches.
+struct Script {
+    model: LeaseModel,
+    init: State,
+    state: State,
+    steps: Vec<(Action, State)>,
+    name: &'static str,
+}
+
+impl Script {
+    fn new(name: &'static str, config: Config) -> Self {
+        let model = LeaseModel::new(config);
+        let init = model.init_states().remove(0);
+        Self {
+            state: init.clone(),
+            init,
+            model,
+            steps: Vec::new(),
+            name,
+        }
+    }
+
+    /// Takes the first enabled action for which `pick` holds; `expect` (if given) must be the
+    /// model's verdict for it.
+    fn take(
+        &mut self,
+        what: &str,
+        expect: Option<Expected>,
+        pick: impl Fn(&Action, &State) -> bool,
+    ) -> Result<&mut Self, String> {
+        let (action, after) = self
+            .model
+            .next_steps(&self.state)
+            .into_iter()
+            .find(|(a, _)| pick(a, &self.state))
+            .ok_or_else(|| format!("{}: no enabled step `{what}`", self.name))?;
+        let verdict = self.model.expected(&self.state, &action);
+        if let Some(expect) = expect {
+            if verdict != Some(expect) {
+                return Err(format!(
+                    "{}: step `{what}` gets {verdict:?} from the model, the scenario says {expect}",
+                    self.name
+                ));
+            }
+        }
+        self.steps.push((action, after.clone()));
+        self.state = after;
+        Ok(self)
+    }
+
+    /// Delivers the in-flight message that the last step put in flight.
+    fn deliver_last_sent(&mut self, what: &str, expect: Expected) -> Result<&mut Self, String> {
+        let before = if self.steps.len() >= 2 {
+            &self.steps[self.steps.len() - 2].1
+        } else {
+            &self.init
+        };
+        let sent: Vec<_> = self
+            .state
+            .in_flight
+            .difference(&before.in_flight)
+            .copied()
+            .collect();
+        let [message] = sent.as_slice() else {
+            return Err(format!(
+                "{}: `{what}` needs exactly one new message in flight",
+                self.name
+            ));
+        };
+        let message = *message;
+        self.take(
+            what,
+            Some(expect),
+            move |a, _| matches!(a, Action::Deliver { message: m } if *m == message),
+        )
+    }
+
+    fn done(&self) -> (LeaseModel, Generated<LeaseModel>) {
+        (
+            self.model.clone(),
+            Generated {
+                name: self.name.to_string(),
+                generator: "scenario",
+                seed: None,
+                init: self.init.clone(),
+                steps: self.steps.clone(),
+            },
+        )
+    }
+}
+
+/// The shortest model path whose last step satisfies `goal(before, action, after, verdict)`.
+fn shortest(
+    name: &'static str,
+    config: Config,
+    max_depth: usize,
+    goal: impl Fn(&State, &Action, &State, Option<Expected>) -> bool,
+) -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let model = LeaseModel::new(config);
+    let init = model.init_states().remove(0);
+    let mut seen: HashSet<State> = HashSet::from([init.clone()]);
+    let mut queue: VecDeque<(State, Vec<(Action, State)>)> =
+        VecDeque::from([(init.clone(), vec![])]);
+    while let Some((state, path)) = queue.pop_front() {
+        if path.len() >= max_depth {
+            continue;
+        }
+        for (action, after) in model.next_steps(&state) {
+            let verdict = model.expected(&state, &action);
+            let mut next_path = path.clone();
+            next_path.push((action.clone(), after.clone()));
+            if goal(&state, &action, &after, verdict) {
+                let generated = Generated {
+                    name: name.to_string(),
+                    generator: "scenario",
+                    seed: None,
+                    init,
+                    steps: next_path,
+                };
+                return Ok((model, generated));
+            }
+            if seen.insert(after.clone()) {
+                queue.push_back((after, next_path));
+            }
+        }
+    }
+    Err(format!("{name}: not reachable within {max_depth} steps"))
+}
+
+/// §10.1: an old attempt's late `passed` is rejected `not_current` and recorded against it, while
+/// the retry's attempt stays current and active.
+pub fn stale_completion() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let config = Config {
+        outsider: false,
+        ..Config::default()
+    };
+    let model = LeaseModel::new(config.clone());
+    shortest(
+        NAMES[0],
+        config,
+        16,
+        move |before, action, after, verdict| {
+            let Action::Deliver { message } = action else {
+                return false;
+            };
+            let late = message.kind == MessageKind::Result(Outcome::Passed)
+                && verdict == Some(Expected::rejected(Reason::NotCurrent));
+            let job = &after.jobs[message.job as usize];
+            let retry_current = job.current.is_some_and(|a| {
+                a != message.attempt && after.attempts[a as usize].state == AttemptState::Active
+            });
+            let kept = model.observation(before, message).attempt == Some(message.attempt);
+            late && retry_current && job.state == JobState::Running && kept
+        },
+    )
+}
+
+/// §10.2: (A, wrong lease, 1) → `lease_mismatch`; (A, L, 999) → `fence_mismatch`; (A, L, 1) →
+/// accepted, for a heartbeat and then for the result.
+pub fn ownership_tuple(outcome: Outcome) -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let config = Config {
+        forgery: true,
+        outsider: false,
+        jobs: 1,
+        ..Config::default()
+    };
+    let mut s = Script::new(NAMES[1], config);
+    s.take("runner 0 claims", Some(Expected::ACCEPTED), |a, _| {
+        matches!(a, Action::Claim { runner: 0 })
+    })?;
+    for (kind, send) in [
+        ("heartbeat", MessageKind::Heartbeat),
+        ("result", MessageKind::Result(outcome)),
+    ] {
+        s.take(
+            &format!("runner 0 sends a {kind}"),
+            None,
+            move |a, _| match a {
+                Action::Heartbeat {
+                    runner: 0,
+                    runner_time: 0,
+                } => send == MessageKind::Heartbeat,
+                Action::Result {
+                    runner: 0,
+                    outcome: o,
+                    runner_time: 0,
+                } => send == MessageKind::Result(*o),
+                _ => false,
+            },
+        )?;
+        let original = *s
+            .state
+            .in_flight
+            .iter()
+            .find(|m| m.kind == send && m.sender == 0)
+            .ok_or("the message is in flight")?;
+        for (forge, reason) in [
+            (Forge::WrongLease, Reason::LeaseMismatch),
+            (Forge::WrongFence, Reason::FenceMismatch),
+        ] {
+            s.take(
+                &format!("runner 0 sends its {kind} with a forged tuple ({forge:?})"),
+                Some(Expected::rejected(reason)),
+                move |a, _| {
+                    matches!(a, Action::Replay { runner: 0, message, forge: f }
+                        if *message == original && *f == forge)
+                },
+            )?;
+        }
+        s.take(
+            &format!("the exact {kind} arrives"),
+            Some(Expected::ACCEPTED),
+            move |a, _| matches!(a, Action::Deliver { message } if *message == original),
+        )?;
+    }
+    Ok(s.done())
+}
+
+/// §10.3, fenced: a runner whose execution was superseded still reaches the target with its old
+/// fence after the newer attempt's mutation: the target refuses it (`stale_fence`).
+pub fn fenced_target() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let config = Config {
+        outsider: false,
+        jobs: 1,
+        target: TargetKind::Fenced,
+        ..Config::default()
+    };
+    shortest(NAMES[2], config, 18, |_, action, _, verdict| {
+        matches!(action, Action::Deliver { message } if message.kind == MessageKind::TargetMutation)
+            && verdict == Some(Expected::rejected(Reason::StaleFence))
+    })
+}
+
+/// §10.3, unfenced: while the job is `uncertain` its target stays reserved and no claim can start
+/// a second deployment: a claim is rejected `no_queued_job` until a reconciliation. (The model
+/// offers only claims that succeed, so the rejected claims are appended as steps that leave the
+/// state unchanged, with the verdict the model's server gives them.)
+pub fn unfenced_target_stays_reserved() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let config = Config {
+        outsider: false,
+        jobs: 1,
+        target: TargetKind::Unfenced,
+        ..Config::default()
+    };
+    let (model, mut trace) = shortest(NAMES[3], config, 14, |_, _, after, _| {
+        after.jobs[0].state == JobState::Uncertain
+            && after.jobs[0].target_reserved
+            && after.targets[0].applied > 0
+    })?;
+    let last = trace
+        .steps
+        .last()
+        .map(|(_, s)| s.clone())
+        .unwrap_or_else(|| trace.init.clone());
+    for runner in 0..model.config.runners {
+        let claim = Action::Claim { runner };
+        if model.expected(&last, &claim) != Some(Expected::rejected(Reason::NoQueuedJob)) {
+            return Err(format!(
+                "{}: the model would let runner {runner} claim",
+                NAMES[3]
+            ));
+        }
+        trace.steps.push((claim, last.clone()));
+    }
+    Ok((model, trace))
+}
+
+/// §10.4: a runner disconnects with its target mutation in flight, its lease expires, it
+/// reconnects with its original tuple: `rejoin` is rejected `lease_expired`, its result too (kept
+/// as a late observation), and no second attempt has started.
+pub fn reconnect() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let config = Config {
+        outsider: false,
+        jobs: 1,
+        ..Config::default()
+    };
+    let ttl = config.lease_ttl;
+    let mut s = Script::new(NAMES[4], config);
+    s.take("runner 0 claims", Some(Expected::ACCEPTED), |a, _| {
+        matches!(a, Action::Claim { runner: 0 })
+    })?
+    .take("runner 0 starts its target mutation", None, |a, _| {
+        matches!(a, Action::TargetMutation { runner: 0 })
+    })?
+    .take("runner 0 loses contact", None, |a, _| {
+        matches!(a, Action::Disconnect { runner: 0 })
+    })?;
+    for _ in 0..ttl {
+        s.take("time passes", None, |a, _| matches!(a, Action::Tick))?;
+    }
+    s.take(
+        "the lease expiry sweep runs",
+        Some(Expected::UNCERTAIN),
+        |a, _| matches!(a, Action::ExpirySweep),
+    )?
+    .take(
+        "runner 0 reconnects and rejoins with its original tuple",
+        None,
+        |a, _| {
+            matches!(
+                a,
+                Action::Rejoin {
+                    runner: 0,
+                    runner_time: 0
+                }
+            )
+        },
+    )?
+    .deliver_last_sent(
+        "the rejoin arrives",
+        Expected::rejected(Reason::LeaseExpired),
+    )?
+    .take("runner 0 reports what it observed", None, |a, _| {
+        matches!(
+            a,
+            Action::Result {
+                runner: 0,
+                outcome: Outcome::Passed,
+                runner_time: 0
+            }
+        )
+    })?
+    .deliver_last_sent(
+        "the late result arrives",
+        Expected::rejected(Reason::LeaseExpired),
+    )?;
+    if s.state.attempts.len() != 1 {
+        return Err("reconnect: a second attempt started".into());
+    }
+    Ok(s.done())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_scenario_is_a_trace_of_the_model() {
+        let scenarios = super::all().expect("every scenario is reachable in the model");
+        assert_eq!(scenarios.len(), super::NAMES.len());
+        for ((_, trace), name) in scenarios.iter().zip(super::NAMES) {
+            assert_eq!(trace.name, name);
+            assert!(!trace.steps.is_empty());
+        }
+    }
+}
