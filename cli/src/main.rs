@@ -1,10 +1,36 @@
-//! The `leasewright` command.
-use clap::Parser;
+//! The `leasewright` command. Each subcommand lives in its own module with a clap `Args` struct and
+//! a `run(args) -> anyhow::Result<i32>` returning the process exit code.
+use clap::{Parser, Subcommand};
+
+mod runner;
+mod serve;
 
 #[derive(Parser)]
-#[command(name = "leasewright", version, about = "Fenced leases, model-checked and conformance-tested")]
-enum Command {}
+#[command(
+    name = "leasewright",
+    version,
+    about = "Fenced leases, model-checked and conformance-tested"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-fn main() {
-    let _ = Command::parse();
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP control plane (a throwaway PostgreSQL without --database-url).
+    Serve(serve::ServeArgs),
+    /// Run a runner agent: claim jobs, verify their source, run them, report.
+    Runner(runner::RunnerArgs),
+    /// Operator commands against a running server (projects, runners, jobs).
+    Op(serve::OpArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let code = match Cli::parse().command {
+        Command::Serve(args) => serve::run(args)?,
+        Command::Runner(args) => runner::run(args)?,
+        Command::Op(args) => serve::op(args)?,
+    };
+    std::process::exit(code);
 }

@@ -1,0 +1,48 @@
+//! `leasewright runner`: the runner agent. The work is in leasewright-server's agent.
+
+use leasewright_server::serve::{self, RunnerOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct RunnerArgs {
+    /// The control plane's base URL.
+    #[arg(long)]
+    server: String,
+    /// The runner's bearer token.
+    #[arg(long)]
+    token: String,
+    /// How many jobs at once.
+    #[arg(long, default_value_t = 1)]
+    capacity: u32,
+    /// Where the per-lease workspaces are created (default: a directory under the temp dir).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// The base URL of the deployment targets given to commands (default: --server).
+    #[arg(long)]
+    target_url: Option<String>,
+    /// Exit after this many jobs.
+    #[arg(long)]
+    max_jobs: Option<usize>,
+    /// Milliseconds between claims when there is no work.
+    #[arg(long, default_value_t = 500)]
+    poll_interval_ms: u64,
+}
+
+pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
+    serve::init_logging();
+    let options = RunnerOptions {
+        server: args.server,
+        token: args.token,
+        capacity: args.capacity,
+        workdir: args.workdir,
+        target_url: args.target_url,
+        max_jobs: args.max_jobs,
+        poll_interval: Duration::from_millis(args.poll_interval_ms.max(10)),
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve::runner(options))?;
+    Ok(0)
+}

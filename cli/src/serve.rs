@@ -1,0 +1,236 @@
+//! `leasewright serve` (the HTTP control plane) and `leasewright op` (its operator routes). The
+//! work is in leasewright-server; this module parses arguments.
+
+use leasewright_server::client::OperatorClient;
+use leasewright_server::serve::{self, ServeOptions};
+use leasewright_server::wire::SubmitJobRequest;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// PostgreSQL URL. Without it a throwaway cluster is started and removed at exit.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Lease time-to-live in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    lease_ttl: f64,
+    /// TEST ONLY: run on a manual clock and add POST /v1/test/clock.
+    #[arg(long)]
+    manual_clock: bool,
+    /// The operator token (generated and printed when absent).
+    #[arg(long)]
+    operator_token: Option<String>,
+    /// How often the expiry sweep runs, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    sweep_interval_ms: u64,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    serve::init_logging();
+    if !(args.lease_ttl.is_finite() && args.lease_ttl > 0.0) {
+        anyhow::bail!("--lease-ttl must be a positive number of seconds");
+    }
+    let options = ServeOptions {
+        database_url: args.database_url,
+        listen: args.listen,
+        lease_ttl: Duration::from_secs_f64(args.lease_ttl),
+        manual_clock: args.manual_clock,
+        operator_token: args.operator_token,
+        sweep_interval: Duration::from_millis(args.sweep_interval_ms.max(10)),
+    };
+    runtime()?.block_on(serve::serve(options))?;
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct OpArgs {
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// The operator token.
+    #[arg(long)]
+    operator_token: String,
+    #[command(subcommand)]
+    command: OpCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum OpCommand {
+    /// Create a project; prints its id.
+    Project { name: String },
+    /// Create a runner of a project; prints its token (shown once).
+    Runner { project: uuid::Uuid, name: String },
+    /// Submit a job with a directory as its source; prints the job id.
+    Submit {
+        project: uuid::Uuid,
+        /// The source directory (snapshotted deterministically; .git is left out).
+        #[arg(long)]
+        dir: PathBuf,
+        /// The shell command.
+        #[arg(long)]
+        command: String,
+        /// The git revision (default: `git rev-parse HEAD` in the directory, else `unversioned`).
+        #[arg(long)]
+        revision: Option<String>,
+        /// A file (relative to the source) to upload as an artifact; repeatable.
+        #[arg(long = "artifact")]
+        artifacts: Vec<String>,
+        /// fenced, idempotent or unfenced.
+        #[arg(long, default_value = "unfenced")]
+        target_kind: String,
+    },
+    /// Print a job (JSON); with --wait, wait until it is terminal or uncertain.
+    Job {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print the log of the job's current (or latest) attempt.
+    Logs {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+    },
+    /// Print an artifact of the job's current (or latest) attempt.
+    Artifact {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+        name: String,
+    },
+    /// Print the job's attempts and observations (JSON).
+    Ledger {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+    },
+    /// Cancel a job.
+    Cancel {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+    },
+    /// Reconcile an uncertain job.
+    Reconcile {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+        /// stopped, still_running, observed_passed, observed_failed
+        finding: String,
+        /// retry, abort, adopt
+        decision: String,
+    },
+}
+
+fn git_revision(dir: &std::path::Path) -> String {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unversioned".to_owned())
+}
+
+pub fn op(args: OpArgs) -> anyhow::Result<i32> {
+    use base64::Engine as _;
+    let client = OperatorClient::new(&args.server, &args.operator_token)?;
+    let json = |value: &dyn erased::Json| value.print();
+    runtime()?.block_on(async move {
+        match args.command {
+            OpCommand::Project { name } => println!("{}", client.create_project(&name).await?),
+            OpCommand::Runner { project, name } => {
+                println!("{}", client.create_runner(project, &name).await?.token)
+            }
+            OpCommand::Submit {
+                project,
+                dir,
+                command,
+                revision,
+                artifacts,
+                target_kind,
+            } => {
+                let snapshot = leasewright_server::source::snapshot_dir(&dir)?;
+                let request = SubmitJobRequest {
+                    command,
+                    source_revision: revision.unwrap_or_else(|| git_revision(&dir)),
+                    source_archive_base64: base64::engine::general_purpose::STANDARD
+                        .encode(&snapshot.archive),
+                    artifacts,
+                    target: None,
+                    target_kind: Some(target_kind),
+                };
+                let submitted = client.submit(project, &request).await?;
+                eprintln!(
+                    "source {} ({} files, blob {})",
+                    submitted.source_digest, submitted.file_count, submitted.source_blob_sha256
+                );
+                println!("{}", submitted.job);
+            }
+            OpCommand::Job { project, job, wait } => {
+                let mut body = client.job(project, job).await?;
+                while wait
+                    && !matches!(
+                        body.state.as_str(),
+                        "passed" | "failed" | "cancelled" | "aborted" | "uncertain"
+                    )
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    body = client.job(project, job).await?;
+                }
+                json(&body);
+            }
+            OpCommand::Logs { project, job } => {
+                let logs = client.logs(project, job, None).await?;
+                print!("{}", String::from_utf8_lossy(&logs));
+            }
+            OpCommand::Artifact { project, job, name } => {
+                let content = client.artifact(project, job, &name).await?;
+                print!("{}", String::from_utf8_lossy(&content));
+            }
+            OpCommand::Ledger { project, job } => {
+                json(&client.attempts(project, job).await?);
+                json(&client.observations(project, job).await?);
+            }
+            OpCommand::Cancel { project, job } => {
+                json(&client.cancel(project, job).await?);
+            }
+            OpCommand::Reconcile {
+                project,
+                job,
+                finding,
+                decision,
+            } => {
+                json(&client.reconcile(project, job, &finding, &decision).await?);
+            }
+        }
+        anyhow::Ok(0)
+    })
+}
+
+mod erased {
+    /// Print any serializable value as pretty JSON.
+    pub trait Json {
+        fn print(&self);
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn print(&self) {
+            match serde_json::to_string_pretty(self) {
+                Ok(text) => println!("{text}"),
+                Err(error) => eprintln!("cannot print: {error}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The runner agent (`leasewright runner`): claims jobs, verifies their immutable source, runs
+//! their shell command in an isolated workspace, streams the logs, heartbeats, uploads the
+//! declared artifacts and reports the result.
+//!
+//! The agent decides nothing about ownership: it obeys the server's verdicts. A rejection of any
+//! call about a lease (its tuple is no longer current, its lease expired) makes it kill the
+//! command and report what it observed (kept by the server as a late observation). After a
+//! network loss it rejoins with its original tuple and obeys the instruction (`continue`,
+//! `cancel`, `stop`).
+
+use crate::client::{CallError, RunnerClient};
+use crate::source::{self, Limits};
+use crate::wire::{LeaseBody, TupleBody};
+use sha2::{Digest, Sha256};
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, watch, Semaphore};
+
+/// How the agent behaves.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The control plane's base URL.
+    pub server: String,
+    /// The runner's bearer token (never logged).
+    pub token: String,
+    /// How many jobs at once.
+    pub capacity: u32,
+    /// Where the per-lease workspaces live.
+    pub workdir: PathBuf,
+    /// The base URL of the deployment targets given to commands (default: `server`).
+    pub target_url: Option<String>,
+    /// How long to wait between claims when there is no work.
+    pub poll_interval: Duration,
+    /// The timeout of one HTTP call.
+    pub request_timeout: Duration,
+    /// Extraction limits.
+    pub limits: Limits,
+    /// Stop after this many jobs have finished (tests, one-shot use).
+    pub max_jobs: Option<usize>,
+}
+
+impl AgentConfig {
+    /// The defaults for `server` and `token`.
+    pub fn new(server: &str, token: &str, workdir: PathBuf) -> Self {
+        Self {
+            server: server.to_owned(),
+            token: token.to_owned(),
+            capacity: 1,
+            workdir,
+            target_url: None,
+            poll_interval: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+            max_jobs: None,
+        }
+    }
+}
+
+/// Why a job's execution must stop before its command ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The server requested cancellation: stop and report `cancelled`.
+    Cancel,
+    /// A call was rejected with this reason (or a rejoin answered `stop`): stop, report what was
+    /// observed.
+    Revoked(String),
+}
+
+/// What every task of one job shares.
+struct JobContext {
+    client: RunnerClient,
+    lease: LeaseBody,
+    stop_tx: watch::Sender<Option<Stop>>,
+    /// `false` after a network error, until a rejoin answers.
+    connected_tx: watch::Sender<bool>,
+}
+
+impl JobContext {
+    fn tuple(&self) -> TupleBody {
+        self.lease.tuple(Some(chrono::Utc::now()))
+    }
+
+    fn stop(&self, stop: Stop) {
+        self.stop_tx.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(stop);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn stopped(&self) -> Option<Stop> {
+        self.stop_tx.borrow().clone()
+    }
+
+    /// Classify a failed call: network errors mark the lease disconnected; rejections stop.
+    fn on_error(&self, what: &str, error: &CallError) {
+        match error {
+            CallError::Network(message) => {
+                tracing::warn!(job = %self.lease.job, what, %message, "lost contact with the control plane");
+                self.connected_tx.send_replace(false);
+            }
+            CallError::Rejected { code, .. } => {
+                tracing::warn!(job = %self.lease.job, what, %code, "rejected");
+                if code == "cancel_requested" {
+                    self.stop(Stop::Cancel);
+                } else {
+                    self.stop(Stop::Revoked(code.clone()));
+                }
+            }
+            CallError::Http { status, code, .. } => {
+                tracing::warn!(job = %self.lease.job, what, status, %code, "call failed");
+            }
+        }
+    }
+
+    /// Wait until connected again (a rejoin answered), or a stop.
+    async fn wait_connected(&self) {
+        let mut connected = self.connected_tx.subscribe();
+        let mut stop = self.stop_tx.subscribe();
+        loop {
+            if *connected.borrow_and_update() || stop.borrow_and_update().is_some() {
+                return;
+            }
+            tokio::select! {
+                changed = connected.changed() => if changed.is_err() { return },
+                changed = stop.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}
+
+/// Run the agent until `max_jobs` jobs finished (forever when `None`).
+pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    let client = RunnerClient::new(&config.server, &config.token, config.request_timeout)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run_id = crate::app::random_token("run-")?[..16].to_owned();
+    std::fs::create_dir_all(&config.workdir)?;
+    let capacity = config.capacity.max(1);
+    let slots = Arc::new(Semaphore::new(capacity as usize));
+    let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut started = 0usize;
+    let mut tasks = tokio::task::JoinSet::new();
+    tracing::info!(server = %config.server, capacity, %run_id, "runner started");
+    loop {
+        if let Some(max) = config.max_jobs {
+            if started >= max {
+                while tasks.join_next().await.is_some() {}
+                return Ok(());
+            }
+        }
+        // Wait for a free slot.
+        let first = slots.clone().acquire_owned().await?;
+        let free = slots.available_permits() as u32 + 1;
+        let want = match config.max_jobs {
+            Some(max) => free.min((max - started) as u32),
+            None => free,
+        };
+        match client.claim(want).await {
+            Ok(leases) if !leases.is_empty() => {
+                let mut permit = Some(first);
+                for lease in leases {
+                    let slot = match permit.take() {
+                        Some(slot) => slot,
+                        None => slots.clone().acquire_owned().await?,
+                    };
+                    started += 1;
+                    tracing::info!(job = %lease.job, attempt = %lease.attempt, fence = lease.fence, "claimed");
+                    let job_client = client.clone();
+                    let config = config.clone();
+                    let run_id = run_id.clone();
+                    let finished = finished.clone();
+                    tasks.spawn(async move {
+                        run_job(&config, job_client, &run_id, lease).await;
+                        finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        drop(slot);
+                    });
+                }
+            }
+            Ok(_) => {
+                drop(first);
+                tokio::time::sleep(config.poll_interval).await;
+            }
+            Err(CallError::Http { status: 401, .. }) => {
+                anyhow::bail!("the server refused the runner token (401)");
+            }
+            Err(error) => {
+                drop(first);
+                tracing::warn!(%error, "claim failed");
+                tokio::time::sleep(config.poll_interval).await;
+            }
+        }
+        while let Some(joined) = tasks.try_join_next() {
+            if let Err(error) = joined {
+                tracing::error!(%error, "a job task failed");
+            }
+        }
+    }
+}
+
+/// The log pipeline: chunks in, sequence-numbered appends out, with idempotent retries.
+struct LogSink {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    digest: Arc<Mutex<Sha256>>,
+}
+
+impl LogSink {
+    fn send(&self, chunk: Vec<u8>) {
+        self.digest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .update(&chunk);
+        let _ = self.tx.send(chunk);
+    }
+
+    fn line(&self, text: &str) {
+        self.send(format!("[leasewright] {text}\n").into_bytes());
+    }
+}
+
+async fn upload_logs(ctx: Arc<JobContext>, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut seq: i64 = 0;
+    while let Some(mut chunk) = rx.recv().await {
+        // Coalesce what is already queued, up to 256 KiB.
+        while chunk.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => chunk.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
+            continue;
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match ctx.client.log_append(&ctx.tuple(), seq, &chunk).await {
+                Ok(_) => break,
+                Err(error @ CallError::Network(_)) => {
+                    ctx.on_error("log append", &error);
+                    ctx.wait_connected().await;
+                    if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
+                        break;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => {
+                    ctx.on_error("log append", &error);
+                    break;
+                }
+            }
+        }
+        seq += 1;
+    }
+}
+
+async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = done.changed() => return,
+        }
+        if *done.borrow() || matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
+            return;
+        }
+        let connected = *ctx.connected_tx.borrow();
+        if connected {
+            match ctx.client.heartbeat(&ctx.tuple()).await {
+                Ok(answer) => {
+                    if answer.cancel_requested {
+                        ctx.stop(Stop::Cancel);
+                    }
+                }
+                Err(error) => ctx.on_error("heartbeat", &error),
+            }
+        } else {
+            // Back after lost contact: rejoin with the original tuple and obey.
+            match ctx.client.rejoin(&ctx.tuple()).await {
+                Ok(answer) => {
+                    tracing::info!(job = %ctx.lease.job, instruction = %answer.instruction, "rejoined");
+                    if answer.instruction == "cancel" {
+                        ctx.stop(Stop::Cancel);
+                    }
+                    ctx.connected_tx.send_replace(true);
+                }
+                Err(CallError::Rejected { code, .. }) => {
+                    tracing::warn!(job = %ctx.lease.job, %code, "rejoin answered stop");
+                    ctx.stop(Stop::Revoked(code));
+                    ctx.connected_tx.send_replace(true);
+                    return;
+                }
+                Err(error) => ctx.on_error("rejoin", &error),
+            }
+        }
+    }
+}
+
+/// A declared artifact path, checked to stay inside the workspace.
+fn artifact_path(src: &Path, declared: &str) -> Option<PathBuf> {
+    let path = Path::new(declared);
+    if path
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return None;
+    }
+    let full = src.join(path);
+    let canonical = full.canonicalize().ok()?;
+    let root = src.canonicalize().ok()?;
+    canonical.starts_with(&root).then_some(canonical)
+}
+
+fn kill_group(pid: Option<u32>) {
+    if let Some(pid) = pid {
+        // The command runs in its own process group: kill all of it.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &format!("-{pid}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut reader: R, tx: mpsc::UnboundedSender<Vec<u8>>) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        match reader.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if tx.send(buffer[..n].to_vec()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Fetch and verify the source into `src`. Nothing is executed when this fails.
+async fn prepare_source(
+    ctx: &JobContext,
+    job_dir: &Path,
+    src: &Path,
+    limits: Limits,
+) -> Result<(), String> {
+    let expected_blob = ctx
+        .lease
+        .source_blob_sha256
+        .clone()
+        .ok_or("the lease names no source blob")?;
+    let archive = job_dir.join("source.tar.gz");
+    let mut attempt = 0;
+    let download = loop {
+        attempt += 1;
+        match ctx
+            .client
+            .source_to_file(
+                &ctx.tuple(),
+                &archive,
+                limits.max_total_bytes.saturating_mul(2),
+            )
+            .await
+        {
+            Ok(download) => break download,
+            Err(CallError::Network(message)) if attempt < 5 => {
+                tracing::warn!(%message, "source download failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(error) => {
+                ctx.on_error("source fetch", &error);
+                return Err(format!("source fetch failed: {error}"));
+            }
+        }
+    };
+    if download.source_digest.as_deref() != Some(ctx.lease.source_digest.as_str()) {
+        return Err("the served source identity is not the leased one".into());
+    }
+    let expected_manifest = ctx.lease.source_digest.clone();
+    let src = src.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let result =
+            source::verify_and_extract(&archive, &expected_blob, &expected_manifest, &src, limits);
+        let _ = std::fs::remove_file(&archive);
+        result
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+fn deploy_json(lease: &LeaseBody) -> String {
+    serde_json::json!({
+        "kind": lease.target_kind,
+        "job": lease.job,
+        "attempt": lease.attempt,
+        "fence": lease.fence,
+        "deployment_id": lease.job.to_string(),
+    })
+    .to_string()
+}
+
+/// Run one leased job to its reported result.
+async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease: LeaseBody) {
+    let (stop_tx, mut stop_rx) = watch::channel(None);
+    let (connected_tx, _) = watch::channel(true);
+    let ctx = Arc::new(JobContext {
+        client,
+        lease,
+        stop_tx,
+        connected_tx,
+    });
+    let lease = &ctx.lease;
+    // The workspace is keyed by (run, job, lease).
+    let job_dir = config
+        .workdir
+        .join(run_id)
+        .join(lease.job.to_string())
+        .join(lease.lease_id.to_string());
+    let src = job_dir.join("src");
+
+    let (log_tx, log_rx) = mpsc::unbounded_channel();
+    let sink = LogSink {
+        tx: log_tx,
+        digest: Arc::new(Mutex::new(Sha256::new())),
+    };
+    let uploader = tokio::spawn(upload_logs(ctx.clone(), log_rx));
+    let (done_tx, done_rx) = watch::channel(false);
+    let interval = Duration::from_millis((lease.lease_ttl_ms / 3).max(100));
+    let heartbeat = tokio::spawn(heartbeats(ctx.clone(), interval, done_rx));
+
+    sink.line(&format!(
+        "job {} attempt {} fence {} source {} ({})",
+        lease.job, lease.attempt, lease.fence, lease.source_digest, lease.source_revision
+    ));
+    let mut exit_code: Option<i32> = None;
+    let prepared = match std::fs::create_dir_all(&job_dir) {
+        Ok(()) => prepare_source(&ctx, &job_dir, &src, config.limits).await,
+        Err(error) => Err(format!("cannot create the workspace: {error}")),
+    };
+    match prepared {
+        Err(error) => {
+            sink.line(&format!("refusing to execute: {error}"));
+        }
+        Ok(()) if ctx.stopped().is_some() => {
+            sink.line("stopped before the command started");
+        }
+        Ok(()) => {
+            sink.line("source verified; running the command");
+            let target_base = config.target_url.as_deref().unwrap_or(&config.server);
+            let mut command = tokio::process::Command::new("sh");
+            command
+                .arg("-c")
+                .arg(&lease.command)
+                .current_dir(&src)
+                .env("LEASEWRIGHT_JOB", lease.job.to_string())
+                .env("LEASEWRIGHT_ATTEMPT", lease.attempt.to_string())
+                .env("LEASEWRIGHT_LEASE_ID", lease.lease_id.to_string())
+                .env("LEASEWRIGHT_FENCE", lease.fence.to_string())
+                .env("LEASEWRIGHT_SOURCE_REVISION", &lease.source_revision)
+                .env("LEASEWRIGHT_SOURCE_DIGEST", &lease.source_digest)
+                .env("LEASEWRIGHT_WORKSPACE", &src)
+                .env("LEASEWRIGHT_TARGET", &lease.target)
+                .env("LEASEWRIGHT_TARGET_KIND", &lease.target_kind)
+                .env(
+                    "LEASEWRIGHT_TARGET_URL",
+                    format!(
+                        "{}/v1/targets/{}/deploy",
+                        target_base.trim_end_matches('/'),
+                        lease.target
+                    ),
+                )
+                .env("LEASEWRIGHT_DEPLOY_JSON", deploy_json(lease))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+            match command.spawn() {
+                Err(error) => sink.line(&format!("cannot start the command: {error}")),
+                Ok(mut child) => {
+                    let pid = child.id();
+                    let (chunk_tx, mut chunk_rx) = mpsc::unbounded_channel();
+                    let mut pumps = Vec::new();
+                    if let Some(out) = child.stdout.take() {
+                        pumps.push(tokio::spawn(pump(out, chunk_tx.clone())));
+                    }
+                    if let Some(err) = child.stderr.take() {
+                        pumps.push(tokio::spawn(pump(err, chunk_tx.clone())));
+                    }
+                    drop(chunk_tx);
+                    let status = loop {
+                        tokio::select! {
+                            status = child.wait() => break status.ok(),
+                            chunk = chunk_rx.recv() => if let Some(chunk) = chunk { sink.send(chunk) },
+                            changed = stop_rx.changed() => {
+                                if changed.is_ok() && stop_rx.borrow().is_some() {
+                                    kill_group(pid);
+                                    break child.wait().await.ok();
+                                }
+                            }
+                        }
+                    };
+                    // Drain what the command printed (bounded: a background grandchild may keep
+                    // the pipes open).
+                    let drain = async {
+                        while let Some(chunk) = chunk_rx.recv().await {
+                            sink.send(chunk);
+                        }
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                    for p in pumps {
+                        p.abort();
+                    }
+                    exit_code = status.and_then(|s| s.code());
+                    match &status {
+                        Some(status) => sink.line(&format!("command ended: {status}")),
+                        None => sink.line("command ended: unknown status"),
+                    }
+                }
+            }
+        }
+    }
+    let stopped = ctx.stopped();
+    if let Some(stop) = &stopped {
+        match stop {
+            Stop::Cancel => sink.line("cancelled by the control plane"),
+            Stop::Revoked(code) => sink.line(&format!(
+                "the control plane rejected this lease ({code}): execution stopped"
+            )),
+        }
+    }
+    // Artifacts (only while the lease is still ours).
+    if stopped.is_none() && exit_code.is_some() {
+        for declared in &lease.artifacts {
+            let Some(path) = artifact_path(&src, declared) else {
+                sink.line(&format!("artifact {declared}: not found in the workspace"));
+                continue;
+            };
+            match tokio::fs::read(&path).await {
+                Ok(content) => {
+                    let mut tries = 0;
+                    loop {
+                        tries += 1;
+                        match ctx
+                            .client
+                            .artifact_put(&ctx.tuple(), declared, &content)
+                            .await
+                        {
+                            Ok(_) => {
+                                sink.line(&format!(
+                                    "artifact {declared}: uploaded ({} bytes)",
+                                    content.len()
+                                ));
+                                break;
+                            }
+                            Err(error @ CallError::Network(_)) if tries < 5 => {
+                                ctx.on_error("artifact put", &error);
+                                ctx.wait_connected().await;
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                            }
+                            Err(error) => {
+                                ctx.on_error("artifact put", &error);
+                                sink.line(&format!("artifact {declared}: {error}"));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Err(error) => sink.line(&format!("artifact {declared}: {error}")),
+            }
+        }
+    }
+    let stopped = ctx.stopped();
+    let outcome = match (&stopped, exit_code) {
+        (Some(Stop::Cancel), _) => "cancelled",
+        (None, Some(0)) => "passed",
+        _ => "failed",
+    };
+    sink.line(&format!("reporting {outcome}"));
+    let log_digest = hex::encode(
+        sink.digest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .finalize(),
+    );
+    let result_digest = hex::encode(Sha256::digest(
+        format!("exit={exit_code:?}\nlog_sha256={log_digest}\n").as_bytes(),
+    ));
+    // Flush the logs before the result (a result ends the lease).
+    drop(sink);
+    let _ = uploader.await;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match ctx
+            .client
+            .result(&ctx.tuple(), outcome, &result_digest)
+            .await
+        {
+            Ok(answer) => {
+                tracing::info!(job = %lease.job, outcome, verdict = %answer.verdict, "result reported");
+                break;
+            }
+            Err(error @ CallError::Network(_)) => {
+                tracing::warn!(job = %lease.job, %error, "result not delivered; retrying");
+                ctx.on_error("result", &error);
+                // Rejoin first (the heartbeat task does), then report.
+                let _ = tokio::time::timeout(Duration::from_secs(5), ctx.wait_connected()).await;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            Err(CallError::Rejected { code, .. }) => {
+                tracing::warn!(job = %lease.job, outcome, %code, "result rejected (kept as a late observation)");
+                break;
+            }
+            Err(error) => {
+                tracing::error!(job = %lease.job, %error, "result failed");
+                break;
+            }
+        }
+    }
+    let _ = done_tx.send(true);
+    let _ = heartbeat.await;
+}

@@ -1,0 +1,469 @@
+//! A small HTTP client for the runner routes ([`RunnerClient`]) and the operator routes
+//! ([`OperatorClient`]).
+
+use crate::wire::*;
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use uuid::Uuid;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// Why a call did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No answer: the server could not be reached, or the connection broke.
+    #[error("network: {0}")]
+    Network(String),
+    /// A protocol rejection (409) with the spec's reason code.
+    #[error("rejected: {code}")]
+    Rejected {
+        code: String,
+        instruction: Option<String>,
+    },
+    /// Any other non-2xx answer.
+    #[error("HTTP {status}: {code}: {message}")]
+    Http {
+        status: u16,
+        code: String,
+        message: String,
+    },
+}
+
+impl CallError {
+    /// The rejection reason, if this is a protocol rejection.
+    pub fn rejection(&self) -> Option<&str> {
+        match self {
+            CallError::Rejected { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(network)`
+fn network(error: reqwest::Error) -> CallError {
+    CallError::Network(error.to_string())
+}
+
+async fn check(response: reqwest::Response) -> Result<reqwest::Response, CallError> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let bytes = response.bytes().await.map_err(network)?;
+    match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Ok(body) if body.verdict.as_deref() == Some("rejected") => Err(CallError::Rejected {
+            code: body.error.code,
+            instruction: body.instruction,
+        }),
+        Ok(body) => Err(CallError::Http {
+            status: status.as_u16(),
+            code: body.error.code,
+            message: body.error.message,
+        }),
+        Err(_) => Err(CallError::Http {
+            status: status.as_u16(),
+            code: "unknown".into(),
+            message: String::from_utf8_lossy(&bytes).into_owned(),
+        }),
+    }
+}
+
+/// The shared plumbing: a base URL and a bearer token.
+#[derive(Clone)]
+pub struct Http {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is never printed.
+        f.debug_struct("Http")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Http {
+    /// A client of `base` (e.g. `http://127.0.0.1:8080`) with bearer `token`.
+    pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CallError> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .build()
+            .map_err(network)?;
+        Ok(Self {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn post_raw<B: Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<reqwest::Response, CallError> {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .map_err(network)?;
+        check(response).await
+    }
+
+    /// POST a JSON body, parse a JSON answer.
+    pub async fn post<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, CallError> {
+        self.post_raw(path, body)
+            .await?
+            .json()
+            .await
+            .map_err(network)
+    }
+
+    /// GET a JSON answer.
+    pub async fn get<R: DeserializeOwned>(&self, path: &str) -> Result<R, CallError> {
+        let bytes = self.get_bytes(path).await?;
+        serde_json::from_slice(&bytes).map_err(|e| CallError::Network(e.to_string()))
+    }
+
+    /// GET raw bytes.
+    pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CallError> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(network)?;
+        Ok(check(response)
+            .await?
+            .bytes()
+            .await
+            .map_err(network)?
+            .to_vec())
+    }
+}
+
+/// What a source download brought.
+#[derive(Clone, Debug)]
+pub struct SourceDownload {
+    pub blob_sha256: Option<String>,
+    pub source_digest: Option<String>,
+    pub source_revision: Option<String>,
+    pub bytes: u64,
+}
+
+/// The runner routes.
+#[derive(Clone, Debug)]
+pub struct RunnerClient {
+    pub http: Http,
+}
+
+impl RunnerClient {
+    pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CallError> {
+        Ok(Self {
+            http: Http::new(base, token, timeout)?,
+        })
+    }
+
+    /// `claim`: the leases granted (empty when `no_queued_job`).
+    pub async fn claim(&self, capacity: u32) -> Result<Vec<LeaseBody>, CallError> {
+        let request = ClaimRequest {
+            capacity: Some(capacity),
+            runner_time: Some(chrono::Utc::now()),
+        };
+        match self
+            .http
+            .post::<_, ClaimResponse>("/v1/runner/claim", &request)
+            .await
+        {
+            Ok(response) => Ok(response.leases),
+            Err(CallError::Rejected { code, .. }) if code == "no_queued_job" => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+
+    pub async fn heartbeat(&self, tuple: &TupleBody) -> Result<HeartbeatResponse, CallError> {
+        self.http.post("/v1/runner/heartbeat", tuple).await
+    }
+
+    pub async fn rejoin(&self, tuple: &TupleBody) -> Result<RejoinResponse, CallError> {
+        self.http.post("/v1/runner/rejoin", tuple).await
+    }
+
+    /// `source fetch`, streamed into the file `dest`.
+    pub async fn source_to_file(
+        &self,
+        tuple: &TupleBody,
+        dest: &Path,
+        max_bytes: u64,
+    ) -> Result<SourceDownload, CallError> {
+        let mut response = self.http.post_raw("/v1/runner/source", tuple).await?;
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let mut download = SourceDownload {
+            blob_sha256: header("x-leasewright-blob-sha256"),
+            source_digest: header("x-leasewright-source-digest"),
+            source_revision: header("x-leasewright-source-revision"),
+            bytes: 0,
+        };
+        let io = |e: std::io::Error| CallError::Network(format!("writing the source: {e}"));
+        let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
+        while let Some(chunk) = response.chunk().await.map_err(network)? {
+            download.bytes += chunk.len() as u64;
+            if download.bytes > max_bytes {
+                return Err(CallError::Network(
+                    "the source archive exceeds the runner's limit".into(),
+                ));
+            }
+            file.write_all(&chunk).await.map_err(io)?;
+        }
+        file.flush().await.map_err(io)?;
+        file.sync_all().await.map_err(io)?;
+        Ok(download)
+    }
+
+    pub async fn log_append(
+        &self,
+        tuple: &TupleBody,
+        seq: i64,
+        content: &[u8],
+    ) -> Result<VerdictResponse, CallError> {
+        let body = LogAppendRequest {
+            tuple: *tuple,
+            seq,
+            content_base64: B64.encode(content),
+        };
+        self.http.post("/v1/runner/logs", &body).await
+    }
+
+    pub async fn artifact_put(
+        &self,
+        tuple: &TupleBody,
+        name: &str,
+        content: &[u8],
+    ) -> Result<VerdictResponse, CallError> {
+        let body = PutRequest {
+            tuple: *tuple,
+            name: name.into(),
+            content_base64: B64.encode(content),
+        };
+        self.http.post("/v1/runner/artifacts/put", &body).await
+    }
+
+    pub async fn artifact_get(&self, tuple: &TupleBody, name: &str) -> Result<Vec<u8>, CallError> {
+        let body = GetRequest {
+            tuple: *tuple,
+            name: name.into(),
+        };
+        let response: GetResponse = self.http.post("/v1/runner/artifacts/get", &body).await?;
+        B64.decode(response.content_base64)
+            .map_err(|e| CallError::Network(e.to_string()))
+    }
+
+    pub async fn cache_put(
+        &self,
+        tuple: &TupleBody,
+        key: &str,
+        content: &[u8],
+    ) -> Result<VerdictResponse, CallError> {
+        let body = PutRequest {
+            tuple: *tuple,
+            name: key.into(),
+            content_base64: B64.encode(content),
+        };
+        self.http.post("/v1/runner/cache/put", &body).await
+    }
+
+    pub async fn cache_get(&self, tuple: &TupleBody, key: &str) -> Result<Vec<u8>, CallError> {
+        let body = GetRequest {
+            tuple: *tuple,
+            name: key.into(),
+        };
+        let response: GetResponse = self.http.post("/v1/runner/cache/get", &body).await?;
+        B64.decode(response.content_base64)
+            .map_err(|e| CallError::Network(e.to_string()))
+    }
+
+    pub async fn result(
+        &self,
+        tuple: &TupleBody,
+        outcome: &str,
+        result_digest: &str,
+    ) -> Result<VerdictResponse, CallError> {
+        let body = ResultRequest {
+            tuple: *tuple,
+            outcome: outcome.into(),
+            result_digest: result_digest.into(),
+        };
+        self.http.post("/v1/runner/result", &body).await
+    }
+}
+
+/// The operator routes.
+#[derive(Clone, Debug)]
+pub struct OperatorClient {
+    pub http: Http,
+}
+
+impl OperatorClient {
+    pub fn new(base: &str, token: &str) -> Result<Self, CallError> {
+        Ok(Self {
+            http: Http::new(base, token, Duration::from_secs(60))?,
+        })
+    }
+
+    pub async fn create_project(&self, name: &str) -> Result<Uuid, CallError> {
+        let body = CreateProjectRequest { name: name.into() };
+        let response: ProjectResponse = self.http.post("/v1/projects", &body).await?;
+        Ok(response.project)
+    }
+
+    pub async fn create_runner(
+        &self,
+        project: Uuid,
+        name: &str,
+    ) -> Result<RunnerResponse, CallError> {
+        let body = CreateRunnerRequest { name: name.into() };
+        self.http
+            .post(&format!("/v1/projects/{project}/runners"), &body)
+            .await
+    }
+
+    pub async fn submit(
+        &self,
+        project: Uuid,
+        request: &SubmitJobRequest,
+    ) -> Result<SubmitJobResponse, CallError> {
+        self.http
+            .post(&format!("/v1/projects/{project}/jobs"), request)
+            .await
+    }
+
+    pub async fn jobs(&self, project: Uuid) -> Result<Vec<JobBody>, CallError> {
+        let list: JobList = self
+            .http
+            .get(&format!("/v1/projects/{project}/jobs"))
+            .await?;
+        Ok(list.jobs)
+    }
+
+    pub async fn job(&self, project: Uuid, job: Uuid) -> Result<JobBody, CallError> {
+        self.http
+            .get(&format!("/v1/projects/{project}/jobs/{job}"))
+            .await
+    }
+
+    pub async fn attempts(&self, project: Uuid, job: Uuid) -> Result<Vec<AttemptBody>, CallError> {
+        let list: AttemptList = self
+            .http
+            .get(&format!("/v1/projects/{project}/jobs/{job}/attempts"))
+            .await?;
+        Ok(list.attempts)
+    }
+
+    pub async fn observations(
+        &self,
+        project: Uuid,
+        job: Uuid,
+    ) -> Result<Vec<ObservationBody>, CallError> {
+        let list: ObservationList = self
+            .http
+            .get(&format!("/v1/projects/{project}/jobs/{job}/observations"))
+            .await?;
+        Ok(list.observations)
+    }
+
+    /// The log of the job's current (or latest) attempt, or of `attempt`.
+    pub async fn logs(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        attempt: Option<Uuid>,
+    ) -> Result<Vec<u8>, CallError> {
+        let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
+        self.http
+            .get_bytes(&format!("/v1/projects/{project}/jobs/{job}/logs{query}"))
+            .await
+    }
+
+    pub async fn artifact(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        name: &str,
+    ) -> Result<Vec<u8>, CallError> {
+        self.http
+            .get_bytes(&format!(
+                "/v1/projects/{project}/jobs/{job}/artifacts/{name}"
+            ))
+            .await
+    }
+
+    pub async fn cancel(&self, project: Uuid, job: Uuid) -> Result<VerdictResponse, CallError> {
+        self.http
+            .post(
+                &format!("/v1/projects/{project}/jobs/{job}/cancel"),
+                &serde_json::json!({}),
+            )
+            .await
+    }
+
+    pub async fn reconcile(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        finding: &str,
+        decision: &str,
+    ) -> Result<VerdictResponse, CallError> {
+        let body = ReconcileRequest {
+            finding: finding.into(),
+            decision: decision.into(),
+        };
+        self.http
+            .post(
+                &format!("/v1/projects/{project}/jobs/{job}/reconcile"),
+                &body,
+            )
+            .await
+    }
+
+    pub async fn sweep(&self) -> Result<SweepResponse, CallError> {
+        self.http.post("/v1/sweep", &serde_json::json!({})).await
+    }
+
+    pub async fn advance_clock(&self, ms: i64) -> Result<ClockResponse, CallError> {
+        let body = ClockRequest {
+            set: None,
+            advance_ms: Some(ms),
+        };
+        self.http.post("/v1/test/clock", &body).await
+    }
+
+    pub async fn target(&self, slot: &str) -> Result<TargetBody, CallError> {
+        self.http.get(&format!("/v1/targets/{slot}")).await
+    }
+}

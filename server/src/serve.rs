@@ -1,0 +1,100 @@
+//! `leasewright serve` and `leasewright runner`: the process-level entry points (database
+//! selection, logging, signals). The CLI only parses arguments.
+
+use crate::app::{self, ServerConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What `leasewright serve` was given.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// `None`: start a throwaway PostgreSQL cluster, removed when the process exits.
+    pub database_url: Option<String>,
+    pub listen: SocketAddr,
+    pub lease_ttl: Duration,
+    pub manual_clock: bool,
+    pub operator_token: Option<String>,
+    pub sweep_interval: Duration,
+}
+
+/// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Serve until SIGINT or SIGTERM.
+pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    let database_url = match &options.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let cluster =
+                tokio::task::spawn_blocking(leasewright_impl::database::throwaway_cluster)
+                    .await??;
+            eprintln!(
+                "leasewright: no --database-url: started a throwaway PostgreSQL cluster in {} \
+                 (it is removed when this process exits, with all its data)",
+                cluster.dir().display()
+            );
+            cluster.url("postgres")
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let config = ServerConfig {
+        operator_token: options.operator_token.clone(),
+        manual_clock: options.manual_clock,
+        sweep_interval: Some(options.sweep_interval),
+        ..ServerConfig::default()
+    };
+    let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
+    if options.manual_clock {
+        eprintln!("leasewright: TEST MODE: manual clock; POST /v1/test/clock moves the time");
+    }
+    if options.operator_token.is_none() {
+        eprintln!("leasewright: operator token: {}", server.operator_token);
+    }
+    eprintln!("leasewright: listening on {}", server.url());
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    eprintln!("leasewright: shutting down");
+    server.stop().await
+}
+
+/// What `leasewright runner` was given.
+#[derive(Clone, Debug)]
+pub struct RunnerOptions {
+    pub server: String,
+    pub token: String,
+    pub capacity: u32,
+    pub workdir: Option<PathBuf>,
+    pub target_url: Option<String>,
+    pub max_jobs: Option<usize>,
+    pub poll_interval: Duration,
+}
+
+/// Run the agent until SIGINT/SIGTERM (or `max_jobs`).
+pub async fn runner(options: RunnerOptions) -> anyhow::Result<()> {
+    let workdir = match options.workdir {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join("leasewright-runner"),
+    };
+    let mut config = crate::agent::AgentConfig::new(&options.server, &options.token, workdir);
+    config.capacity = options.capacity;
+    config.target_url = options.target_url;
+    config.max_jobs = options.max_jobs;
+    config.poll_interval = options.poll_interval;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = crate::agent::run(config) => result,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = terminate.recv() => Ok(()),
+    }
+}

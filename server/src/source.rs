@@ -1,0 +1,567 @@
+//! Immutable source snapshots.
+//!
+//! A snapshot is a gzip-compressed tar of the regular files of a tree, sorted by path, with every
+//! header normalized (mtime 0, uid/gid 0, no user or group names, mode `0644` or `0755`). Its
+//! **blob digest** is the SHA-256 of the compressed bytes (the key of the content-addressed store);
+//! its **manifest digest** is the SHA-256 over the sorted `(path, mode, file sha256)` lines (see
+//! [`manifest_digest`]). The job's source identity is (git revision, manifest digest).
+//!
+//! Extraction is bounded: only regular files and directories, relative paths without `..`, no
+//! links of any kind, no device files, no duplicate paths, limits on file count, file size and
+//! total size. Nothing is ever written outside the destination directory.
+
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::{Compression, GzBuilder};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+/// Why a tree or an archive was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("archive entry {0:?} has an absolute path or leaves the workspace")]
+    EscapingPath(String),
+    #[error("archive entry {0:?} is a link or a special file; only regular files and directories are allowed")]
+    ForbiddenEntryType(String),
+    #[error("archive entry {0:?} appears twice")]
+    DuplicatePath(String),
+    #[error("the archive has more than {0} files")]
+    TooManyFiles(usize),
+    #[error("the archive's content is larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("the archive's blob digest is {actual}, the leased source names {expected}")]
+    BlobDigestMismatch { expected: String, actual: String },
+    #[error("the extracted manifest digest is {actual}, the leased source identity is {expected}")]
+    ManifestDigestMismatch { expected: String, actual: String },
+    #[error("the source tree has a symbolic link or special file at {0:?}; snapshots hold regular files only")]
+    UnsupportedFile(PathBuf),
+    #[error("a path is not valid UTF-8: {0:?}")]
+    NonUtf8Path(PathBuf),
+    #[error("the archive is malformed: {0}")]
+    Malformed(String),
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Limits of an extraction.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_files: usize,
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_files: 10_000,
+            max_total_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// One file of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Relative, `/`-separated, normalized.
+    pub path: String,
+    /// `0o644` or `0o755`.
+    pub mode: u32,
+    pub content: Vec<u8>,
+}
+
+/// A deterministic snapshot.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The gzip-compressed tar.
+    pub archive: Vec<u8>,
+    /// SHA-256 of `archive` (hex).
+    pub blob_sha256: String,
+    /// The manifest digest (hex): the source identity's digest.
+    pub manifest_digest: String,
+    pub file_count: usize,
+}
+
+/// SHA-256 (hex) of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn normalize_mode(mode: u32) -> u32 {
+    if mode & 0o111 != 0 {
+        0o755
+    } else {
+        0o644
+    }
+}
+
+/// The manifest digest: SHA-256 over one line per file, sorted by path:
+/// `<path> NUL <mode in octal> NUL <sha256 of the content, hex> LF`.
+pub fn manifest_digest<'a>(entries: impl IntoIterator<Item = (&'a str, u32, &'a str)>) -> String {
+    let mut lines: Vec<(&str, u32, &str)> = entries.into_iter().collect();
+    lines.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hasher = Sha256::new();
+    for (path, mode, sha) in lines {
+        hasher.update(path.as_bytes());
+        hasher.update([0]);
+        hasher.update(format!("{:o}", normalize_mode(mode)).as_bytes());
+        hasher.update([0]);
+        hasher.update(sha.as_bytes());
+        hasher.update(b"\n");
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// The deterministic snapshot of `files` (sorted by path here).
+pub fn build_snapshot(mut files: Vec<SourceFile>) -> Result<Snapshot, SourceError> {
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    for pair in files.windows(2) {
+        if pair[0].path == pair[1].path {
+            return Err(SourceError::DuplicatePath(pair[0].path.clone()));
+        }
+    }
+    let encoder = GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), Compression::default());
+    let mut builder = tar::Builder::new(encoder);
+    builder.mode(tar::HeaderMode::Deterministic);
+    let mut shas = Vec::with_capacity(files.len());
+    for file in &files {
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_size(file.content.len() as u64);
+        header.set_mode(normalize_mode(file.mode));
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        builder.append_data(&mut header, &file.path, file.content.as_slice())?;
+        shas.push(sha256_hex(&file.content));
+    }
+    let encoder: GzEncoder<Vec<u8>> = builder.into_inner()?;
+    let archive = encoder.finish()?;
+    let manifest = manifest_digest(
+        files
+            .iter()
+            .zip(&shas)
+            .map(|(f, sha)| (f.path.as_str(), f.mode, sha.as_str())),
+    );
+    Ok(Snapshot {
+        blob_sha256: sha256_hex(&archive),
+        manifest_digest: manifest,
+        file_count: files.len(),
+        archive,
+    })
+}
+
+/// The snapshot of the directory `root`: every regular file under it, except the `.git`
+/// directory (the git revision identifies that). Symbolic links and special files are refused.
+pub fn snapshot_dir(root: &Path) -> Result<Snapshot, SourceError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut files = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.is_dir() {
+                if entry.file_name() == ".git" && dir == root {
+                    continue;
+                }
+                stack.push(path);
+            } else if meta.is_file() {
+                let relative = path.strip_prefix(root).map_err(|_| {
+                    SourceError::Malformed("a file outside the snapshot root".into())
+                })?;
+                let relative = relative
+                    .to_str()
+                    .ok_or_else(|| SourceError::NonUtf8Path(path.clone()))?
+                    .to_owned();
+                files.push(SourceFile {
+                    path: relative,
+                    mode: meta.permissions().mode(),
+                    content: std::fs::read(&path)?,
+                });
+            } else {
+                return Err(SourceError::UnsupportedFile(path));
+            }
+        }
+    }
+    build_snapshot(files)
+}
+
+/// The checked relative path of an archive entry.
+fn checked_path(raw: &[u8]) -> Result<String, SourceError> {
+    let shown = String::from_utf8_lossy(raw).into_owned();
+    let text = std::str::from_utf8(raw).map_err(|_| SourceError::EscapingPath(shown.clone()))?;
+    let path = Path::new(text);
+    let mut parts = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => parts.push(
+                part.to_str()
+                    .ok_or_else(|| SourceError::EscapingPath(shown.clone()))?,
+            ),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(SourceError::EscapingPath(shown))
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Err(SourceError::EscapingPath(shown));
+    }
+    Ok(parts.join("/"))
+}
+
+/// What one bounded pass over an archive found. Directories are implied by file paths.
+fn read_entries<R: Read>(
+    reader: R,
+    limits: Limits,
+    mut sink: impl FnMut(&str, u32, &mut dyn Read) -> Result<String, SourceError>,
+) -> Result<BTreeMap<String, (u32, String)>, SourceError> {
+    let mut archive = tar::Archive::new(GzDecoder::new(reader));
+    let mut seen: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    let mut total: u64 = 0;
+    let entries = archive
+        .entries()
+        .map_err(|e| SourceError::Malformed(e.to_string()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| SourceError::Malformed(e.to_string()))?;
+        let raw_path = entry.path_bytes().into_owned();
+        let path = checked_path(&raw_path)?;
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => continue,
+            tar::EntryType::Regular | tar::EntryType::Continuous => {}
+            _ => return Err(SourceError::ForbiddenEntryType(path)),
+        }
+        if seen.contains_key(&path) {
+            return Err(SourceError::DuplicatePath(path));
+        }
+        if seen.len() >= limits.max_files {
+            return Err(SourceError::TooManyFiles(limits.max_files));
+        }
+        let size = entry
+            .header()
+            .size()
+            .map_err(|e| SourceError::Malformed(e.to_string()))?;
+        total = total.saturating_add(size);
+        if total > limits.max_total_bytes {
+            return Err(SourceError::TooLarge(limits.max_total_bytes));
+        }
+        let mode = normalize_mode(
+            entry
+                .header()
+                .mode()
+                .map_err(|e| SourceError::Malformed(e.to_string()))?,
+        );
+        // Never read more than the header announced (and the limit allows).
+        let mut bounded = entry.take(size);
+        let sha = sink(&path, mode, &mut bounded)?;
+        seen.insert(path, (mode, sha));
+    }
+    Ok(seen)
+}
+
+/// Read an archive fully into memory under `limits` (used when a job is submitted): the files,
+/// ready for [`build_snapshot`].
+pub fn read_archive(bytes: &[u8], limits: Limits) -> Result<Vec<SourceFile>, SourceError> {
+    let mut files = Vec::new();
+    read_entries(bytes, limits, |path, mode, reader| {
+        let mut content = Vec::new();
+        reader.read_to_end(&mut content)?;
+        let sha = sha256_hex(&content);
+        files.push(SourceFile {
+            path: path.to_owned(),
+            mode,
+            content,
+        });
+        Ok(sha)
+    })?;
+    Ok(files)
+}
+
+/// SHA-256 (hex) of a file, streamed.
+pub fn sha256_file(path: &Path) -> Result<String, SourceError> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Verify the archive at `archive` against the leased identity, then extract it into `dest`
+/// (which must be empty): blob digest first, then a bounded extraction, then the manifest digest.
+/// On any error the caller must not execute anything from `dest`.
+pub fn verify_and_extract(
+    archive: &Path,
+    expected_blob_sha256: &str,
+    expected_manifest_digest: &str,
+    dest: &Path,
+    limits: Limits,
+) -> Result<(), SourceError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let actual = sha256_file(archive)?;
+    if actual != expected_blob_sha256 {
+        return Err(SourceError::BlobDigestMismatch {
+            expected: expected_blob_sha256.to_owned(),
+            actual,
+        });
+    }
+    std::fs::create_dir_all(dest)?;
+    let file = std::fs::File::open(archive)?;
+    let seen = read_entries(file, limits, |path, mode, reader| {
+        let target = dest.join(path);
+        if let Some(parent) = target.parent() {
+            // Every component was checked to be a normal name; no links are ever created, so
+            // the parents are real directories under `dest`.
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&target)?;
+        let mut hasher = Sha256::new();
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            let n = reader.read(&mut buffer)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buffer[..n]);
+            out.write_all(&buffer[..n])?;
+        }
+        out.flush()?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+        Ok(hex::encode(hasher.finalize()))
+    })?;
+    let actual = manifest_digest(
+        seen.iter()
+            .map(|(path, (mode, sha))| (path.as_str(), *mode, sha.as_str())),
+    );
+    if actual != expected_manifest_digest {
+        return Err(SourceError::ManifestDigestMismatch {
+            expected: expected_manifest_digest.to_owned(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// A gzip-compressed tar with one raw entry (name bytes and type written as given, bypassing the
+/// tar crate's own path checks): for tests of hostile archives.
+pub fn hostile_archive(name: &[u8], entry_type: tar::EntryType, content: &[u8]) -> Vec<u8> {
+    let mut header = tar::Header::new_old();
+    {
+        let old = header.as_old_mut();
+        let n = name.len().min(old.name.len());
+        old.name[..n].copy_from_slice(&name[..n]);
+        if entry_type.is_symlink() || entry_type.is_hard_link() {
+            let link = b"../../../etc/passwd";
+            old.linkname[..link.len()].copy_from_slice(link);
+        }
+    }
+    header.set_entry_type(entry_type);
+    header.set_size(content.len() as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_cksum();
+    let mut tar_bytes = Vec::new();
+    tar_bytes.extend_from_slice(header.as_bytes());
+    tar_bytes.extend_from_slice(content);
+    let pad = (512 - content.len() % 512) % 512;
+    tar_bytes.extend(std::iter::repeat_n(0u8, pad + 1024));
+    let mut encoder = GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), Compression::default());
+    let _ = encoder.write_all(&tar_bytes);
+    encoder.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files() -> Vec<SourceFile> {
+        vec![
+            SourceFile {
+                path: "src/main.sh".into(),
+                mode: 0o775,
+                content: b"echo hi\n".to_vec(),
+            },
+            SourceFile {
+                path: "README".into(),
+                mode: 0o600,
+                content: b"readme\n".to_vec(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_snapshot_is_the_same_bytes_whatever_the_order_and_metadata_of_its_files() {
+        let a = build_snapshot(files()).unwrap();
+        let mut reversed = files();
+        reversed.reverse();
+        reversed[0].mode = 0o640;
+        let b = build_snapshot(reversed).unwrap();
+        assert_eq!(a.archive, b.archive);
+        assert_eq!(a.blob_sha256, b.blob_sha256);
+        assert_eq!(a.manifest_digest, b.manifest_digest);
+        assert_eq!(a.file_count, 2);
+    }
+
+    #[test]
+    fn a_verified_archive_extracts_to_the_same_manifest() {
+        let snapshot = build_snapshot(files()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        std::fs::write(&archive, &snapshot.archive).unwrap();
+        let dest = dir.path().join("ws");
+        verify_and_extract(
+            &archive,
+            &snapshot.blob_sha256,
+            &snapshot.manifest_digest,
+            &dest,
+            Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read(dest.join("src/main.sh")).unwrap(),
+            b"echo hi\n"
+        );
+        let again = snapshot_dir(&dest).unwrap();
+        assert_eq!(again.manifest_digest, snapshot.manifest_digest);
+        assert_eq!(again.blob_sha256, snapshot.blob_sha256);
+    }
+
+    #[test]
+    fn a_tampered_blob_is_refused_before_extraction() {
+        let snapshot = build_snapshot(files()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        let mut bytes = snapshot.archive.clone();
+        let last = bytes.len() - 9;
+        bytes[last] ^= 0xff;
+        std::fs::write(&archive, &bytes).unwrap();
+        let dest = dir.path().join("ws");
+        let error = verify_and_extract(
+            &archive,
+            &snapshot.blob_sha256,
+            &snapshot.manifest_digest,
+            &dest,
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(error, SourceError::BlobDigestMismatch { .. }));
+        assert!(!dest.exists());
+    }
+
+    #[test]
+    fn a_different_tree_under_a_matching_blob_fails_the_manifest_check() {
+        let snapshot = build_snapshot(files()).unwrap();
+        let other = build_snapshot(vec![SourceFile {
+            path: "x".into(),
+            mode: 0o644,
+            content: b"x".to_vec(),
+        }])
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        std::fs::write(&archive, &other.archive).unwrap();
+        let error = verify_and_extract(
+            &archive,
+            &other.blob_sha256,
+            &snapshot.manifest_digest,
+            &dir.path().join("ws"),
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(error, SourceError::ManifestDigestMismatch { .. }));
+    }
+
+    fn extract_hostile(name: &[u8], entry_type: tar::EntryType) -> SourceError {
+        let bytes = hostile_archive(name, entry_type, b"owned\n");
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        std::fs::write(&archive, &bytes).unwrap();
+        let dest = dir.path().join("ws").join("src");
+        let error = verify_and_extract(
+            &archive,
+            &sha256_hex(&bytes),
+            "irrelevant",
+            &dest,
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert!(!dir.path().join("ws").join("escape.txt").exists());
+        assert!(!dir.path().join("escape.txt").exists());
+        error
+    }
+
+    #[test]
+    fn entries_that_escape_the_workspace_are_refused() {
+        for name in [
+            &b"../escape.txt"[..],
+            b"/tmp/escape.txt",
+            b"a/../../escape.txt",
+        ] {
+            let error = extract_hostile(name, tar::EntryType::Regular);
+            assert!(
+                matches!(error, SourceError::EscapingPath(_)),
+                "{name:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn links_and_device_files_are_refused() {
+        for entry_type in [
+            tar::EntryType::Symlink,
+            tar::EntryType::Link,
+            tar::EntryType::Char,
+            tar::EntryType::Block,
+            tar::EntryType::Fifo,
+        ] {
+            let error = extract_hostile(b"innocent", entry_type);
+            assert!(
+                matches!(error, SourceError::ForbiddenEntryType(_)),
+                "{entry_type:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_file_count_and_size_limits_hold() {
+        let snapshot = build_snapshot(files()).unwrap();
+        let limits = Limits {
+            max_files: 1,
+            max_total_bytes: 1 << 20,
+        };
+        assert!(matches!(
+            read_archive(&snapshot.archive, limits),
+            Err(SourceError::TooManyFiles(1))
+        ));
+        let limits = Limits {
+            max_files: 10,
+            max_total_bytes: 4,
+        };
+        assert!(matches!(
+            read_archive(&snapshot.archive, limits),
+            Err(SourceError::TooLarge(4))
+        ));
+        assert_eq!(
+            read_archive(&snapshot.archive, Limits::default())
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}

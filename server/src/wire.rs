@@ -1,0 +1,359 @@
+//! The JSON bodies of the HTTP API (docs/http.md), shared by the server, the runner agent and the
+//! operator client.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The ownership tuple as a runner names it (the runner itself is the bearer token), plus the
+/// runner's observed time (diagnostic only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TupleBody {
+    pub job: Uuid,
+    pub attempt: Uuid,
+    pub lease_id: Uuid,
+    pub fence: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_time: Option<DateTime<Utc>>,
+}
+
+/// `POST /v1/runner/claim`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    /// How many jobs the runner can take at once (batch claim); default 1.
+    #[serde(default)]
+    pub capacity: Option<u32>,
+    #[serde(default)]
+    pub runner_time: Option<DateTime<Utc>>,
+}
+
+/// One lease of an accepted claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseBody {
+    pub job: Uuid,
+    pub attempt: Uuid,
+    pub lease_id: Uuid,
+    pub fence: i64,
+    pub lease_expiry: DateTime<Utc>,
+    /// The server's lease time-to-live, in milliseconds (heartbeat at a third of it).
+    pub lease_ttl_ms: u64,
+    pub source_revision: String,
+    /// The manifest digest of the source identity.
+    pub source_digest: String,
+    /// The SHA-256 of the source snapshot blob.
+    pub source_blob_sha256: Option<String>,
+    pub command: String,
+    /// Paths (relative to the workspace) the runner uploads as artifacts after the command.
+    pub artifacts: Vec<String>,
+    pub target: String,
+    pub target_kind: String,
+}
+
+impl LeaseBody {
+    /// The tuple to name in every message about this lease.
+    pub fn tuple(&self, runner_time: Option<DateTime<Utc>>) -> TupleBody {
+        TupleBody {
+            job: self.job,
+            attempt: self.attempt,
+            lease_id: self.lease_id,
+            fence: self.fence,
+            runner_time,
+        }
+    }
+}
+
+/// Answer to an accepted claim.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClaimResponse {
+    pub verdict: String,
+    pub leases: Vec<LeaseBody>,
+}
+
+/// Answer to an accepted or acknowledged message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VerdictResponse {
+    /// `accepted` or `acknowledged` (a rejection is an error body with status 409).
+    pub verdict: String,
+}
+
+/// Answer to an accepted heartbeat.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    pub verdict: String,
+    pub lease_expiry: DateTime<Utc>,
+    pub cancel_requested: bool,
+}
+
+/// Answer to an accepted rejoin (`continue` or `cancel`); `stop` is a 409 error body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RejoinResponse {
+    pub verdict: String,
+    pub instruction: String,
+}
+
+/// `POST /v1/runner/logs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LogAppendRequest {
+    #[serde(flatten)]
+    pub tuple: TupleBody,
+    pub seq: i64,
+    /// The chunk, base64 (standard alphabet, padded).
+    pub content_base64: String,
+}
+
+/// `POST /v1/runner/artifacts/put` and `/v1/runner/cache/put`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PutRequest {
+    #[serde(flatten)]
+    pub tuple: TupleBody,
+    /// The artifact name (artifacts) or the cache key (cache).
+    pub name: String,
+    pub content_base64: String,
+}
+
+/// `POST /v1/runner/artifacts/get` and `/v1/runner/cache/get`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GetRequest {
+    #[serde(flatten)]
+    pub tuple: TupleBody,
+    pub name: String,
+}
+
+/// Answer to an accepted get.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GetResponse {
+    pub verdict: String,
+    pub content_base64: String,
+}
+
+/// `POST /v1/runner/result`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ResultRequest {
+    #[serde(flatten)]
+    pub tuple: TupleBody,
+    /// `passed`, `failed` or `cancelled`.
+    pub outcome: String,
+    pub result_digest: String,
+}
+
+/// `POST /v1/targets/{slot}/deploy`: a mutation a runner (or its command) sends to a demo target.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeployRequest {
+    /// The target's kind: `fenced`, `idempotent` or `unfenced` (the slot keeps its first kind).
+    pub kind: String,
+    pub job: Uuid,
+    pub attempt: Uuid,
+    pub fence: i64,
+    pub deployment_id: String,
+}
+
+/// A target's state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TargetBody {
+    pub slot: String,
+    pub kind: String,
+    pub highest_fence: Option<i64>,
+    pub applied_count: i64,
+}
+
+/// `POST /v1/projects`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CreateProjectRequest {
+    pub name: String,
+}
+
+/// A created project.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProjectResponse {
+    pub project: Uuid,
+    pub name: String,
+}
+
+/// `POST /v1/projects/{project}/runners`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CreateRunnerRequest {
+    pub name: String,
+}
+
+/// A created runner; the token is shown once and never again.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunnerResponse {
+    pub runner: Uuid,
+    pub token: String,
+}
+
+/// `POST /v1/projects/{project}/jobs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubmitJobRequest {
+    /// The shell command (`sh -c`), run in the extracted source.
+    pub command: String,
+    /// The git revision of the source identity (free text, e.g. a commit id or `unversioned`).
+    pub source_revision: String,
+    /// The source as a gzip-compressed tar, base64; re-snapshotted deterministically on receipt.
+    pub source_archive_base64: String,
+    /// Paths, relative to the workspace, uploaded as artifacts after the command.
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    /// The deployment target slot; default: the job's own slot (its id).
+    #[serde(default)]
+    pub target: Option<String>,
+    /// `fenced`, `idempotent` or `unfenced` (default).
+    #[serde(default)]
+    pub target_kind: Option<String>,
+}
+
+/// A submitted job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubmitJobResponse {
+    pub job: Uuid,
+    pub source_revision: String,
+    pub source_digest: String,
+    pub source_blob_sha256: String,
+    pub file_count: usize,
+}
+
+/// `POST /v1/projects/{project}/jobs/{job}/reconcile`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReconcileRequest {
+    /// `stopped`, `still_running`, `observed_passed` or `observed_failed`.
+    pub finding: String,
+    /// `retry`, `abort` or `adopt`.
+    pub decision: String,
+}
+
+/// Answer to the expiry sweep.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SweepResponse {
+    /// `uncertain` (these jobs became uncertain) or `accepted` (nothing expired).
+    pub verdict: String,
+    pub jobs: Vec<Uuid>,
+}
+
+/// `POST /v1/test/clock` (only with `--manual-clock`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClockRequest {
+    #[serde(default)]
+    pub set: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub advance_ms: Option<i64>,
+}
+
+/// The server's time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClockResponse {
+    pub now: DateTime<Utc>,
+}
+
+/// A job as the operator sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobBody {
+    pub job: Uuid,
+    pub project: Uuid,
+    pub state: String,
+    pub current_attempt: Option<Uuid>,
+    pub fence: i64,
+    pub cancel_requested: bool,
+    pub outcome: Option<String>,
+    pub result_digest: Option<String>,
+    pub source_revision: String,
+    pub source_digest: String,
+    pub source_blob_sha256: Option<String>,
+    pub command: String,
+    pub artifacts: Vec<String>,
+    pub target: String,
+    pub target_kind: String,
+    /// The attempt holding the job's target reservation, if any.
+    pub target_reserved_by: Option<Uuid>,
+    pub submitted_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// `GET /v1/projects/{project}/jobs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobBody>,
+}
+
+/// An attempt of the ledger.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AttemptBody {
+    pub attempt: Uuid,
+    pub job: Uuid,
+    pub runner: Uuid,
+    pub lease_id: Uuid,
+    pub fence: i64,
+    pub state: String,
+    pub lease_expiry: DateTime<Utc>,
+    pub outcome: Option<String>,
+    pub result_digest: Option<String>,
+    pub claimed_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// `GET .../attempts`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AttemptList {
+    pub attempts: Vec<AttemptBody>,
+}
+
+/// One recorded runner message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ObservationBody {
+    pub id: i64,
+    pub kind: String,
+    pub runner: Uuid,
+    pub named_attempt: Uuid,
+    pub named_lease_id: Uuid,
+    pub named_fence: i64,
+    /// The attempt it is attributed to (checks 1-5 passed).
+    pub attempt: Option<Uuid>,
+    pub received_at: DateTime<Utc>,
+    pub runner_time: Option<DateTime<Utc>>,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub outcome: Option<String>,
+    pub payload_sha256: Option<String>,
+}
+
+/// `GET .../observations`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ObservationList {
+    pub observations: Vec<ObservationBody>,
+}
+
+/// One reconciliation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReconciliationBody {
+    pub id: i64,
+    pub attempt: Option<Uuid>,
+    pub finding: String,
+    pub decision: String,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub decided_at: DateTime<Utc>,
+}
+
+/// `GET .../reconciliations`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReconciliationList {
+    pub reconciliations: Vec<ReconciliationBody>,
+}
+
+/// The error body of every non-2xx answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+    /// `rejected` for a protocol rejection (status 409), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    /// `stop` for a rejected rejoin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
+}
+
+/// The stable code and a human message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
