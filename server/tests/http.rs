@@ -1,0 +1,505 @@
+//! The HTTP control plane in-process, against a fresh database (DATABASE_URL or a throwaway
+//! cluster): every runner route's ownership-tuple boundary, authentication, errors, the expiry
+//! sweep, reconciliation and the demo targets.
+
+use base64::Engine as _;
+use leasewright_impl::database::TestDatabase;
+use leasewright_server::app::{self, Server, ServerConfig};
+use leasewright_server::client::{OperatorClient, RunnerClient};
+use leasewright_server::source::{build_snapshot, SourceFile};
+use leasewright_server::wire::{LeaseBody, SubmitJobRequest};
+use serde_json::{json, Value};
+use std::time::Duration;
+use uuid::Uuid;
+
+const OPERATOR: &str = "operator-secret";
+
+async fn start(manual_clock: bool) -> (TestDatabase, Server) {
+    let db = TestDatabase::create().await.expect("test database");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        operator_token: Some(OPERATOR.into()),
+        manual_clock,
+        sweep_interval: None,
+        max_payload_bytes: 1024 * 1024,
+        ..ServerConfig::default()
+    };
+    let server = app::start(db.url(), Duration::from_secs(30), listener, config)
+        .await
+        .expect("server");
+    (db, server)
+}
+
+struct Fixture {
+    operator: OperatorClient,
+    project: Uuid,
+    token: String,
+    runner: RunnerClient,
+}
+
+async fn fixture(server: &Server) -> Fixture {
+    let operator = OperatorClient::new(&server.url(), OPERATOR).unwrap();
+    let project = operator.create_project("p").await.unwrap();
+    let token = operator.create_runner(project, "r").await.unwrap().token;
+    let runner = RunnerClient::new(&server.url(), &token, Duration::from_secs(10)).unwrap();
+    Fixture {
+        operator,
+        project,
+        token,
+        runner,
+    }
+}
+
+fn submit_request(target: Option<&str>, target_kind: &str) -> SubmitJobRequest {
+    let snapshot = build_snapshot(vec![SourceFile {
+        path: "run.sh".into(),
+        mode: 0o755,
+        content: b"echo hi\n".to_vec(),
+    }])
+    .unwrap();
+    SubmitJobRequest {
+        command: "sh run.sh".into(),
+        source_revision: "rev-1".into(),
+        source_archive_base64: base64::engine::general_purpose::STANDARD.encode(&snapshot.archive),
+        artifacts: vec![],
+        target: target.map(str::to_owned),
+        target_kind: Some(target_kind.into()),
+    }
+}
+
+/// POST `body` with `token`; the status and the JSON answer (Null when not JSON).
+async fn post(server: &Server, token: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}{path}", server.url()))
+        .json(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn tuple_json(lease: &LeaseBody, lease_id: Uuid, fence: i64) -> Value {
+    json!({
+        "job": lease.job,
+        "attempt": lease.attempt,
+        "lease_id": lease_id,
+        "fence": fence,
+        "runner_time": "2001-01-01T00:00:00Z",
+    })
+}
+
+fn with(mut tuple: Value, extra: &Value) -> Value {
+    if let (Some(map), Some(extra)) = (tuple.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    tuple
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test]
+async fn every_runner_route_rejects_a_wrong_lease_and_a_wrong_fence_and_accepts_the_exact_tuple() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    f.operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap();
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(lease.fence, 1);
+    // In an order where every exact call is accepted (gets after puts, the result last).
+    let routes: Vec<(&str, Value)> = vec![
+        ("/v1/runner/heartbeat", json!({})),
+        ("/v1/runner/rejoin", json!({})),
+        ("/v1/runner/source", json!({})),
+        (
+            "/v1/runner/logs",
+            json!({"seq": 0, "content_base64": b64(b"line\n")}),
+        ),
+        (
+            "/v1/runner/artifacts/put",
+            json!({"name": "a.txt", "content_base64": b64(b"artifact")}),
+        ),
+        ("/v1/runner/artifacts/get", json!({"name": "a.txt"})),
+        (
+            "/v1/runner/cache/put",
+            json!({"name": "k", "content_base64": b64(b"cached")}),
+        ),
+        ("/v1/runner/cache/get", json!({"name": "k"})),
+        (
+            "/v1/runner/result",
+            json!({"outcome": "passed", "result_digest": "d"}),
+        ),
+    ];
+    for (path, extra) in &routes {
+        let wrong_lease = with(tuple_json(&lease, Uuid::new_v4(), lease.fence), extra);
+        let (status, body) = post(&server, Some(&f.token), path, &wrong_lease).await;
+        assert_eq!(status, 409, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "lease_mismatch", "{path}");
+        assert_eq!(body["verdict"], "rejected", "{path}");
+
+        let wrong_fence = with(tuple_json(&lease, lease.lease_id, 999), extra);
+        let (status, body) = post(&server, Some(&f.token), path, &wrong_fence).await;
+        assert_eq!(status, 409, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "fence_mismatch", "{path}");
+
+        let exact = with(tuple_json(&lease, lease.lease_id, lease.fence), extra);
+        let (status, body) = post(&server, Some(&f.token), path, &exact).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        if path.ends_with("/source") {
+            // The body is the archive, not JSON.
+            assert_eq!(body, Value::Null);
+        } else {
+            assert_eq!(body["verdict"], "accepted", "{path}: {body}");
+        }
+    }
+    let job = f.operator.job(f.project, lease.job).await.unwrap();
+    assert_eq!(job.state, "passed");
+    let observations = f.operator.observations(f.project, lease.job).await.unwrap();
+    assert_eq!(observations.len(), routes.len() * 3);
+    let rejected = observations
+        .iter()
+        .filter(|o| o.verdict == "rejected")
+        .count();
+    assert_eq!(rejected, routes.len() * 2);
+    // The identical result again is acknowledged; the runner's clock was recorded, not trusted.
+    let exact = with(
+        tuple_json(&lease, lease.lease_id, lease.fence),
+        &json!({"outcome": "passed", "result_digest": "d"}),
+    );
+    let (status, body) = post(&server, Some(&f.token), "/v1/runner/result", &exact).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (200, Some("acknowledged"))
+    );
+    assert!(
+        observations
+            .iter()
+            .all(|o| o.runner_time.map(|t| t.to_rfc3339())
+                == Some("2001-01-01T00:00:00+00:00".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_unknown_token_is_401_and_every_error_is_json() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let body = json!({"capacity": 1});
+    for token in [None, Some("lw_nope"), Some(OPERATOR)] {
+        let (status, answer) = post(&server, token, "/v1/runner/claim", &body).await;
+        assert_eq!(status, 401, "{token:?}");
+        assert_eq!(answer["error"]["code"], "unauthorized");
+    }
+    // A runner token is not an operator token.
+    let (status, answer) = post(
+        &server,
+        Some(&f.token),
+        "/v1/projects",
+        &json!({"name": "x"}),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    // No queued job: a rejection with the spec's reason.
+    let (status, answer) = post(&server, Some(&f.token), "/v1/runner/claim", &body).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("no_queued_job"))
+    );
+    // Malformed JSON, unknown routes and wrong methods are JSON errors too.
+    let (status, answer) = post(
+        &server,
+        Some(&f.token),
+        "/v1/runner/heartbeat",
+        &json!({"job": 1}),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    let (status, answer) = post(&server, None, "/v1/nowhere", &json!({})).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    let (status, answer) = post(&server, None, "/healthz", &json!({})).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (405, Some("method_not_allowed"))
+    );
+    // An unknown project.
+    let path = format!("/v1/projects/{}/runners", Uuid::new_v4());
+    let (status, answer) = post(&server, Some(OPERATOR), &path, &json!({"name": "r"})).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("unknown_project"))
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_413_with_a_json_error() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let big = json!({"capacity": 1, "padding": "x".repeat(200 * 1024)});
+    let (status, answer) = post(&server, Some(&f.token), "/v1/runner/claim", &big).await;
+    assert_eq!(status, 413);
+    assert_eq!(answer["error"]["code"], "payload_too_large");
+    // The payload routes take more, up to the server's payload limit (1 MiB here).
+    let mut request = submit_request(None, "unfenced");
+    request.source_archive_base64 = "A".repeat(2 * 1024 * 1024);
+    let path = format!("/v1/projects/{}/jobs", f.project);
+    let (status, answer) = post(
+        &server,
+        Some(OPERATOR),
+        &path,
+        &serde_json::to_value(&request).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+}
+
+#[tokio::test]
+async fn a_source_archive_that_escapes_is_refused_at_submission() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let mut request = submit_request(None, "unfenced");
+    request.source_archive_base64 = b64(&leasewright_server::source::hostile_archive(
+        b"../../etc/evil",
+        tar::EntryType::Regular,
+        b"x",
+    ));
+    let path = format!("/v1/projects/{}/jobs", f.project);
+    let (status, answer) = post(
+        &server,
+        Some(OPERATOR),
+        &path,
+        &serde_json::to_value(&request).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (422, Some("invalid_source"))
+    );
+    assert!(f.operator.jobs(f.project).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_test_clock_exists_only_when_the_server_was_started_with_a_manual_clock() {
+    let (_db, server) = start(false).await;
+    let (status, answer) = post(
+        &server,
+        Some(OPERATOR),
+        "/v1/test/clock",
+        &json!({"advance_ms": 1}),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    let (_db2, manual) = start(true).await;
+    let (status, answer) = post(
+        &manual,
+        Some(OPERATOR),
+        "/v1/test/clock",
+        &json!({"advance_ms": 1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    // Without the operator token it is refused even there.
+    let (status, _) = post(&manual, None, "/v1/test/clock", &json!({"advance_ms": 1})).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test]
+async fn an_expired_lease_makes_the_job_uncertain_and_only_a_reconciliation_requeues_it() {
+    let (_db, server) = start(true).await;
+    let f = fixture(&server).await;
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    f.operator.advance_clock(31_000).await.unwrap();
+    let error = f.runner.heartbeat(&lease.tuple(None)).await.unwrap_err();
+    assert_eq!(error.rejection(), Some("lease_expired"));
+    let swept = f.operator.sweep().await.unwrap();
+    assert_eq!(swept.verdict, "uncertain");
+    assert_eq!(swept.jobs, vec![job]);
+    assert_eq!(
+        f.operator.job(f.project, job).await.unwrap().state,
+        "uncertain"
+    );
+    // No timer requeues it; cancel is refused; a still-running finding decides nothing.
+    assert!(f.runner.claim(1).await.unwrap().is_empty());
+    let error = f.operator.cancel(f.project, job).await.unwrap_err();
+    assert_eq!(error.rejection(), Some("reconcile_required"));
+    let error = f
+        .operator
+        .reconcile(f.project, job, "still_running", "retry")
+        .await
+        .unwrap_err();
+    assert_eq!(error.rejection(), Some("execution_not_stopped"));
+    f.operator
+        .reconcile(f.project, job, "stopped", "retry")
+        .await
+        .unwrap();
+    let retry = f.runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(retry.fence, 2);
+    // The old attempt is told it is not current; the rejoin answers stop.
+    let error = f.runner.rejoin(&lease.tuple(None)).await.unwrap_err();
+    assert_eq!(error.rejection(), Some("not_current"));
+    let error = f
+        .runner
+        .result(&lease.tuple(None), "passed", "x")
+        .await
+        .unwrap_err();
+    assert_eq!(error.rejection(), Some("not_current"));
+    f.runner
+        .result(&retry.tuple(None), "passed", "y")
+        .await
+        .unwrap();
+    let attempts = f.operator.attempts(f.project, job).await.unwrap();
+    let states: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.fence, a.state.as_str()))
+        .collect();
+    assert_eq!(states, vec![(1, "stopped"), (2, "passed")]);
+    let metrics = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("leasewright_lease_expiries_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("reason=\"lease_expired\""), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_stays_reserved() {
+    let (_db, server) = start(true).await;
+    let f = fixture(&server).await;
+    let deploy = |lease: &LeaseBody, kind: &str| {
+        json!({
+            "kind": kind,
+            "job": lease.job,
+            "attempt": lease.attempt,
+            "fence": lease.fence,
+            "deployment_id": lease.job.to_string(),
+        })
+    };
+    // Fenced: drive one job to its attempt with fence 11, keeping the attempt with fence 10.
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(Some("prod"), "fenced"))
+        .await
+        .unwrap()
+        .job;
+    let mut stale: Option<LeaseBody> = None;
+    let current = loop {
+        let lease = f.runner.claim(1).await.unwrap().remove(0);
+        if lease.fence == 11 {
+            break lease;
+        }
+        if lease.fence == 10 {
+            // The disconnected worker's deployment is in flight: it never reaches the target
+            // before its lease is superseded.
+            stale = Some(lease.clone());
+        }
+        f.operator.advance_clock(31_000).await.unwrap();
+        f.operator.sweep().await.unwrap();
+        f.operator
+            .reconcile(f.project, job, "stopped", "retry")
+            .await
+            .unwrap();
+    };
+    let stale = stale.unwrap();
+    let (status, answer) = post(
+        &server,
+        None,
+        "/v1/targets/prod/deploy",
+        &deploy(&current, "fenced"),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["verdict"].as_str()),
+        (200, Some("accepted"))
+    );
+    let (status, answer) = post(
+        &server,
+        None,
+        "/v1/targets/prod/deploy",
+        &deploy(&stale, "fenced"),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("stale_fence"))
+    );
+    let target = f.operator.target("prod").await.unwrap();
+    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+    // The control plane tells the stale worker the same: it is not current.
+    let error = f.runner.heartbeat(&stale.tuple(None)).await.unwrap_err();
+    assert_eq!(error.rejection(), Some("not_current"));
+
+    // Unfenced: the uncertain job keeps its target reserved; no claim starts a second deployment.
+    let first = f
+        .operator
+        .submit(f.project, &submit_request(Some("shell"), "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(lease.job, first);
+    let (status, _) = post(
+        &server,
+        None,
+        "/v1/targets/shell/deploy",
+        &deploy(&lease, "unfenced"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    f.operator.advance_clock(31_000).await.unwrap();
+    f.operator.sweep().await.unwrap();
+    let second = f
+        .operator
+        .submit(f.project, &submit_request(Some("shell"), "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    assert!(
+        f.runner.claim(1).await.unwrap().is_empty(),
+        "the target is reserved"
+    );
+    let body = f.operator.job(f.project, first).await.unwrap();
+    assert_eq!(body.state, "uncertain");
+    assert_eq!(body.target_reserved_by, Some(lease.attempt));
+    f.operator
+        .reconcile(f.project, first, "stopped", "abort")
+        .await
+        .unwrap();
+    let next = f.runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(next.job, second);
+    assert_eq!(f.operator.target("shell").await.unwrap().applied_count, 1);
+}
