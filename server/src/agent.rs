@@ -316,13 +316,14 @@ fn artifact_path(src: &Path, declared: &str) -> Option<PathBuf> {
 }
 
 fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid {
-        // The command runs in its own process group: kill all of it.
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+    // The command runs in its own process group (its pgid is its pid): kill all of it, with
+    // killpg(2) directly. Never a negative pid through kill(1): procps-ng 4.0.2 reads
+    // `kill -KILL -<pgid>` as "every process".
+    let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 1) else {
+        return;
+    };
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
 

@@ -1,0 +1,500 @@
+//! End to end: the control plane in-process (on a manual clock, so leases expire only when a
+//! test says so) and runners as real `leasewright runner` processes, which the tests disconnect
+//! and kill. Conditions are awaited by polling with a timeout, never by fixed sleeps.
+
+use leasewright_impl::database::TestDatabase;
+use leasewright_server::app::{self, Server, ServerConfig};
+use leasewright_server::client::{OperatorClient, RunnerClient};
+use leasewright_server::source::{build_snapshot, hostile_archive, sha256_hex, SourceFile};
+use leasewright_server::wire::{JobBody, SubmitJobRequest};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+const OPERATOR: &str = "operator-secret";
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn start_server() -> (TestDatabase, Server) {
+    let db = TestDatabase::create().await.expect("test database");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        operator_token: Some(OPERATOR.into()),
+        manual_clock: true,
+        sweep_interval: None,
+        ..ServerConfig::default()
+    };
+    // Heartbeats every second (a third of the lease); the manual clock decides expiry.
+    let server = app::start(db.url(), Duration::from_secs(3), listener, config)
+        .await
+        .expect("server");
+    (db, server)
+}
+
+fn runner_process(server: &str, token: &str, workdir: &Path, extra: &[&str]) -> Proc {
+    let child = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args([
+            "runner",
+            "--server",
+            server,
+            "--token",
+            token,
+            "--poll-interval-ms",
+            "100",
+        ])
+        .arg("--workdir")
+        .arg(workdir)
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn leasewright runner");
+    Proc(child)
+}
+
+/// Poll `condition` until it yields a value, or panic after `timeout`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut condition: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = condition().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+struct Fixture {
+    operator: OperatorClient,
+    project: Uuid,
+    token: String,
+}
+
+async fn fixture(server: &Server) -> Fixture {
+    let operator = OperatorClient::new(&server.url(), OPERATOR).unwrap();
+    let project = operator.create_project("e2e").await.unwrap();
+    let token = operator.create_runner(project, "r1").await.unwrap().token;
+    Fixture {
+        operator,
+        project,
+        token,
+    }
+}
+
+fn request(files: &[(&str, &str)], command: &str, target_kind: &str) -> SubmitJobRequest {
+    use base64::Engine as _;
+    let snapshot = build_snapshot(
+        files
+            .iter()
+            .map(|(path, content)| SourceFile {
+                path: (*path).into(),
+                mode: 0o644,
+                content: content.as_bytes().to_vec(),
+            })
+            .collect(),
+    )
+    .unwrap();
+    SubmitJobRequest {
+        command: command.into(),
+        source_revision: "e2e".into(),
+        source_archive_base64: base64::engine::general_purpose::STANDARD.encode(&snapshot.archive),
+        artifacts: vec![],
+        target: None,
+        target_kind: Some(target_kind.into()),
+    }
+}
+
+async fn job(f: &Fixture, job: Uuid) -> JobBody {
+    f.operator.job(f.project, job).await.unwrap()
+}
+
+async fn logs(f: &Fixture, job: Uuid) -> String {
+    String::from_utf8_lossy(&f.operator.logs(f.project, job, None).await.unwrap()).into_owned()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet: it executes nothing).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// A TCP proxy between the runner and the control plane that the test can cut and restore.
+struct Proxy {
+    url: String,
+    cut: Arc<AtomicBool>,
+    /// Connections refused while cut: the runner noticed the loss.
+    refused: Arc<AtomicUsize>,
+    generation: tokio::sync::watch::Sender<u64>,
+}
+
+impl Proxy {
+    async fn start(upstream: std::net::SocketAddr) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let cut = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (generation, _) = tokio::sync::watch::channel(0u64);
+        let proxy = Proxy {
+            url,
+            cut: cut.clone(),
+            refused: refused.clone(),
+            generation: generation.clone(),
+        };
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if cut.load(Ordering::SeqCst) {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    drop(inbound);
+                    continue;
+                }
+                let mut cut_signal = generation.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_signal.changed() => {}
+                    }
+                });
+            }
+        });
+        proxy
+    }
+
+    /// Drop every connection and refuse new ones.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_reconnects_after_its_lease_expired_is_told_to_stop_and_no_second_deployment_starts(
+) {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("command.pid");
+    let command = format!(
+        "curl -sf -X POST -H 'content-type: application/json' -d \"$LEASEWRIGHT_DEPLOY_JSON\" \
+         \"$LEASEWRIGHT_TARGET_URL\" && echo deployed && echo $$ > {} && exec sleep 60",
+        pidfile.display()
+    );
+    let submitted = f
+        .operator
+        .submit(f.project, &request(&[("a", "a")], &command, "unfenced"))
+        .await
+        .unwrap();
+    let job_id = submitted.job;
+    let proxy = Proxy::start(server.addr).await;
+    // The runner reaches the control plane through the proxy, the target directly.
+    let _runner = runner_process(
+        &proxy.url,
+        &f.token,
+        &dir.path().join("work"),
+        &["--target-url", &server.url()],
+    );
+    let slot = job_id.to_string();
+    eventually(
+        "the deployment reached the target",
+        Duration::from_secs(30),
+        || async {
+            let target = f.operator.target(&slot).await.ok()?;
+            (target.applied_count == 1).then_some(())
+        },
+    )
+    .await;
+    let pid = eventually(
+        "the command is running",
+        Duration::from_secs(10),
+        || async { read_pid(&pidfile) },
+    )
+    .await;
+
+    // Disconnect the runner while its deployment is still active; its lease expires.
+    proxy.cut();
+    // Once a connection was refused, the runner's earlier calls have all been answered.
+    eventually(
+        "the runner lost contact",
+        Duration::from_secs(15),
+        || async { (proxy.refused.load(Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
+    f.operator.advance_clock(60_000).await.unwrap();
+    let swept = f.operator.sweep().await.unwrap();
+    assert_eq!(swept.jobs, vec![job_id]);
+    assert_eq!(job(&f, job_id).await.state, "uncertain");
+    // Nobody can start a second deployment: the job is uncertain, its target reserved.
+    let other_token = f
+        .operator
+        .create_runner(f.project, "r2")
+        .await
+        .unwrap()
+        .token;
+    let other = RunnerClient::new(&server.url(), &other_token, Duration::from_secs(5)).unwrap();
+    assert!(other.claim(4).await.unwrap().is_empty());
+
+    // Reconnect: the runner rejoins with its original tuple and is told to stop.
+    proxy.restore();
+    let observations = eventually(
+        "the runner rejoined and reported",
+        Duration::from_secs(30),
+        || async {
+            let observations = f.operator.observations(f.project, job_id).await.ok()?;
+            let rejoined = observations
+                .iter()
+                .any(|o| o.kind == "rejoin" && o.reason.as_deref() == Some("lease_expired"));
+            let reported = observations.iter().any(|o| o.kind == "result");
+            (rejoined && reported).then_some(observations)
+        },
+    )
+    .await;
+    let result = observations.iter().find(|o| o.kind == "result").unwrap();
+    assert_eq!(result.verdict, "rejected");
+    assert_eq!(result.reason.as_deref(), Some("lease_expired"));
+    // Kept as a late observation of its own attempt.
+    let attempts = f.operator.attempts(f.project, job_id).await.unwrap();
+    assert_eq!(attempts.len(), 1, "no second attempt");
+    assert_eq!(result.attempt, Some(attempts[0].attempt));
+    assert_eq!(attempts[0].state, "uncertain");
+    let body = job(&f, job_id).await;
+    assert_eq!(body.state, "uncertain");
+    assert_eq!(body.target_reserved_by, Some(attempts[0].attempt));
+    assert_eq!(f.operator.target(&slot).await.unwrap().applied_count, 1);
+    // The runner obeyed: its command was killed.
+    eventually(
+        "the command was killed",
+        Duration::from_secs(10),
+        || async { process_gone(pid).then_some(()) },
+    )
+    .await;
+    // What it printed before the loss was kept; nothing after the rejection was accepted.
+    let log = logs(&f, job_id).await;
+    assert!(log.contains("deployed"), "{log}");
+    assert!(!log.contains("reporting"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_job_leaves_it_uncertain_and_a_reconciled_retry_with_a_larger_fence_passes(
+) {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("command.pid");
+    let command = format!(
+        "if [ \"$LEASEWRIGHT_FENCE\" = 1 ]; then echo $$ > {}; echo first attempt started; \
+         exec sleep 60; fi; echo attempt with fence $LEASEWRIGHT_FENCE passes",
+        pidfile.display()
+    );
+    let job_id = f
+        .operator
+        .submit(f.project, &request(&[("b", "b")], &command, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let mut first = runner_process(&server.url(), &f.token, &dir.path().join("w1"), &[]);
+    let pid = eventually(
+        "the first attempt runs",
+        Duration::from_secs(30),
+        || async {
+            let pid = read_pid(&pidfile)?;
+            logs(&f, job_id)
+                .await
+                .contains("first attempt started")
+                .then_some(pid)
+        },
+    )
+    .await;
+
+    // kill -9 the runner in the middle of the job.
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    f.operator.advance_clock(60_000).await.unwrap();
+    f.operator.sweep().await.unwrap();
+    assert_eq!(job(&f, job_id).await.state, "uncertain");
+    // Its command still runs: nothing may be decided yet.
+    assert!(!process_gone(pid));
+    let error = f
+        .operator
+        .reconcile(f.project, job_id, "still_running", "retry")
+        .await
+        .unwrap_err();
+    assert_eq!(error.rejection(), Some("execution_not_stopped"));
+    // The operator stops the orphaned execution, then reconciles: stopped, retry.
+    let orphan = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    let _ = rustix::process::kill_process(orphan, rustix::process::Signal::KILL);
+    eventually("the orphan stopped", Duration::from_secs(10), || async {
+        process_gone(pid).then_some(())
+    })
+    .await;
+    f.operator
+        .reconcile(f.project, job_id, "stopped", "retry")
+        .await
+        .unwrap();
+    assert_eq!(job(&f, job_id).await.state, "queued");
+
+    let _second = runner_process(&server.url(), &f.token, &dir.path().join("w2"), &[]);
+    let body = eventually("the retry passed", Duration::from_secs(30), || async {
+        let body = job(&f, job_id).await;
+        (body.state == "passed").then_some(body)
+    })
+    .await;
+    assert_eq!(body.fence, 2);
+    let attempts = f.operator.attempts(f.project, job_id).await.unwrap();
+    let ledger: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.fence, a.state.as_str()))
+        .collect();
+    assert_eq!(ledger, vec![(1, "stopped"), (2, "passed")]);
+    assert!(logs(&f, job_id)
+        .await
+        .contains("attempt with fence 2 passes"));
+}
+
+fn files_named(root: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_name() == name {
+                found.push(path.clone());
+            }
+            if path.is_dir() && !path.is_symlink() {
+                stack.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tampered_source_archive_and_archives_that_escape_the_workspace_are_never_executed() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = server.store().pool();
+    let marker = |n: usize| dir.path().join(format!("executed-{n}"));
+    let mut jobs = Vec::new();
+    for n in 0..4 {
+        let command = format!("touch {}", marker(n).display());
+        let submitted = f
+            .operator
+            .submit(
+                f.project,
+                &request(&[("file", &format!("content {n}"))], &command, "unfenced"),
+            )
+            .await
+            .unwrap();
+        jobs.push(submitted);
+    }
+    // 0: the stored blob is corrupted (its digest no longer matches).
+    let mut corrupted: Vec<u8> =
+        sqlx::query_scalar("SELECT content FROM server_source_blobs WHERE sha256 = $1")
+            .bind(&jobs[0].source_blob_sha256)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    let middle = corrupted.len() / 2;
+    corrupted[middle] ^= 0x55;
+    sqlx::query("UPDATE server_source_blobs SET content = $2 WHERE sha256 = $1")
+        .bind(&jobs[0].source_blob_sha256)
+        .bind(&corrupted)
+        .execute(pool)
+        .await
+        .unwrap();
+    // 1, 2: the blob matches its digest, but it escapes the workspace (a `..` path, a symlink).
+    // 3: a consistent blob of another tree (the manifest is not the leased source identity).
+    let other = build_snapshot(vec![SourceFile {
+        path: "file".into(),
+        mode: 0o644,
+        content: b"not what was submitted".to_vec(),
+    }])
+    .unwrap()
+    .archive;
+    let hostile = [
+        (
+            1,
+            hostile_archive(b"../escape.txt", tar::EntryType::Regular, b"owned"),
+        ),
+        (
+            2,
+            hostile_archive(b"escape.txt", tar::EntryType::Symlink, b""),
+        ),
+        (3, other),
+    ];
+    for (n, archive) in hostile {
+        let sha = sha256_hex(&archive);
+        sqlx::query(
+            "INSERT INTO server_source_blobs (sha256, manifest_digest, content, stored_at) \
+             VALUES ($1, $2, $3, now())",
+        )
+        .bind(&sha)
+        .bind(&jobs[n].source_digest)
+        .bind(&archive)
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("UPDATE server_job_specs SET blob_sha256 = $2 WHERE job_id = $1")
+            .bind(jobs[n].job)
+            .bind(&sha)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+    let work = dir.path().join("work");
+    let _runner = runner_process(&server.url(), &f.token, &work, &["--max-jobs", "4"]);
+    for submitted in &jobs {
+        let body = eventually("the job finished", Duration::from_secs(60), || async {
+            let body = job(&f, submitted.job).await;
+            (body.state == "failed").then_some(body)
+        })
+        .await;
+        assert_eq!(body.outcome.as_deref(), Some("failed"));
+        let log = logs(&f, submitted.job).await;
+        assert!(log.contains("refusing to execute"), "{log}");
+        assert!(!log.contains("running the command"), "{log}");
+    }
+    for n in 0..4 {
+        assert!(!marker(n).exists(), "job {n} executed");
+    }
+    assert!(files_named(dir.path(), "escape.txt").is_empty());
+    let log = logs(&f, jobs[0].job).await;
+    assert!(log.contains("blob digest"), "{log}");
+    let log = logs(&f, jobs[3].job).await;
+    assert!(log.contains("manifest digest"), "{log}");
+}
