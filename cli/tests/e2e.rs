@@ -236,9 +236,12 @@ async fn a_runner_that_reconnects_after_its_lease_expired_is_told_to_stop_and_no
     )
     .await;
     let pid = eventually(
-        "the command is running",
+        "the command is running and its output was logged",
         Duration::from_secs(10),
-        || async { read_pid(&pidfile) },
+        || async {
+            let pid = read_pid(&pidfile)?;
+            logs(&f, job_id).await.contains("deployed").then_some(pid)
+        },
     )
     .await;
 
@@ -497,4 +500,140 @@ async fn a_tampered_source_archive_and_archives_that_escape_the_workspace_are_ne
     assert!(log.contains("blob digest"), "{log}");
     let log = logs(&f, jobs[3].job).await;
     assert!(log.contains("manifest digest"), "{log}");
+}
+
+fn op(url: &str, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["op", "--server", url, "--operator-token", OPERATOR])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("leasewright op");
+    assert!(
+        output.status.success(),
+        "op {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the process did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The README's "Run a server and a runner", with real `serve`, `op` and `runner` processes.
+#[test]
+fn the_quick_start_works_with_real_serve_op_and_runner_processes() {
+    use std::io::BufRead;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // With DATABASE_URL: a fresh database there; without: `serve` starts its own cluster.
+    let db = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .map(|_| runtime.block_on(TestDatabase::create()).unwrap());
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_leasewright"));
+    serve
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--operator-token",
+            OPERATOR,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(db) = &db {
+        serve.args(["--database-url", db.url()]);
+    }
+    let mut serve = Proc(serve.spawn().unwrap());
+    let stderr = serve.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let url = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("serve says where it listens");
+        if let Some(url) = line.split("listening on ").nth(1) {
+            break url.trim().to_owned();
+        }
+        said.push(line);
+    };
+    if db.is_none() {
+        assert!(
+            said.iter().any(|l| l.contains("throwaway PostgreSQL")
+                && l.contains("removed when this process exits")),
+            "{said:?}"
+        );
+    }
+    assert!(
+        !said.iter().any(|l| l.contains(OPERATOR)),
+        "tokens are never printed"
+    );
+
+    let project = op(&url, &["project", "demo"]).trim().to_owned();
+    let token = op(&url, &["runner", &project, "runner-1"])
+        .trim()
+        .to_owned();
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("build.sh"),
+        "echo \"building at fence $LEASEWRIGHT_FENCE\"\necho built > out.txt\n",
+    )
+    .unwrap();
+    let src_dir = src.path().to_str().unwrap();
+    let job = op(
+        &url,
+        &[
+            "submit",
+            &project,
+            "--dir",
+            src_dir,
+            "--command",
+            "sh build.sh",
+            "--artifact",
+            "out.txt",
+        ],
+    )
+    .trim()
+    .to_owned();
+    // Editing the checkout after submission cannot change the run.
+    std::fs::write(src.path().join("build.sh"), "echo tampered; exit 1\n").unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let mut runner = runner_process(&url, &token, work.path(), &["--max-jobs", "1"]);
+    assert!(wait_exit(&mut runner.0, Duration::from_secs(60)).success());
+
+    let body: serde_json::Value =
+        serde_json::from_str(&op(&url, &["job", &project, &job, "--wait"])).unwrap();
+    assert_eq!(body["state"], "passed", "{body}");
+    let log = op(&url, &["logs", &project, &job]);
+    assert!(log.contains("building at fence 1"), "{log}");
+    assert!(!log.contains("tampered"), "{log}");
+    assert_eq!(
+        op(&url, &["artifact", &project, &job, "out.txt"]),
+        "built\n"
+    );
+    let ledger = op(&url, &["ledger", &project, &job]);
+    assert!(ledger.contains("\"kind\": \"result\""), "{ledger}");
+
+    // SIGTERM: a clean exit.
+    let pid = rustix::process::Pid::from_raw(i32::try_from(serve.0.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(wait_exit(&mut serve.0, Duration::from_secs(30)).success());
 }
