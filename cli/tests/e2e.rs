@@ -637,3 +637,41 @@ fn the_quick_start_works_with_real_serve_op_and_runner_processes() {
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     assert!(wait_exit(&mut serve.0, Duration::from_secs(30)).success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_running_job_is_stopped_by_its_runner_and_reported_cancelled() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("command.pid");
+    let command = format!(
+        "echo $$ > {}; echo started; exec sleep 60",
+        pidfile.display()
+    );
+    let job_id = f
+        .operator
+        .submit(f.project, &request(&[("c", "c")], &command, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let _runner = runner_process(&server.url(), &f.token, &dir.path().join("w"), &[]);
+    let pid = eventually("the command runs", Duration::from_secs(30), || async {
+        let pid = read_pid(&pidfile)?;
+        logs(&f, job_id).await.contains("started").then_some(pid)
+    })
+    .await;
+    assert_eq!(
+        f.operator.cancel(f.project, job_id).await.unwrap().verdict,
+        "accepted"
+    );
+    assert_eq!(job(&f, job_id).await.state, "cancelling");
+    let body = eventually("the job is cancelled", Duration::from_secs(30), || async {
+        let body = job(&f, job_id).await;
+        (body.state == "cancelled").then_some(body)
+    })
+    .await;
+    assert_eq!(body.outcome.as_deref(), Some("cancelled"));
+    assert!(process_gone(pid));
+    let attempts = f.operator.attempts(f.project, job_id).await.unwrap();
+    assert_eq!(attempts[0].state, "cancelled");
+}

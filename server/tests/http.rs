@@ -503,3 +503,28 @@ async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_
     assert_eq!(next.job, second);
     assert_eq!(f.operator.target("shell").await.unwrap().applied_count, 1);
 }
+
+#[tokio::test]
+async fn a_claim_with_capacity_takes_several_jobs_each_under_its_own_lease() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    for _ in 0..3 {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    let leases = f.runner.claim(2).await.unwrap();
+    assert_eq!(leases.len(), 2);
+    assert_ne!(leases[0].job, leases[1].job);
+    assert_ne!(leases[0].lease_id, leases[1].lease_id);
+    assert!(leases
+        .iter()
+        .all(|l| l.fence == 1 && l.source_blob_sha256.is_some()));
+    let rest = f.runner.claim(5).await.unwrap();
+    assert_eq!(rest.len(), 1);
+    assert!(f.runner.claim(1).await.unwrap().is_empty());
+    let jobs = f.operator.jobs(f.project).await.unwrap();
+    assert_eq!(jobs.len(), 3);
+    assert!(jobs.iter().all(|j| j.state == "running"));
+}
