@@ -19,8 +19,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch, Semaphore};
 
-/// How the agent behaves.
-#[derive(Clone, Debug)]
+/// How the agent behaves. Its `Debug` never shows the token.
+#[derive(Clone)]
 pub struct AgentConfig {
     /// The control plane's base URL.
     pub server: String,
@@ -40,6 +40,18 @@ pub struct AgentConfig {
     pub limits: Limits,
     /// Stop after this many jobs have finished (tests, one-shot use).
     pub max_jobs: Option<usize>,
+}
+
+impl std::fmt::Debug for AgentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("server", &self.server)
+            .field("token", &"<redacted>")
+            .field("capacity", &self.capacity)
+            .field("workdir", &self.workdir)
+            .field("target_url", &self.target_url)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AgentConfig {
@@ -76,6 +88,9 @@ struct JobContext {
     stop_tx: watch::Sender<Option<Stop>>,
     /// `false` after a network error, until a rejoin answers.
     connected_tx: watch::Sender<bool>,
+    /// Set once the result is being reported: no more heartbeats (a rejoin after a network
+    /// failure still happens).
+    reporting: std::sync::atomic::AtomicBool,
 }
 
 impl JobContext {
@@ -269,6 +284,9 @@ async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::R
             return;
         }
         let connected = *ctx.connected_tx.borrow();
+        if connected && ctx.reporting.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
         if connected {
             match ctx.client.heartbeat(&ctx.tuple()).await {
                 Ok(answer) => {
@@ -413,6 +431,7 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
         lease,
         stop_tx,
         connected_tx,
+        reporting: std::sync::atomic::AtomicBool::new(false),
     });
     let lease = &ctx.lease;
     // The workspace is keyed by (run, job, lease).
@@ -594,6 +613,8 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     // Flush the logs before the result (a result ends the lease).
     drop(sink);
     let _ = uploader.await;
+    ctx.reporting
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let mut backoff = Duration::from_millis(100);
     loop {
         match ctx

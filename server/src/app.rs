@@ -34,8 +34,8 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// The control routes' body limit (tuples, names, small JSON).
 const CONTROL_BODY_LIMIT: usize = 64 * 1024;
 
-/// How the HTTP server behaves.
-#[derive(Clone, Debug)]
+/// How the HTTP server behaves (no `Debug`: it holds the operator token).
+#[derive(Clone)]
 pub struct ServerConfig {
     /// The operator token; generated when `None`.
     pub operator_token: Option<String>,

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// What `leasewright serve` was given.
-#[derive(Clone, Debug)]
+/// What `leasewright serve` was given (no `Debug`: it holds the operator token).
+#[derive(Clone)]
 pub struct ServeOptions {
     /// `None`: start a throwaway PostgreSQL cluster, removed when the process exits.
     pub database_url: Option<String>,
@@ -68,8 +68,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     server.stop().await
 }
 
-/// What `leasewright runner` was given.
-#[derive(Clone, Debug)]
+/// What `leasewright runner` was given (no `Debug`: it holds the runner token).
+#[derive(Clone)]
 pub struct RunnerOptions {
     pub server: String,
     pub token: String,
