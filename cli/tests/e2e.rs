@@ -675,3 +675,120 @@ async fn a_cancelled_running_job_is_stopped_by_its_runner_and_reported_cancelled
     let attempts = f.operator.attempts(f.project, job_id).await.unwrap();
     assert_eq!(attempts[0].state, "cancelled");
 }
+
+/// The brief's exercise: the scheduler is at fence 11 while a disconnected worker still sends
+/// fence 10 to a fenced target, which refuses it; the worker's late report changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_target_refuses_a_disconnected_worker_at_fence_10_once_fence_11_has_deployed() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let command = format!(
+        "if [ \"$LEASEWRIGHT_FENCE\" = 10 ]; then echo waiting; \
+         while [ ! -f {go} ]; do sleep 0.1; done; fi; \
+         curl -sf -X POST -H 'content-type: application/json' -d \"$LEASEWRIGHT_DEPLOY_JSON\" \
+         \"$LEASEWRIGHT_TARGET_URL\" || {{ echo deploy refused; exit 1; }}; echo deployed",
+        go = go.display()
+    );
+    let job_id = f
+        .operator
+        .submit(f.project, &request(&[("d", "d")], &command, "fenced"))
+        .await
+        .unwrap()
+        .job;
+    // Nine earlier attempts, each expired and reconciled (they never deployed).
+    let cycler = RunnerClient::new(&server.url(), &f.token, Duration::from_secs(5)).unwrap();
+    for _ in 0..9 {
+        cycler.claim(1).await.unwrap().remove(0);
+        f.operator.advance_clock(60_000).await.unwrap();
+        f.operator.sweep().await.unwrap();
+        f.operator
+            .reconcile(f.project, job_id, "stopped", "retry")
+            .await
+            .unwrap();
+    }
+    // The worker at fence 10 runs, then is cut off from the control plane before it deploys.
+    let proxy = Proxy::start(server.addr).await;
+    let _old = runner_process(
+        &proxy.url,
+        &f.token,
+        &dir.path().join("old"),
+        &["--target-url", &server.url()],
+    );
+    eventually("fence 10 runs", Duration::from_secs(30), || async {
+        logs(&f, job_id).await.contains("waiting").then_some(())
+    })
+    .await;
+    proxy.cut();
+    eventually(
+        "the worker lost contact",
+        Duration::from_secs(15),
+        || async { (proxy.refused.load(Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
+    f.operator.advance_clock(60_000).await.unwrap();
+    f.operator.sweep().await.unwrap();
+    // A mistaken finding: the operator believes the worker stopped. Fencing is what protects the
+    // target now.
+    f.operator
+        .reconcile(f.project, job_id, "stopped", "retry")
+        .await
+        .unwrap();
+    let mut new = runner_process(
+        &server.url(),
+        &f.token,
+        &dir.path().join("new"),
+        &["--max-jobs", "1"],
+    );
+    assert!(wait_exit(&mut new.0, Duration::from_secs(60)).success());
+    let body = job(&f, job_id).await;
+    assert_eq!((body.state.as_str(), body.fence), ("passed", 11));
+    let slot = job_id.to_string();
+    let target = f.operator.target(&slot).await.unwrap();
+    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+
+    // The disconnected worker's deployment goes ahead with fence 10: refused by the target.
+    std::fs::write(&go, "").unwrap();
+    let pool = server.store().pool();
+    let (verdict, reason): (String, Option<String>) = eventually(
+        "the fence 10 mutation reached the target",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_as("SELECT verdict, reason FROM target_mutations WHERE fence = 10")
+                .fetch_optional(pool)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert_eq!(
+        (verdict.as_str(), reason.as_deref()),
+        ("rejected", Some("stale_fence"))
+    );
+    let target = f.operator.target(&slot).await.unwrap();
+    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+
+    // Back in contact, the worker is told to stop; its report is kept, the outcome is not touched.
+    proxy.restore();
+    let attempts = f.operator.attempts(f.project, job_id).await.unwrap();
+    let old_attempt = attempts.iter().find(|a| a.fence == 10).unwrap().attempt;
+    eventually(
+        "the old worker reported",
+        Duration::from_secs(30),
+        || async {
+            let observations = f.operator.observations(f.project, job_id).await.ok()?;
+            observations
+                .iter()
+                .any(|o| {
+                    o.kind == "result"
+                        && o.attempt == Some(old_attempt)
+                        && o.reason.as_deref() == Some("not_current")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let body = job(&f, job_id).await;
+    assert_eq!((body.state.as_str(), body.fence), ("passed", 11));
+}
