@@ -1,4 +1,10 @@
-//! Benchmark support shared by the criterion benches and `leasewright bench`.
+//! Benchmark support shared by the criterion benches (benches/benches) and `leasewright bench`.
+//! See docs/benchmarks.md.
 
 pub mod baseline;
+pub mod claims;
+pub mod contender;
+pub mod fixture;
 pub mod measure;
+pub mod scaling;
+pub mod vacuum;

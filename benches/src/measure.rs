@@ -118,6 +118,35 @@ where
     Ok(total)
 }
 
+/// Runs `op(worker)` on `concurrency` tasks until `total` operations have been started (a fixed
+/// amount of work, as criterion's `iter_custom` asks for) and returns the wall time. Operations
+/// that find nothing to do count as done.
+pub async fn counted_loop<F, Fut, E>(concurrency: usize, total: u64, op: F) -> Result<Duration, E>
+where
+    F: Fn(i32) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<u64, E>> + Send,
+    E: Send + 'static,
+{
+    let op = Arc::new(op);
+    let tickets = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for worker in 0..concurrency {
+        let op = Arc::clone(&op);
+        let tickets = Arc::clone(&tickets);
+        tasks.push(tokio::spawn(async move {
+            while tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                op(worker as i32).await?;
+            }
+            Ok::<(), E>(())
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a benchmark worker panicked")?;
+    }
+    Ok(started.elapsed())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{percentile, Round, Summary};

@@ -1,0 +1,161 @@
+//! `leasewright bench`: measure the implementation against same-run baselines on PostgreSQL.
+//! The logic lives in the leasewright-benches crate; see docs/benchmarks.md.
+use clap::{Args, Subcommand};
+use leasewright_benches::{claims, fixture, scaling, vacuum};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+    /// PostgreSQL server to benchmark on (a fresh database is created there and dropped).
+    /// Default: DATABASE_URL; without either, a throwaway cluster is started.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// Print the report as JSON on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Claims per second and p50/p99 latency: the fenced claim, the bare SKIP LOCKED claim and
+    /// the one-row commit rate, measured alternately (rounds of A B C), with the ratios.
+    Claims(ClaimsArgs),
+    /// Claim throughput at several queue depths (one database each), measured alternately.
+    Scaling(ScalingArgs),
+    /// A sustained run: throughput per interval next to dead tuples and autovacuum counts.
+    Sustained(SustainedArgs),
+}
+
+#[derive(Args)]
+struct ClaimsArgs {
+    /// Concurrent claimers (each its own runner and connection).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Measured seconds in all (split evenly over rounds and contenders).
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Jobs kept queued (at least) while claims are measured.
+    #[arg(long, default_value_t = 10_000)]
+    queued: i64,
+    /// Also measure the batch claim of up to K jobs per transaction.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Rounds of A B C.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+#[derive(Args)]
+struct ScalingArgs {
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Queue depths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000, 100_000, 1_000_000])]
+    queued: Vec<i64>,
+    /// Measured seconds in all (split over rounds and depths).
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+#[derive(Args)]
+struct SustainedArgs {
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Seconds in all.
+    #[arg(long, default_value_t = 300.0)]
+    duration: f64,
+    /// Seconds per sample.
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    #[arg(long, default_value_t = 100_000)]
+    queued: i64,
+    /// Run the whole lifecycle (claim, heartbeat, result) instead of claims only.
+    #[arg(long)]
+    lifecycle: bool,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    if let Some(url) = &args.database_url {
+        // Set before any thread exists: the benchmark database module reads it.
+        std::env::set_var("DATABASE_URL", url);
+    }
+    if fixture::uses_database_url() {
+        eprintln!("leasewright bench: creating a fresh database on DATABASE_URL's server");
+    } else {
+        eprintln!(
+            "leasewright bench: no DATABASE_URL and no --database-url: starting a throwaway \
+             PostgreSQL cluster (initdb in a temporary directory, fsync=off, \
+             synchronous_commit=off; removed on exit)"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let json = args.json;
+    runtime.block_on(async move {
+        match args.command {
+            BenchCommand::Claims(a) => {
+                let report = claims::run(claims::Options {
+                    concurrency: a.concurrency,
+                    duration_seconds: a.duration,
+                    queued: a.queued,
+                    batch: a.batch,
+                    rounds: a.rounds,
+                })
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.table());
+                }
+            }
+            BenchCommand::Scaling(a) => {
+                let report = scaling::run(scaling::Options {
+                    concurrency: a.concurrency,
+                    depths: a.queued,
+                    duration_seconds: a.duration,
+                    rounds: a.rounds,
+                })
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.table());
+                }
+            }
+            BenchCommand::Sustained(a) => {
+                if !json {
+                    println!("{}", vacuum::Sample::header());
+                }
+                let report = vacuum::run(
+                    vacuum::Options {
+                        concurrency: a.concurrency,
+                        duration_seconds: a.duration,
+                        interval_seconds: a.interval,
+                        queued: a.queued,
+                        lifecycle: a.lifecycle,
+                    },
+                    |sample| {
+                        if !json {
+                            println!("{}", sample.row());
+                        }
+                    },
+                )
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    println!("table settings:");
+                    for (table, options) in &report.reloptions {
+                        println!("  {table}: {options}");
+                    }
+                }
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(0)
+}
