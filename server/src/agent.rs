@@ -14,6 +14,7 @@ use crate::wire::{LeaseBody, TupleBody};
 use sha2::{Digest, Sha256};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -90,7 +91,7 @@ struct JobContext {
     connected_tx: watch::Sender<bool>,
     /// Set once the result is being reported: no more heartbeats (a rejoin after a network
     /// failure still happens).
-    reporting: std::sync::atomic::AtomicBool,
+    reporting: AtomicBool,
 }
 
 impl JobContext {
@@ -158,7 +159,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.workdir)?;
     let capacity = config.capacity.max(1);
     let slots = Arc::new(Semaphore::new(capacity as usize));
-    let finished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
     let mut started = 0usize;
     let mut tasks = tokio::task::JoinSet::new();
     tracing::info!(server = %config.server, capacity, %run_id, "runner started");
@@ -192,7 +193,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
                     let finished = finished.clone();
                     tasks.spawn(async move {
                         run_job(&config, job_client, &run_id, lease).await;
-                        finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        finished.fetch_add(1, Ordering::SeqCst);
                         drop(slot);
                     });
                 }
@@ -222,14 +223,34 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
 struct LogSink {
     tx: mpsc::UnboundedSender<Vec<u8>>,
     digest: Arc<Mutex<Sha256>>,
+    /// Bytes queued and not yet uploaded (shared with the uploader).
+    queued: Arc<AtomicUsize>,
+    truncated: AtomicBool,
 }
+
+/// At most this much log waits for upload (e.g. while disconnected); beyond it output is dropped
+/// and the log says so.
+const MAX_QUEUED_LOG_BYTES: usize = 64 * 1024 * 1024;
 
 impl LogSink {
     fn send(&self, chunk: Vec<u8>) {
+        if self.queued.load(Ordering::SeqCst) + chunk.len() > MAX_QUEUED_LOG_BYTES {
+            if !self.truncated.swap(true, Ordering::SeqCst) {
+                let note = b"[leasewright] log output dropped: upload backlog full\n".to_vec();
+                self.queue(note);
+            }
+            return;
+        }
+        self.truncated.store(false, Ordering::SeqCst);
+        self.queue(chunk);
+    }
+
+    fn queue(&self, chunk: Vec<u8>) {
         self.digest
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .update(&chunk);
+        self.queued.fetch_add(chunk.len(), Ordering::SeqCst);
         let _ = self.tx.send(chunk);
     }
 
@@ -238,7 +259,11 @@ impl LogSink {
     }
 }
 
-async fn upload_logs(ctx: Arc<JobContext>, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn upload_logs(
+    ctx: Arc<JobContext>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+) {
     let mut seq: i64 = 0;
     while let Some(mut chunk) = rx.recv().await {
         // Coalesce what is already queued, up to 256 KiB.
@@ -248,6 +273,7 @@ async fn upload_logs(ctx: Arc<JobContext>, mut rx: mpsc::UnboundedReceiver<Vec<u
                 Err(_) => break,
             }
         }
+        queued.fetch_sub(chunk.len(), Ordering::SeqCst);
         if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
             continue;
         }
@@ -284,7 +310,7 @@ async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::R
             return;
         }
         let connected = *ctx.connected_tx.borrow();
-        if connected && ctx.reporting.load(std::sync::atomic::Ordering::SeqCst) {
+        if connected && ctx.reporting.load(Ordering::SeqCst) {
             continue;
         }
         if connected {
@@ -431,7 +457,7 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
         lease,
         stop_tx,
         connected_tx,
-        reporting: std::sync::atomic::AtomicBool::new(false),
+        reporting: AtomicBool::new(false),
     });
     let lease = &ctx.lease;
     // The workspace is keyed by (run, job, lease).
@@ -443,11 +469,14 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     let src = job_dir.join("src");
 
     let (log_tx, log_rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
     let sink = LogSink {
         tx: log_tx,
         digest: Arc::new(Mutex::new(Sha256::new())),
+        queued: queued.clone(),
+        truncated: AtomicBool::new(false),
     };
-    let uploader = tokio::spawn(upload_logs(ctx.clone(), log_rx));
+    let uploader = tokio::spawn(upload_logs(ctx.clone(), log_rx, queued));
     let (done_tx, done_rx) = watch::channel(false);
     let interval = Duration::from_millis((lease.lease_ttl_ms / 3).max(100));
     let heartbeat = tokio::spawn(heartbeats(ctx.clone(), interval, done_rx));
@@ -613,8 +642,7 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     // Flush the logs before the result (a result ends the lease).
     drop(sink);
     let _ = uploader.await;
-    ctx.reporting
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    ctx.reporting.store(true, Ordering::SeqCst);
     let mut backoff = Duration::from_millis(100);
     loop {
         match ctx
