@@ -2,6 +2,7 @@
 //! a `run(args) -> anyhow::Result<i32>` returning the process exit code.
 use clap::{Parser, Subcommand};
 
+mod check;
 mod runner;
 mod serve;
 
@@ -18,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Model-check the protocol (or a flawed variant) exhaustively with stateright.
+    Check(check::CheckArgs),
     /// Serve the HTTP control plane (a throwaway PostgreSQL without --database-url).
     Serve(serve::ServeArgs),
     /// Run a runner agent: claim jobs, verify their source, run them, report.
@@ -28,6 +31,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
+        Command::Check(args) => check::run(&args)?,
         Command::Serve(args) => serve::run(args)?,
         Command::Runner(args) => runner::run(args)?,
         Command::Op(args) => serve::op(args)?,

@@ -1,0 +1,275 @@
+//! `leasewright check`: exhaustive model checking of docs/protocol.md with stateright (DFS with
+//! symmetry reduction over runners).
+
+use anyhow::Context as _;
+use clap::Args;
+use leasewright_model::{describe, trace, Config, LeaseModel, TargetKind, Variant};
+use serde_json::json;
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Options of `leasewright check`. Defaults are [`Config::default`].
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Jobs (all of one project).
+    #[arg(long, default_value_t = Config::default().jobs)]
+    jobs: u8,
+    /// Runners of that project (an outsider runner of another project is added too).
+    #[arg(long, default_value_t = Config::default().runners)]
+    runners: u8,
+    /// Attempts per job at most.
+    #[arg(long = "attempts", default_value_t = Config::default().attempts_per_job)]
+    attempts_per_job: u8,
+    /// Lease TTL in ticks.
+    #[arg(long = "ttl", default_value_t = Config::default().lease_ttl)]
+    lease_ttl: u8,
+    /// Server clock bound in ticks.
+    #[arg(long = "clock", default_value_t = Config::default().clock_bound)]
+    clock_bound: u8,
+    /// Runner clock skew: messages carry runner time now+0..=SKEW.
+    #[arg(long = "skew", default_value_t = Config::default().max_skew)]
+    max_skew: u8,
+    /// Leave out the outsider runner of another project.
+    #[arg(long)]
+    no_outsider: bool,
+    /// Let runners re-send their messages with a forged lease id or fence.
+    #[arg(long)]
+    forgery: bool,
+    /// Deployment target kind: fenced, idempotent or unfenced (a variant may require one).
+    #[arg(long, default_value_t = Config::default().target)]
+    target: TargetKind,
+    /// A flawed design to check instead of the protocol (none, requeue-on-expiry, ...).
+    #[arg(long, default_value_t = Variant::None)]
+    variant: Variant,
+    /// Checker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Where counterexample traces (ITF JSON) are written.
+    #[arg(long, default_value = "traces")]
+    traces: PathBuf,
+    /// Serve stateright's Explorer on this address instead of checking (never returns).
+    #[arg(long, value_name = "ADDR")]
+    explore: Option<String>,
+}
+
+impl CheckArgs {
+    fn config(&self) -> Config {
+        Config {
+            jobs: self.jobs,
+            runners: self.runners,
+            attempts_per_job: self.attempts_per_job,
+            lease_ttl: self.lease_ttl,
+            clock_bound: self.clock_bound,
+            max_skew: self.max_skew,
+            outsider: !self.no_outsider,
+            forgery: self.forgery,
+            target: self.target,
+            variant: Variant::None,
+        }
+        .with_variant(self.variant)
+    }
+}
+
+/// Runs the check; returns the exit code (0: every `always` holds and every `sometimes` is
+/// reached; 1 otherwise).
+pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
+    let config = args.config();
+    let model = LeaseModel::new(config.clone());
+    if let Some(addr) = &args.explore {
+        eprintln!("serving the Explorer on http://{addr} (no symmetry reduction; Ctrl-C to stop)");
+        model
+            .checker()
+            .threads(args.threads.max(1))
+            .serve(addr.as_str());
+        return Ok(0);
+    }
+    if !args.json {
+        println!("leasewright check: {}", summary(&config));
+    }
+    let start = Instant::now();
+    let checker = model
+        .checker()
+        .symmetry()
+        .threads(args.threads.max(1))
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_dfs();
+    let mut last = Instant::now();
+    while !checker.is_done() {
+        std::thread::sleep(Duration::from_millis(50));
+        if last.elapsed() >= Duration::from_secs(1) {
+            last = Instant::now();
+            eprintln!(
+                "  ... {} unique states, {} total, depth {}, {:.0?}",
+                checker.unique_state_count(),
+                checker.state_count(),
+                checker.max_depth(),
+                start.elapsed()
+            );
+        }
+    }
+    let checker = checker.join();
+    let elapsed = start.elapsed();
+    let unique = checker.unique_state_count();
+    let total = checker.state_count();
+    let rate = unique as f64 / elapsed.as_secs_f64().max(1e-9);
+    let model = checker.model();
+    let discoveries = checker.discoveries();
+
+    let mut results = Vec::new();
+    let mut failed = false;
+    let mut counterexamples = Vec::new();
+    for property in model.properties() {
+        let found = discoveries.get(property.name);
+        let (kind, verdict, ok) = match property.expectation {
+            Expectation::Always | Expectation::Eventually => (
+                "always",
+                if found.is_some() { "violated" } else { "holds" },
+                found.is_none(),
+            ),
+            Expectation::Sometimes => (
+                "sometimes",
+                if found.is_some() {
+                    "reached"
+                } else {
+                    "not reached"
+                },
+                found.is_some(),
+            ),
+        };
+        failed |= !ok;
+        results.push(json!({"property": property.name, "kind": kind, "verdict": verdict}));
+        if kind == "always" {
+            if let Some(path) = found {
+                let path = path.clone().into_vec();
+                let trace_path = save_trace(args, &config, property.name, &path)?;
+                counterexamples.push(json!({
+                    "property": property.name,
+                    "steps": describe::steps(model, &path),
+                    "mermaid": describe::mermaid(model, &path),
+                    "trace": trace_path.display().to_string(),
+                }));
+            }
+        }
+    }
+    let complete = counterexamples.is_empty();
+    if args.json {
+        let doc = json!({
+            "config": config,
+            "unique_states": unique,
+            "total_states": total,
+            "max_depth": checker.max_depth(),
+            "seconds": elapsed.as_secs_f64(),
+            "states_per_second": rate,
+            "complete": complete,
+            "properties": results,
+            "counterexamples": counterexamples,
+            "ok": !failed,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "{} unique states, {} total, max depth {}, in {:.2} s ({:.0} unique states/s){}",
+            unique,
+            total,
+            checker.max_depth(),
+            elapsed.as_secs_f64(),
+            rate,
+            if complete {
+                ""
+            } else {
+                " (stopped at the first violation)"
+            }
+        )?;
+        for r in &results {
+            writeln!(
+                out,
+                "  {:<9} {:<12} {}",
+                r["kind"].as_str().unwrap_or(""),
+                r["verdict"].as_str().unwrap_or(""),
+                r["property"].as_str().unwrap_or("")
+            )?;
+        }
+        for c in &counterexamples {
+            writeln!(
+                out,
+                "\nCounterexample to \"{}\":",
+                c["property"].as_str().unwrap_or("")
+            )?;
+            for step in c["steps"].as_array().into_iter().flatten() {
+                writeln!(out, "  {}", step.as_str().unwrap_or(""))?;
+            }
+            writeln!(
+                out,
+                "\n```mermaid\n{}```",
+                c["mermaid"].as_str().unwrap_or("")
+            )?;
+            writeln!(
+                out,
+                "ITF trace written to {}",
+                c["trace"].as_str().unwrap_or("")
+            )?;
+        }
+        if failed {
+            if complete {
+                writeln!(out, "\nFAILED: a `sometimes` property was not reached: the bounds are too small to show it, so the `always` results prove less than they claim.")?;
+            } else {
+                writeln!(out, "\nFAILED: an `always` property is violated.")?;
+            }
+        } else {
+            writeln!(
+                out,
+                "\nOK: every `always` property holds and every `sometimes` property is reached."
+            )?;
+        }
+    }
+    Ok(if failed { 1 } else { 0 })
+}
+
+fn summary(c: &Config) -> String {
+    format!(
+        "jobs {}, runners {}{}, attempts/job {}, lease_ttl {}, clock bound {}, skew 0..={}, forgery {}, target {}, variant {}",
+        c.jobs,
+        c.runners,
+        if c.outsider { " + 1 outsider" } else { "" },
+        c.attempts_per_job,
+        c.lease_ttl,
+        c.clock_bound,
+        c.max_skew,
+        c.forgery,
+        c.target,
+        c.variant
+    )
+}
+
+fn save_trace(
+    args: &CheckArgs,
+    config: &Config,
+    property: &str,
+    path: &[(leasewright_model::State, Option<leasewright_model::Action>)],
+) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(&args.traces)
+        .with_context(|| format!("creating {}", args.traces.display()))?;
+    let slug: String = property
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let file = args
+        .traces
+        .join(format!("check-{}-{slug}.itf.json", config.variant));
+    let text = trace::to_string(
+        config,
+        "check",
+        0,
+        &format!("counterexample to \"{property}\""),
+        &trace::steps_of(path),
+    );
+    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
+}

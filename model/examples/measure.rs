@@ -1,0 +1,39 @@
+//! Measure one configuration of the model without the CLI:
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL CLOCK SKEW`.
+use leasewright_model::{Config, LeaseModel};
+use stateright::{Checker, Model};
+
+fn main() {
+    let args: Vec<u8> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
+    let d = Config::default();
+    let config = Config {
+        jobs: *args.first().unwrap_or(&d.jobs),
+        runners: *args.get(1).unwrap_or(&d.runners),
+        attempts_per_job: *args.get(2).unwrap_or(&d.attempts_per_job),
+        lease_ttl: *args.get(3).unwrap_or(&d.lease_ttl),
+        clock_bound: *args.get(4).unwrap_or(&d.clock_bound),
+        max_skew: *args.get(5).unwrap_or(&d.max_skew),
+        ..d
+    };
+    let start = std::time::Instant::now();
+    let checker = LeaseModel::new(config.clone())
+        .checker()
+        .symmetry()
+        .threads(2)
+        .spawn_dfs()
+        .join();
+    println!(
+        "{config:?}\n{} unique, {} total, {:.2?}",
+        checker.unique_state_count(),
+        checker.state_count(),
+        start.elapsed()
+    );
+    let mut found: Vec<_> = checker.discoveries().into_keys().collect();
+    found.sort();
+    for name in found {
+        println!("  discovered: {name}");
+    }
+}

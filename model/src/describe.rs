@@ -1,0 +1,255 @@
+//! Human-readable descriptions of actions and paths: numbered steps and Mermaid sequence diagrams.
+
+use crate::model::LeaseModel;
+use crate::state::*;
+use crate::types::*;
+
+/// A runner's display name: `R0`, `R1`, … (`R<n>` is the outsider when there is one).
+pub fn runner(r: RunnerId) -> String {
+    format!("R{r}")
+}
+
+/// A message's tuple as `(job J, attempt A, lease L, fence F)`.
+pub fn tuple(m: &Message) -> String {
+    format!(
+        "(job {}, attempt {}, lease {}, fence {})",
+        m.job, m.attempt, m.lease, m.fence
+    )
+}
+
+fn kind(k: MessageKind) -> String {
+    match k {
+        MessageKind::Result(o) => format!("result({o})"),
+        other => other.name().to_string(),
+    }
+}
+
+/// One action in a line.
+pub fn action(a: &Action) -> String {
+    match a {
+        Action::Claim { runner: r } => format!("{} claims", runner(*r)),
+        Action::Heartbeat {
+            runner: r,
+            runner_time: skew,
+        } => {
+            format!("{} sends heartbeat (runner time {skew})", runner(*r))
+        }
+        Action::Result {
+            runner: r,
+            outcome,
+            runner_time: skew,
+        } => {
+            format!(
+                "{} sends result({outcome}) (runner time {skew})",
+                runner(*r)
+            )
+        }
+        Action::TargetMutation { runner: r } => format!("{} sends a target mutation", runner(*r)),
+        Action::StopExecuting { runner: r } => format!("{} stops executing", runner(*r)),
+        Action::Disconnect { runner: r } => format!("{} disconnects", runner(*r)),
+        Action::Rejoin {
+            runner: r,
+            runner_time: skew,
+        } => {
+            format!(
+                "{} reconnects and sends rejoin (runner time {skew})",
+                runner(*r)
+            )
+        }
+        Action::Replay {
+            runner: r,
+            message,
+            forge,
+        } => {
+            let how = match forge {
+                Forge::AsIs => "under its own identity",
+                Forge::WrongLease => "with a forged lease id",
+                Forge::WrongFence => "with a forged fence",
+            };
+            format!(
+                "{} replays {}'s {} {} {how}",
+                runner(*r),
+                runner(message.sender),
+                kind(message.kind),
+                tuple(message)
+            )
+        }
+        Action::Deliver { message } => {
+            let to = if message.kind == MessageKind::TargetMutation {
+                "target"
+            } else {
+                "server"
+            };
+            format!(
+                "{to} receives {}'s {} {}",
+                runner(message.sender),
+                kind(message.kind),
+                tuple(message)
+            )
+        }
+        Action::Tick => "tick (server time passes)".to_string(),
+        Action::ExpirySweep => "server runs the expiry sweep".to_string(),
+        Action::Cancel { job } => format!("operator cancels job {job}"),
+        Action::Reconcile {
+            job,
+            finding,
+            decision,
+        } => {
+            format!("operator reconciles job {job}: finding {finding}, decision {decision}")
+        }
+    }
+}
+
+/// The part of a state a reader needs: clock, jobs, attempts, targets.
+pub fn state(s: &State) -> String {
+    let jobs: Vec<String> = s
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(j, job)| {
+            let current = job.current.map_or("-".to_string(), |a| a.to_string());
+            format!(
+                "job {j} {} (fence {}, current {current})",
+                job.state, job.fence
+            )
+        })
+        .collect();
+    let attempts: Vec<String> = s
+        .attempts
+        .iter()
+        .enumerate()
+        .map(|(a, at)| {
+            let exec = match at.execution {
+                Execution::Executing => "executing".to_string(),
+                Execution::Stopped => "stopped executing".to_string(),
+                Execution::Finished(o) => format!("finished {o}"),
+            };
+            format!(
+                "attempt {a} of job {} by {} fence {} {} (expiry {}, {exec})",
+                at.job,
+                runner(at.runner),
+                at.fence,
+                at.state,
+                at.lease_expiry
+            )
+        })
+        .collect();
+    let mut out = format!("clock {}; {}", s.clock, jobs.join("; "));
+    if !attempts.is_empty() {
+        out.push_str("; ");
+        out.push_str(&attempts.join("; "));
+    }
+    let targets: Vec<String> = s
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.applied > 0)
+        .map(|(j, t)| {
+            format!(
+                "target {j} applied {}x (last fence {})",
+                t.applied, t.last_fence
+            )
+        })
+        .collect();
+    if !targets.is_empty() {
+        out.push_str("; ");
+        out.push_str(&targets.join("; "));
+    }
+    out
+}
+
+/// Numbered steps a person can follow: what happened, the verdict, and the resulting state.
+pub fn steps(model: &LeaseModel, path: &[(State, Option<Action>)]) -> Vec<String> {
+    let mut out = vec![format!("0. initial state: {}", state(&path[0].0))];
+    for (i, window) in path.windows(2).enumerate() {
+        let (before, Some(act)) = (&window[0].0, &window[0].1) else {
+            continue;
+        };
+        let after = &window[1].0;
+        let verdict = model
+            .expected(before, act)
+            .map(|e| format!(" -> {e}"))
+            .unwrap_or_default();
+        out.push(format!(
+            "{}. {}{verdict}\n   => {}",
+            i + 1,
+            action(act),
+            state(after)
+        ));
+    }
+    out
+}
+
+/// A Mermaid `sequenceDiagram` of a path.
+pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
+    let mut out = String::from("sequenceDiagram\n");
+    let runners = path[0].0.runners.len() as RunnerId;
+    for r in 0..runners {
+        out.push_str(&format!("    participant {}\n", runner(r)));
+    }
+    out.push_str("    participant Server\n    participant Target\n    participant Operator\n");
+    for window in path.windows(2) {
+        let (before, Some(act)) = (&window[0].0, &window[0].1) else {
+            continue;
+        };
+        let verdict = model
+            .expected(before, act)
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let line = match act {
+            Action::Claim { runner: r } => {
+                format!(
+                    "{}->>Server: claim\n    Server-->>{}: {verdict}",
+                    runner(*r),
+                    runner(*r)
+                )
+            }
+            Action::Heartbeat { runner: r, .. }
+            | Action::Result { runner: r, .. }
+            | Action::Rejoin { runner: r, .. }
+            | Action::TargetMutation { runner: r } => {
+                let to = if matches!(act, Action::TargetMutation { .. }) {
+                    "Target"
+                } else {
+                    "Server"
+                };
+                format!(
+                    "{}-)Server: {} (in flight to {to})",
+                    runner(*r),
+                    action(act)
+                )
+                .replace("-)Server", &format!("-){to}"))
+            }
+            Action::StopExecuting { runner: r } | Action::Disconnect { runner: r } => {
+                format!("Note over {}: {}", runner(*r), action(act))
+            }
+            Action::Replay { runner: r, .. } => format!("{}-)Server: {}", runner(*r), action(act)),
+            Action::Deliver { message } => {
+                let to = if message.kind == MessageKind::TargetMutation {
+                    "Target"
+                } else {
+                    "Server"
+                };
+                format!(
+                    "Note over {to}: receives {}'s {} {}: {verdict}",
+                    runner(message.sender),
+                    kind(message.kind),
+                    tuple(message)
+                )
+            }
+            Action::Tick => format!("Note over Server: tick, clock {}", window[1].0.clock),
+            Action::ExpirySweep => format!("Note over Server: expiry sweep: {verdict}"),
+            Action::Cancel { .. } | Action::Reconcile { .. } => {
+                format!(
+                    "Operator->>Server: {}\n    Server-->>Operator: {verdict}",
+                    action(act)
+                )
+            }
+        };
+        out.push_str("    ");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let _ = model;
+    out
+}

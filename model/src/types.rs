@@ -1,0 +1,294 @@
+//! The protocol's vocabulary: identifiers, states, verdicts and reasons (docs/protocol.md §2, §4–6).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A runner, by index into [`crate::State::runners`]. Identifiers are opaque: never compared by order.
+pub type RunnerId = u8;
+/// A job, by index into [`crate::State::jobs`] (and the job's own target slot, `deployment id` = job).
+pub type JobId = u8;
+/// An attempt, by index into the attempt ledger [`crate::State::attempts`].
+pub type AttemptId = u8;
+/// A lease id. Fresh at every claim and never reused; `0` is never issued (see [`FORGED_LEASE`]).
+pub type LeaseId = u8;
+/// An attempt's generation. Per job `1, 2, …`; `0` means "no attempt yet".
+pub type Fence = u8;
+/// A project. Project `0` owns every job; project `1` is the outsider's.
+pub type ProjectId = u8;
+
+/// The lease id a forger puts in a tuple: never issued by `claim`.
+pub const FORGED_LEASE: LeaseId = 0;
+/// The fence a forger puts in a tuple (the "999" of scenario 2): larger than any fence issued.
+pub const FORGED_FENCE: Fence = 99;
+
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The one name of this value in docs/protocol.md (stable; never renamed).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = $name::ALL.iter().map(|v| v.as_str()).collect();
+                        format!("unknown {} `{s}`; expected one of: {}", stringify!($name), names.join(", "))
+                    })
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// A job's state (§4 "Job").
+    JobState {
+        Queued => "queued",
+        Running => "running",
+        Cancelling => "cancelling",
+        Uncertain => "uncertain",
+        Passed => "passed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        Aborted => "aborted",
+    }
+}
+
+impl JobState {
+    /// `passed`, `failed`, `cancelled`, `aborted`: never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Passed | Self::Failed | Self::Cancelled | Self::Aborted
+        )
+    }
+
+    /// `running`, `cancelling`: the current attempt holds a lease.
+    pub fn is_leased(self) -> bool {
+        matches!(self, Self::Running | Self::Cancelling)
+    }
+}
+
+named_enum! {
+    /// An attempt's state (§4 "Attempt").
+    AttemptState {
+        Active => "active",
+        Uncertain => "uncertain",
+        Passed => "passed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+        Stopped => "stopped",
+    }
+}
+
+impl AttemptState {
+    /// The attempt holds a committed outcome.
+    pub fn outcome(self) -> Option<Outcome> {
+        match self {
+            Self::Passed => Some(Outcome::Passed),
+            Self::Failed => Some(Outcome::Failed),
+            Self::Cancelled => Some(Outcome::Cancelled),
+            _ => None,
+        }
+    }
+}
+
+named_enum! {
+    /// The outcome a `result` carries. In the model the result digest is the outcome itself, so
+    /// "identical result" means "same outcome".
+    Outcome {
+        Passed => "passed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+impl Outcome {
+    /// The job state that commits this outcome.
+    pub fn job_state(self) -> JobState {
+        match self {
+            Self::Passed => JobState::Passed,
+            Self::Failed => JobState::Failed,
+            Self::Cancelled => JobState::Cancelled,
+        }
+    }
+
+    /// The attempt state that holds this outcome.
+    pub fn attempt_state(self) -> AttemptState {
+        match self {
+            Self::Passed => AttemptState::Passed,
+            Self::Failed => AttemptState::Failed,
+            Self::Cancelled => AttemptState::Cancelled,
+        }
+    }
+}
+
+named_enum! {
+    /// What a reconciliation establishes about the old attempt's execution (R7).
+    Finding {
+        Stopped => "stopped",
+        StillRunning => "still_running",
+        ObservedPassed => "observed_passed",
+        ObservedFailed => "observed_failed",
+    }
+}
+
+named_enum! {
+    /// What a reconciliation decides (R7).
+    Decision {
+        Retry => "retry",
+        Abort => "abort",
+        Adopt => "adopt",
+    }
+}
+
+named_enum! {
+    /// The verdict of one message (§5).
+    Verdict {
+        Accepted => "accepted",
+        Acknowledged => "acknowledged",
+        Rejected => "rejected",
+        Uncertain => "uncertain",
+    }
+}
+
+named_enum! {
+    /// A rejection reason (§6, §8). `as_str()` is the stable code.
+    Reason {
+        UnknownRunner => "unknown_runner",
+        UnknownJob => "unknown_job",
+        WrongProject => "wrong_project",
+        UnknownAttempt => "unknown_attempt",
+        RunnerMismatch => "runner_mismatch",
+        LeaseMismatch => "lease_mismatch",
+        FenceMismatch => "fence_mismatch",
+        NotCurrent => "not_current",
+        ConflictingResult => "conflicting_result",
+        JobFinished => "job_finished",
+        LeaseExpired => "lease_expired",
+        CancelRequested => "cancel_requested",
+        CancelNotRequested => "cancel_not_requested",
+        SequenceConflict => "sequence_conflict",
+        NotFound => "not_found",
+        NoQueuedJob => "no_queued_job",
+        ReconcileRequired => "reconcile_required",
+        NotUncertain => "not_uncertain",
+        ExecutionNotStopped => "execution_not_stopped",
+        NothingToAdopt => "nothing_to_adopt",
+        StaleFence => "stale_fence",
+    }
+}
+
+named_enum! {
+    /// The deployment target's kind (§8).
+    TargetKind {
+        Fenced => "fenced",
+        Idempotent => "idempotent",
+        Unfenced => "unfenced",
+    }
+}
+
+named_enum! {
+    /// Which server the model runs: the protocol (`none`) or one flawed design that a property
+    /// must catch. Each flawed design changes exactly one rule.
+    Variant {
+        /// The protocol of docs/protocol.md.
+        None => "none",
+        /// The `expiry sweep` returns a leased job to `queued` (a timer requeues running work).
+        RequeueOnExpiry => "requeue-on-expiry",
+        /// A `heartbeat` skips check 11's `now >= lease_expiry` test and so extends an expired,
+        /// unswept lease.
+        HeartbeatExtendsExpired => "heartbeat-extends-expired",
+        /// A `result` is accepted when its sender is the runner of the job's current attempt; the
+        /// rest of the tuple is not checked.
+        CompletionChecksRunnerOnly => "completion-checks-runner-only",
+        /// A `result` is accepted when its fence equals the named job's fence: a number not bound to
+        /// project, runner, attempt or lease.
+        CompletionChecksFenceOnly => "completion-checks-fence-only",
+        /// A conflicting result from the attempt holding the committed outcome replaces it.
+        ConflictOverwrites => "conflict-overwrites",
+        /// The `expiry sweep` retries automatically (attempt `stopped`, job `queued`) without a
+        /// reconciliation, against an `unfenced` target.
+        AutoRetryUnfenced => "auto-retry-unfenced",
+    }
+}
+
+impl Variant {
+    /// The target kind this variant needs to show its flaw, if it needs one.
+    pub fn required_target(self) -> Option<TargetKind> {
+        match self {
+            Self::AutoRetryUnfenced => Some(TargetKind::Unfenced),
+            _ => None,
+        }
+    }
+}
+
+/// The answer the model's server (or target) gives to one step: a verdict and, for a rejection,
+/// exactly one reason.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Expected {
+    /// The verdict (§5).
+    pub verdict: Verdict,
+    /// The reason, present exactly when the verdict is `rejected`.
+    pub reason: Option<Reason>,
+}
+
+impl Expected {
+    /// `accepted`.
+    pub const ACCEPTED: Expected = Expected {
+        verdict: Verdict::Accepted,
+        reason: None,
+    };
+    /// `acknowledged`.
+    pub const ACKNOWLEDGED: Expected = Expected {
+        verdict: Verdict::Acknowledged,
+        reason: None,
+    };
+    /// `uncertain` (the expiry sweep made at least one job uncertain).
+    pub const UNCERTAIN: Expected = Expected {
+        verdict: Verdict::Uncertain,
+        reason: None,
+    };
+
+    /// `rejected` with `reason`.
+    pub fn rejected(reason: Reason) -> Expected {
+        Expected {
+            verdict: Verdict::Rejected,
+            reason: Some(reason),
+        }
+    }
+}
+
+impl fmt::Display for Expected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            Some(reason) => write!(f, "{} ({})", self.verdict, reason),
+            None => write!(f, "{}", self.verdict),
+        }
+    }
+}
