@@ -528,3 +528,100 @@ async fn a_claim_with_capacity_takes_several_jobs_each_under_its_own_lease() {
     assert_eq!(jobs.len(), 3);
     assert!(jobs.iter().all(|j| j.state == "running"));
 }
+
+#[tokio::test]
+async fn log_appends_are_idempotent_per_sequence_number_and_a_conflicting_result_never_replaces_the_outcome(
+) {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    let tuple = lease.tuple(None);
+    assert_eq!(
+        f.runner
+            .log_append(&tuple, 0, b"one\n")
+            .await
+            .unwrap()
+            .verdict,
+        "accepted"
+    );
+    // A retry of the same chunk (a lost answer) is acknowledged; other content is a conflict.
+    assert_eq!(
+        f.runner
+            .log_append(&tuple, 0, b"one\n")
+            .await
+            .unwrap()
+            .verdict,
+        "acknowledged"
+    );
+    let error = f.runner.log_append(&tuple, 0, b"two\n").await.unwrap_err();
+    assert_eq!(error.rejection(), Some("sequence_conflict"));
+    f.runner.log_append(&tuple, 1, b"two\n").await.unwrap();
+    assert_eq!(
+        f.operator.logs(f.project, job, None).await.unwrap(),
+        b"one\ntwo\n"
+    );
+    f.runner.result(&tuple, "passed", "d1").await.unwrap();
+    assert_eq!(
+        f.runner
+            .result(&tuple, "passed", "d1")
+            .await
+            .unwrap()
+            .verdict,
+        "acknowledged"
+    );
+    let error = f.runner.result(&tuple, "failed", "d2").await.unwrap_err();
+    assert_eq!(error.rejection(), Some("conflicting_result"));
+    let body = f.operator.job(f.project, job).await.unwrap();
+    assert_eq!(
+        (body.state.as_str(), body.result_digest.as_deref()),
+        ("passed", Some("d1"))
+    );
+}
+
+#[tokio::test]
+async fn a_runner_of_another_project_is_told_wrong_project_and_cannot_claim_its_jobs() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    f.operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap();
+    let other_project = f.operator.create_project("other").await.unwrap();
+    let other_token = f
+        .operator
+        .create_runner(other_project, "intruder")
+        .await
+        .unwrap()
+        .token;
+    let intruder = RunnerClient::new(&server.url(), &other_token, Duration::from_secs(10)).unwrap();
+    assert!(intruder.claim(1).await.unwrap().is_empty());
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    // The exact tuple, copied, from the wrong project's runner.
+    let error = intruder.heartbeat(&lease.tuple(None)).await.unwrap_err();
+    assert_eq!(error.rejection(), Some("wrong_project"));
+    let error = intruder
+        .result(&lease.tuple(None), "passed", "x")
+        .await
+        .unwrap_err();
+    assert_eq!(error.rejection(), Some("wrong_project"));
+    // And the operator sees the job only under its own project.
+    let (status, answer) = post(
+        &server,
+        Some(OPERATOR),
+        &format!("/v1/projects/{other_project}/jobs/{}/cancel", lease.job),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (409, Some("wrong_project"))
+    );
+    let job = f.operator.job(f.project, lease.job).await.unwrap();
+    assert_eq!(job.state, "running");
+}
