@@ -127,7 +127,12 @@ async fn job(f: &Fixture, job: Uuid) -> JobBody {
 }
 
 async fn logs(f: &Fixture, job: Uuid) -> String {
-    String::from_utf8_lossy(&f.operator.logs(f.project, job, None).await.unwrap()).into_owned()
+    // Empty before the job has an attempt.
+    f.operator
+        .logs(f.project, job, None)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
 }
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet: it executes nothing).
@@ -791,4 +796,53 @@ async fn a_fenced_target_refuses_a_disconnected_worker_at_fence_10_once_fence_11
     .await;
     let body = job(&f, job_id).await;
     assert_eq!((body.state.as_str(), body.fence), ("passed", 11));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_that_reconnects_before_its_lease_expired_is_told_to_continue_and_passes() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let command = format!(
+        "echo waiting; while [ ! -f {go} ]; do sleep 0.1; done; echo done",
+        go = go.display()
+    );
+    let job_id = f
+        .operator
+        .submit(f.project, &request(&[("e", "e")], &command, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let proxy = Proxy::start(server.addr).await;
+    let _runner = runner_process(&proxy.url, &f.token, &dir.path().join("w"), &[]);
+    eventually("the command runs", Duration::from_secs(30), || async {
+        logs(&f, job_id).await.contains("waiting").then_some(())
+    })
+    .await;
+    proxy.cut();
+    eventually(
+        "the runner lost contact",
+        Duration::from_secs(15),
+        || async { (proxy.refused.load(Ordering::SeqCst) > 0).then_some(()) },
+    )
+    .await;
+    // The lease has not expired (the clock did not move): the rejoin answers continue.
+    proxy.restore();
+    eventually("the runner rejoined", Duration::from_secs(30), || async {
+        let observations = f.operator.observations(f.project, job_id).await.ok()?;
+        observations
+            .iter()
+            .any(|o| o.kind == "rejoin" && o.verdict == "accepted")
+            .then_some(())
+    })
+    .await;
+    std::fs::write(&go, "").unwrap();
+    let body = eventually("the job passed", Duration::from_secs(30), || async {
+        let body = job(&f, job_id).await;
+        (body.state == "passed").then_some(body)
+    })
+    .await;
+    assert_eq!(body.fence, 1);
+    assert!(logs(&f, job_id).await.contains("done"));
 }
