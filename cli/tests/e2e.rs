@@ -579,13 +579,26 @@ fn the_quick_start_works_with_real_serve_op_and_runner_processes() {
         }
         said.push(line);
     };
-    if db.is_none() {
-        assert!(
-            said.iter().any(|l| l.contains("throwaway PostgreSQL")
-                && l.contains("removed when this process exits")),
-            "{said:?}"
-        );
-    }
+    // Where the throwaway cluster lives (without DATABASE_URL): removed after the server exits.
+    let cluster_dir: Option<PathBuf> = if db.is_none() {
+        let line = said
+            .iter()
+            .find(|l| {
+                l.contains("throwaway PostgreSQL") && l.contains("removed when this process exits")
+            })
+            .unwrap_or_else(|| panic!("{said:?}"));
+        let dir = line
+            .split(" in ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        assert!(Path::new(dir).is_dir(), "{line}");
+        Some(PathBuf::from(dir))
+    } else {
+        None
+    };
     assert!(
         !said.iter().any(|l| l.contains(OPERATOR)),
         "tokens are never printed"
@@ -641,6 +654,17 @@ fn the_quick_start_works_with_real_serve_op_and_runner_processes() {
     let pid = rustix::process::Pid::from_raw(i32::try_from(serve.0.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     assert!(wait_exit(&mut serve.0, Duration::from_secs(30)).success());
+    if let Some(dir) = cluster_dir {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while dir.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} was not removed",
+                dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
