@@ -196,7 +196,7 @@ impl ApiError {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "missing, unknown or revoked bearer token",
+            "missing or unknown bearer token",
         )
     }
 
