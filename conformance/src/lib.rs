@@ -4,8 +4,10 @@
 pub mod driver;
 pub mod generate;
 pub mod junit;
+pub mod minimize;
 pub mod pg;
 pub mod replay;
 pub mod scenarios;
 pub mod shard;
 pub mod suite;
+pub mod traces;

@@ -1,0 +1,573 @@
+//! `leasewright conform`: replay model traces against the implementation, step by step.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use leasewright_conformance::generate::{random_walks, transition_cover, Generated};
+use leasewright_conformance::pg::PgDriver;
+use leasewright_conformance::replay::{action_key, Divergence};
+use leasewright_conformance::shard::Shard;
+use leasewright_conformance::suite::{self, RunOptions};
+use leasewright_conformance::{junit, minimize, scenarios, traces};
+use leasewright_model::{Config, LeaseModel, Reason, TargetKind};
+use serde_json::json;
+
+/// Which traces to replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SuiteName {
+    /// Exactly one trace per (reachable state, enabled action) of the configuration.
+    Cover,
+    /// Seeded random walks (`--seed`, `--steps`).
+    Random,
+    /// The named scenarios of docs/protocol.md §10.
+    Scenarios,
+    /// All of the above.
+    All,
+}
+
+#[derive(Args, Debug)]
+pub struct ConformArgs {
+    /// The PostgreSQL to run against. Default: $DATABASE_URL, else a throwaway cluster.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Which traces to replay.
+    #[arg(long, value_enum, default_value_t = SuiteName::All)]
+    suite: SuiteName,
+    /// Seed of the random walks (printed, so any run can be repeated).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Random-walk steps in all.
+    #[arg(long, default_value_t = 10_000)]
+    steps: usize,
+    /// Steps per random walk.
+    #[arg(long, default_value_t = 40)]
+    walk_len: usize,
+    /// Where divergent traces are saved (ITF JSON).
+    #[arg(long, default_value = "traces")]
+    traces: PathBuf,
+    /// Write a JUnit XML report here.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Run the suite against every mutant of the implementation and print which are killed.
+    #[arg(long)]
+    mutants: bool,
+    /// Run only shard I of N (I from 1).
+    #[arg(long, default_value = "1/1")]
+    shard: Shard,
+    /// Traces replayed at once, each in its own namespace.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Replay one saved trace file (ITF JSON) instead of a suite.
+    #[arg(long, conflicts_with_all = ["suite", "mutants"])]
+    replay: Option<PathBuf>,
+    /// Print the summary as one JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Jobs in the model configuration.
+    #[arg(long)]
+    jobs: Option<u8>,
+    /// Runners of project 0.
+    #[arg(long)]
+    runners: Option<u8>,
+    /// Attempts per job.
+    #[arg(long)]
+    attempts: Option<u8>,
+    /// The deployment target's kind.
+    #[arg(long)]
+    target: Option<TargetKind>,
+}
+
+impl ConformArgs {
+    fn config(&self) -> Config {
+        let mut config = Config::default();
+        if let Some(jobs) = self.jobs {
+            config.jobs = jobs;
+        }
+        if let Some(runners) = self.runners {
+            config.runners = runners;
+        }
+        if let Some(attempts) = self.attempts {
+            config.attempts_per_job = attempts;
+        }
+        if let Some(target) = self.target {
+            config.target = target;
+        }
+        config
+    }
+}
+
+/// One suite's traces, all of one model.
+struct Batch {
+    model: Arc<LeaseModel>,
+    traces: Vec<Generated<LeaseModel>>,
+}
+
+pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
+    #[cfg(not(feature = "mutants"))]
+    if args.mutants {
+        return rerun_with_mutants();
+    }
+    if args.parallel == 0 {
+        eprintln!("error: --parallel must be at least 1");
+        return Ok(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(conform(args))
+}
+
+async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
+    let (pool, _database) = match connect(&args).await {
+        Ok(connected) => connected,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return Ok(2);
+        }
+    };
+    if let Some(file) = &args.replay {
+        return replay_file(&args, pool, file).await;
+    }
+    let started = Instant::now();
+    let batches = match generate(&args) {
+        Ok(batches) => batches,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(2);
+        }
+    };
+    let total: usize = batches.iter().map(|b| b.traces.len()).sum();
+    eprintln!(
+        "generated {total} traces in {:.1} s (suite {:?}, seed {}, shard {})",
+        started.elapsed().as_secs_f64(),
+        args.suite,
+        args.seed,
+        args.shard
+    );
+    if args.mutants {
+        return mutants(&args, pool, &batches).await;
+    }
+    let driver = Arc::new(PgDriver::new(pool));
+    let report = run_batches(&args, driver, &batches, false, true).await;
+    print_summary(&args, &report, &batches);
+    if let Some(path) = &args.junit {
+        std::fs::write(path, junit::render(&report.cases))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("JUnit report: {}", path.display());
+    }
+    if let Some(first) = report.divergences.first() {
+        report_divergence(&args, first, &batches).await?;
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// Connects to `--database-url`, $DATABASE_URL, or a throwaway cluster (kept alive by the
+/// returned guard).
+async fn connect(
+    args: &ConformArgs,
+) -> anyhow::Result<(
+    sqlx::PgPool,
+    Option<leasewright_impl::database::TestDatabase>,
+)> {
+    let url = args
+        .database_url
+        .clone()
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let (url, guard) = match url {
+        Some(url) => (url, None),
+        None => {
+            eprintln!(
+                "no --database-url or DATABASE_URL: starting a throwaway PostgreSQL cluster \
+                 (removed when this command exits)"
+            );
+            let db = leasewright_impl::database::TestDatabase::create().await?;
+            (db.url().to_string(), Some(db))
+        }
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections((args.parallel as u32).saturating_mul(2).max(4))
+        .connect(&url)
+        .await
+        .with_context(|| "connecting to PostgreSQL (check --database-url)".to_string())?;
+    leasewright_impl::Store::from_pool(
+        pool.clone(),
+        Arc::new(leasewright_impl::SystemClock),
+        leasewright_impl::StoreConfig::default(),
+    )
+    .await
+    .context("applying the implementation's migrations")?;
+    Ok((pool, guard))
+}
+
+fn generate(args: &ConformArgs) -> Result<Vec<Batch>, String> {
+    let config = args.config();
+    let model = Arc::new(LeaseModel::new(config));
+    let mut batches = Vec::new();
+    let wants = |s: SuiteName| args.suite == s || args.suite == SuiteName::All;
+    if wants(SuiteName::Scenarios) {
+        for (model, trace) in scenarios::all()? {
+            batches.push(Batch {
+                model: Arc::new(model),
+                traces: vec![trace],
+            });
+        }
+    }
+    if wants(SuiteName::Cover) {
+        let traces = transition_cover((*model).clone(), true);
+        batches.push(Batch {
+            model: Arc::clone(&model),
+            traces,
+        });
+    }
+    if wants(SuiteName::Random) {
+        let traces = random_walks(model.as_ref(), args.seed, args.steps, args.walk_len);
+        batches.push(Batch {
+            model: Arc::clone(&model),
+            traces,
+        });
+    }
+    // Shard by position in the whole, stable list.
+    let mut position = 0usize;
+    for batch in &mut batches {
+        batch.traces.retain(|_| {
+            let keep = args.shard.contains(position);
+            position += 1;
+            keep
+        });
+    }
+    batches.retain(|b| !b.traces.is_empty());
+    Ok(batches)
+}
+
+async fn run_batches(
+    args: &ConformArgs,
+    driver: Arc<PgDriver>,
+    batches: &[Batch],
+    stop_at_first: bool,
+    show_progress: bool,
+) -> suite::Outcome {
+    let total: u64 = batches.iter().map(|b| b.traces.len() as u64).sum();
+    let bar = if show_progress {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {pos}/{len} traces, {per_sec}, eta {eta}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(driver_name(&driver));
+    let mut all = suite::Outcome::default();
+    let options = RunOptions {
+        parallel: args.parallel,
+        stop_at_first,
+    };
+    let started = Instant::now();
+    for batch in batches {
+        let offset = bar.position();
+        let progress = {
+            let bar = bar.clone();
+            move |done: u64| bar.set_position(offset + done)
+        };
+        let outcome = suite::run(
+            Arc::clone(&driver),
+            Arc::clone(&batch.model),
+            batch.traces.clone(),
+            &options,
+            progress,
+        )
+        .await;
+        all.traces += outcome.traces;
+        all.tally.absorb(&outcome.tally);
+        all.divergences.extend(outcome.divergences);
+        all.cases.extend(outcome.cases);
+        if stop_at_first && !all.divergences.is_empty() {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    all.divergences.sort_by_key(|d| (d.step, d.trace.clone()));
+    all.elapsed = started.elapsed();
+    all
+}
+
+fn driver_name(driver: &PgDriver) -> String {
+    use leasewright_conformance::driver::Driver as _;
+    driver.name()
+}
+
+fn print_summary(args: &ConformArgs, report: &suite::Outcome, batches: &[Batch]) {
+    let seconds = report.elapsed.as_secs_f64().max(1e-9);
+    let reasons_hit: BTreeSet<String> = report
+        .tally
+        .verdicts
+        .keys()
+        .filter_map(|k| k.strip_prefix("rejected:").map(str::to_string))
+        .collect();
+    let reasons_never: Vec<&str> = Reason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .filter(|r| !reasons_hit.contains(*r))
+        .collect();
+    let action_kinds: BTreeSet<String> = batches
+        .iter()
+        .flat_map(|b| {
+            b.traces
+                .iter()
+                .flat_map(|t| t.steps.iter().map(|(a, _)| action_key(a)))
+        })
+        .collect();
+    if args.json {
+        let doc = json!({
+            "suite": format!("{:?}", args.suite).to_lowercase(),
+            "seed": args.seed,
+            "shard": args.shard.to_string(),
+            "config": args.config(),
+            "traces": report.traces,
+            "steps": report.tally.steps,
+            "seconds": report.elapsed.as_secs_f64(),
+            "traces_per_second": report.traces as f64 / seconds,
+            "steps_per_second": report.tally.steps as f64 / seconds,
+            "verdicts": report.tally.verdicts,
+            "actions": report.tally.actions,
+            "reasons_never_hit": reasons_never,
+            "divergences": report.divergences.len(),
+            "first_divergence": report.divergences.first().map(Divergence::render),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        return;
+    }
+    println!("conformance: model against PostgreSQL (in-process driver)");
+    println!("  configuration   {}", describe_config(&args.config()));
+    println!(
+        "  suite           {:?} (seed {}, shard {})",
+        args.suite, args.seed, args.shard
+    );
+    println!("  traces          {}", report.traces);
+    println!("  steps           {}", report.tally.steps);
+    println!(
+        "  time            {:.1} s ({:.0} traces/s, {:.0} steps/s)",
+        report.elapsed.as_secs_f64(),
+        report.traces as f64 / seconds,
+        report.tally.steps as f64 / seconds
+    );
+    println!("  verdicts");
+    print_counts(&report.tally.verdicts);
+    println!(
+        "  transitions by action kind ({} kinds)",
+        action_kinds.len()
+    );
+    print_counts(&report.tally.actions);
+    if reasons_never.is_empty() {
+        println!("  rejection reasons never hit: none");
+    } else {
+        println!(
+            "  rejection reasons never hit: {}",
+            reasons_never.join(", ")
+        );
+    }
+    println!("  divergences     {}", report.divergences.len());
+}
+
+fn print_counts(counts: &std::collections::BTreeMap<String, u64>) {
+    for (k, v) in counts {
+        println!("    {k:<28} {v:>9}");
+    }
+}
+
+fn describe_config(c: &Config) -> String {
+    format!(
+        "{} jobs, {} runners{}, {} attempts/job, lease ttl {} ticks, clock bound {}, {} target",
+        c.jobs,
+        c.runners,
+        if c.outsider { " + outsider" } else { "" },
+        c.attempts_per_job,
+        c.lease_ttl,
+        c.clock_bound,
+        c.target
+    )
+}
+
+/// Shrinks the first divergence, saves it, and prints how to replay it.
+async fn report_divergence(
+    args: &ConformArgs,
+    first: &Divergence,
+    batches: &[Batch],
+) -> anyhow::Result<()> {
+    let (batch, trace) = batches
+        .iter()
+        .find_map(|b| {
+            b.traces
+                .iter()
+                .find(|t| t.name == first.trace)
+                .map(|t| (b, t))
+        })
+        .context("the divergent trace is in the suite")?;
+    eprintln!("{}", first.render());
+    let (pool, _guard) = connect(args).await?;
+    let driver = PgDriver::new(pool);
+    let (shrunk, divergence) = minimize::shrink(&batch.model, &driver, trace).await;
+    std::fs::create_dir_all(&args.traces)
+        .with_context(|| format!("creating {}", args.traces.display()))?;
+    let path = args.traces.join(format!("{}.itf.json", shrunk.name));
+    std::fs::write(&path, traces::to_itf(&batch.model, &shrunk))
+        .with_context(|| format!("writing {}", path.display()))?;
+    if shrunk.steps.len() < trace.steps.len() {
+        eprintln!(
+            "shrunk from {} to {} steps; the minimal divergence:\n{}",
+            trace.steps.len(),
+            shrunk.steps.len(),
+            divergence.map(|d| d.render()).unwrap_or_default()
+        );
+    }
+    eprintln!("saved trace: {}", path.display());
+    eprintln!(
+        "replay it:   cargo run --release -- conform --replay {}",
+        path.display()
+    );
+    Ok(())
+}
+
+async fn replay_file(
+    args: &ConformArgs,
+    pool: sqlx::PgPool,
+    file: &PathBuf,
+) -> anyhow::Result<i32> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: cannot read {}: {error}", file.display());
+            return Ok(2);
+        }
+    };
+    let (model, trace) = match traces::from_itf(&text) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!(
+                "error: {} is not a trace of this model: {error}",
+                file.display()
+            );
+            return Ok(2);
+        }
+    };
+    let driver = PgDriver::new(pool);
+    let model = Arc::new(model);
+    let batches = [Batch {
+        model,
+        traces: vec![trace],
+    }];
+    let report = run_batches(args, Arc::new(driver), &batches, true, false).await;
+    match report.divergences.first() {
+        Some(d) => {
+            println!("{}", d.render());
+            Ok(1)
+        }
+        None => {
+            println!(
+                "{}: {} steps, the implementation agrees with the model",
+                file.display(),
+                report.tally.steps
+            );
+            Ok(0)
+        }
+    }
+}
+
+async fn mutants(args: &ConformArgs, pool: sqlx::PgPool, batches: &[Batch]) -> anyhow::Result<i32> {
+    #[cfg(feature = "mutants")]
+    {
+        use leasewright_impl::mutants::Mutant;
+        println!("{:<34} {:<9} first failing trace", "mutant", "verdict");
+        let mut survived = 0;
+        // The unmutated implementation first: a mutant only counts as killed if the real one passes.
+        let clean = run_batches(
+            args,
+            Arc::new(PgDriver::new(pool.clone())),
+            batches,
+            true,
+            true,
+        )
+        .await;
+        if let Some(d) = clean.divergences.first() {
+            eprintln!(
+                "the unmutated implementation already diverges:\n{}",
+                d.render()
+            );
+            return Ok(1);
+        }
+        for mutant in Mutant::ALL {
+            let driver = Arc::new(PgDriver::new(pool.clone()).with_mutant(mutant));
+            let report = run_batches(args, driver, batches, true, true).await;
+            let name = format!("{mutant:?}");
+            match report.divergences.first() {
+                Some(d) => println!(
+                    "{name:<34} {:<9} {} (step {}: {})",
+                    "killed",
+                    d.trace,
+                    d.step,
+                    d.differences.first().map(String::as_str).unwrap_or("")
+                ),
+                None => {
+                    survived += 1;
+                    println!("{name:<34} {:<9} -", "SURVIVED");
+                }
+            }
+        }
+        println!(
+            "{} mutants, {} killed, {survived} survived",
+            Mutant::ALL.len(),
+            Mutant::ALL.len() - survived
+        );
+        Ok(if survived == 0 { 0 } else { 1 })
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = (args, pool, batches);
+        unreachable!("a build without mutants re-runs itself from the mutants build first")
+    }
+}
+
+/// On a normal build, `--mutants` re-runs the same command from a separate build with the
+/// `mutants` feature (in target/mutants, so the production binary is never rebuilt with it).
+#[cfg(not(feature = "mutants"))]
+fn rerun_with_mutants() -> anyhow::Result<i32> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("the workspace root")?
+        .to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!(
+        "mutants live in a separate build so that the production binary never contains one; \
+         building it in {} (the first time takes a few minutes)",
+        root.join("target/mutants").display()
+    );
+    let status = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "--features",
+            "mutants",
+            "--bin",
+            "leasewright",
+        ])
+        .arg("--target-dir")
+        .arg(root.join("target/mutants"))
+        .arg("--")
+        .args(std::env::args_os().skip(1))
+        .status()
+        .context("running cargo to build the mutants build (is cargo on PATH?)")?;
+    Ok(status.code().unwrap_or(2))
+}
