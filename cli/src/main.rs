@@ -2,7 +2,9 @@
 //! a `run(args) -> anyhow::Result<i32>` returning the process exit code.
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
+mod conform;
 mod runner;
 mod serve;
 
@@ -21,6 +23,10 @@ struct Cli {
 enum Command {
     /// Model-check the protocol (or a flawed variant) exhaustively with stateright.
     Check(check::CheckArgs),
+    /// Replay model traces against the PostgreSQL implementation and compare step by step.
+    Conform(conform::ConformArgs),
+    /// Benchmark the implementation against same-run baselines on PostgreSQL.
+    Bench(bench::BenchArgs),
     /// Serve the HTTP control plane (a throwaway PostgreSQL without --database-url).
     Serve(serve::ServeArgs),
     /// Run a runner agent: claim jobs, verify their source, run them, report.
@@ -32,6 +38,8 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let code = match Cli::parse().command {
         Command::Check(args) => check::run(&args)?,
+        Command::Conform(args) => conform::run(args)?,
+        Command::Bench(args) => bench::run(args)?,
         Command::Serve(args) => serve::run(args)?,
         Command::Runner(args) => runner::run(args)?,
         Command::Op(args) => serve::op(args)?,
