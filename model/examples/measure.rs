@@ -16,6 +16,7 @@ fn main() {
         lease_ttl: *args.get(3).unwrap_or(&d.lease_ttl),
         clock_bound: *args.get(4).unwrap_or(&d.clock_bound),
         max_skew: *args.get(5).unwrap_or(&d.max_skew),
+        disconnects: args.get(6).map_or(d.disconnects, |&x| x != 0),
         ..d
     };
     let start = std::time::Instant::now();
@@ -23,8 +24,16 @@ fn main() {
         .checker()
         .symmetry()
         .threads(2)
-        .spawn_dfs()
-        .join();
+        .spawn_dfs();
+    while !checker.is_done() {
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        eprintln!(
+            "  ... {} unique after {:.0?}",
+            checker.unique_state_count(),
+            start.elapsed()
+        );
+    }
+    let checker = checker.join();
     println!(
         "{config:?}\n{} unique, {} total, {:.2?}",
         checker.unique_state_count(),

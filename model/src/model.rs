@@ -362,7 +362,13 @@ impl LeaseModel {
         if m.kind == MessageKind::TargetMutation {
             if verdict.verdict == Verdict::Accepted {
                 let slot = &mut s.targets[m.job as usize];
-                slot.applied = (slot.applied + 1).min(2);
+                // Only an idempotent target's rule depends on how often it applied.
+                let cap = if self.config.target == TargetKind::Idempotent {
+                    2
+                } else {
+                    1
+                };
+                slot.applied = (slot.applied + 1).min(cap);
                 slot.last_fence = m.fence;
                 slot.highest_fence = slot.highest_fence.max(m.fence);
             }
@@ -559,7 +565,7 @@ impl Model for LeaseModel {
                     }
                 }
             }
-            if r.connected && self.executing(s, runner).is_some() {
+            if c.disconnects && r.connected && self.executing(s, runner).is_some() {
                 actions.push(Action::Disconnect { runner });
             }
             if !r.connected {
@@ -723,12 +729,20 @@ impl Model for LeaseModel {
                 }
             }
         }
-        // A heartbeat or rejoin whose attempt is no longer `active` can only ever be rejected,
-        // changing nothing: the network loses it (results and target mutations stay in flight
+        // The lease expiry of an attempt that is no longer `active` decides nothing (checks 8–10
+        // answer first, or the attempt is `uncertain`): forget it, so that states that differ only
+        // there are one state.
+        for a in s.attempts.iter_mut() {
+            if a.state != AttemptState::Active {
+                a.lease_expiry = 0;
+            }
+        }
+        // A heartbeat whose attempt is no longer `active` can only ever be rejected, changing
+        // nothing: the network loses it (results, rejoins and target mutations stay in flight
         // forever, for late and duplicate delivery).
         let attempts = &s.attempts;
         s.in_flight.retain(|m| {
-            !matches!(m.kind, MessageKind::Heartbeat | MessageKind::Rejoin)
+            m.kind != MessageKind::Heartbeat
                 || attempts[m.attempt as usize].state == AttemptState::Active
         });
         Some(s)

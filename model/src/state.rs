@@ -20,6 +20,8 @@ pub struct Config {
     /// A runner message carries a runner observed time `0..=max_skew`: arbitrary data, unrelated to
     /// the server's clock (a runner's clock may be skewed by any amount).
     pub max_skew: u8,
+    /// Let an executing runner lose contact (`disconnect`) and come back (`rejoin`).
+    pub disconnects: bool,
     /// Add a runner of project 1 that owns no jobs and can replay any in-flight message under its
     /// own identity (exercises `wrong_project` and invariant 12).
     pub outsider: bool,
@@ -43,6 +45,7 @@ impl Default for Config {
             lease_ttl: 2,
             clock_bound: 3,
             max_skew: 0,
+            disconnects: true,
             outsider: true,
             forgery: false,
             target: TargetKind::Fenced,

@@ -408,14 +408,46 @@ fn every_variant_is_caught_by_some_always_property_in_the_small_configuration() 
     }
 }
 
-#[test]
-fn the_protocol_satisfies_every_property_in_the_small_configuration() {
-    let checker = LeaseModel::new(small())
+/// Exhaustive DFS with symmetry reduction: every `always` holds, every `sometimes` is reached, and
+/// the number of unique states is pinned (a change to it is a change to the model: say why).
+fn assert_checks(config: Config, unique_states: usize) {
+    let checker = LeaseModel::new(config.clone())
         .checker()
         .symmetry()
+        .threads(2)
         .spawn_dfs()
         .join();
     checker.assert_properties();
+    assert_eq!(checker.unique_state_count(), unique_states, "{config:?}");
+}
+
+#[test]
+fn the_protocol_satisfies_every_property_in_the_default_configuration() {
+    assert_checks(Config::default(), 42_826);
+}
+
+#[test]
+fn the_protocol_satisfies_every_property_with_one_runner() {
+    assert_checks(
+        Config {
+            runners: 1,
+            ..small()
+        },
+        20_554,
+    );
+}
+
+#[test]
+fn the_protocol_satisfies_every_property_without_disconnects_and_with_a_short_clock() {
+    assert_checks(
+        Config {
+            disconnects: false,
+            lease_ttl: 1,
+            clock_bound: 1,
+            ..small()
+        },
+        2_945,
+    );
 }
 
 #[test]
