@@ -267,7 +267,7 @@ impl Queue {
                 .rates
                 .iter()
                 .find(|(x, _)| *x == c)
-                .map_or(20_000.0, |(_, r)| *r),
+                .map_or(5_000.0, |(_, r)| *r),
         };
         let headroom = (rate * slot.as_secs_f64() * 1.5) as i64 + 100;
         fixture.top_up(self.depth + headroom).await
