@@ -25,8 +25,13 @@ fn main() {
         .symmetry()
         .threads(2)
         .spawn_dfs();
+    let mut last = std::time::Instant::now();
     while !checker.is_done() {
-        std::thread::sleep(std::time::Duration::from_secs(5));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if last.elapsed() < std::time::Duration::from_secs(5) {
+            continue;
+        }
+        last = std::time::Instant::now();
         eprintln!(
             "  ... {} unique after {:.0?}",
             checker.unique_state_count(),

@@ -250,6 +250,5 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    let _ = model;
     out
 }

@@ -362,11 +362,11 @@ impl LeaseModel {
         if m.kind == MessageKind::TargetMutation {
             if verdict.verdict == Verdict::Accepted {
                 let slot = &mut s.targets[m.job as usize];
-                // Only an idempotent target's rule depends on how often it applied.
-                let cap = if self.config.target == TargetKind::Idempotent {
-                    2
-                } else {
+                // A fenced target's rule does not depend on how often it applied: count to 1.
+                let cap = if self.config.target == TargetKind::Fenced {
                     1
+                } else {
+                    2
                 };
                 slot.applied = (slot.applied + 1).min(cap);
                 slot.last_fence = m.fence;
@@ -749,7 +749,7 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties::all()
+        properties::all(self.config.target)
     }
 
     fn format_action(&self, action: &Action) -> String {

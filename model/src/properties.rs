@@ -51,12 +51,17 @@ pub const SOMETIMES_LATE_REPORT: &str = "a late report is recorded";
 pub const SOMETIMES_HEARTBEAT_REJECTED: &str = "a heartbeat after expiry is rejected";
 /// A cancellation completed with the runner's `cancelled` result.
 pub const SOMETIMES_CANCELLED: &str = "a cancellation completes";
-/// The fenced target refused a stale fence.
+/// The fenced target refused a stale fence (fenced targets only).
 pub const SOMETIMES_STALE_FENCE: &str = "the fenced target refuses a stale fence";
+/// The idempotent target acknowledged a repeated deployment (idempotent targets only).
+pub const SOMETIMES_REPEAT_ACKNOWLEDGED: &str = "the idempotent target acknowledges a repeat";
+/// The unfenced target applied a second mutation (unfenced targets only): it cannot refuse one.
+pub const SOMETIMES_APPLIED_TWICE: &str = "the unfenced target applies a mutation twice";
 
-/// Every property, `always` first, in a fixed order.
-pub fn all() -> Vec<Property<LeaseModel>> {
-    vec![
+/// Every property for a target of kind `target`, `always` first, in a fixed order. The last
+/// `sometimes` property exercises the target's own rule, so it depends on the kind.
+pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
+    let mut properties = vec![
         Property::always(AT_MOST_ONE_CURRENT_ATTEMPT, at_most_one_current_attempt),
         Property::always(FENCES_INCREASE, fences_increase),
         Property::always(NO_STALE_COMPLETION, no_stale_completion),
@@ -106,10 +111,23 @@ pub fn all() -> Vec<Property<LeaseModel>> {
                 .iter()
                 .any(|j| j.state == JobState::Cancelled && j.completed_by.is_some())
         }),
-        Property::sometimes(SOMETIMES_STALE_FENCE, |m, s: &State| {
+    ];
+    properties.push(match target {
+        TargetKind::Fenced => Property::sometimes(SOMETIMES_STALE_FENCE, |m, s: &State| {
             observed(m, s, |o| o.reason == Some(Reason::StaleFence))
         }),
-    ]
+        TargetKind::Idempotent => {
+            Property::sometimes(SOMETIMES_REPEAT_ACKNOWLEDGED, |m, s: &State| {
+                observed(m, s, |o| {
+                    o.kind == MessageKind::TargetMutation && o.verdict == Verdict::Acknowledged
+                })
+            })
+        }
+        TargetKind::Unfenced => Property::sometimes(SOMETIMES_APPLIED_TWICE, |_, s: &State| {
+            s.targets.iter().any(|t| t.applied > 1)
+        }),
+    });
+    properties
 }
 
 /// Some in-flight message, delivered now, would be recorded as `f` describes. Delivery is always
@@ -176,7 +194,7 @@ fn outcome_never_changes(_: &LeaseModel, s: &State) -> bool {
 fn no_heartbeat_after_expiry(_: &LeaseModel, s: &State) -> bool {
     s.attempts
         .iter()
-        .all(|a| !a.expired || !(a.state == AttemptState::Active && s.clock < a.lease_expiry))
+        .all(|a| !a.expired || a.state != AttemptState::Active || s.clock >= a.lease_expiry)
 }
 
 fn one_execution_per_job(_: &LeaseModel, s: &State) -> bool {

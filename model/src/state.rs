@@ -35,8 +35,9 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// The default configuration: 2 jobs, 2 runners (+ the outsider), 2 attempts per job,
-    /// lease_ttl 2, clock bound 3, runner skew 0..=1, fenced target, the protocol.
+    /// The default configuration (docs/model.md): 1 job, 2 runners (+ the outsider), 2 attempts
+    /// per job, lease_ttl 2, clock bound 3, runner time 0, disconnects, fenced target, the
+    /// protocol. 42,826 unique states under symmetry reduction.
     fn default() -> Self {
         Config {
             jobs: 1,

@@ -38,6 +38,9 @@ pub const STATE_VARS: [&str; 6] = [
     "targets",
 ];
 
+/// What [`parse`] reads back: the configuration, the actions, and each action's expected verdict.
+pub type Parsed = (Config, Vec<Action>, Vec<Option<Expected>>);
+
 /// Why a document is not a trace of this model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceError(pub String);
@@ -72,7 +75,10 @@ fn none() -> Value {
 }
 
 fn some(v: Value) -> Value {
-    json!({"tag": "Some", "value": v})
+    let mut map = Map::new();
+    map.insert("tag".into(), json!("Some"));
+    map.insert("value".into(), v);
+    Value::Object(map)
 }
 
 /// A serde value as an ITF value: `null` becomes Quint's `None`; a present optional value stays
@@ -215,7 +221,7 @@ fn parse_expected(v: &Value) -> Result<Option<Expected>, TraceError> {
 /// actions, and each step's stored expected verdict. The actions are replayed from the initial
 /// state: every one must be enabled, every stored state must equal the replayed one, the model
 /// hash must match, and every stored verdict must be the model's; otherwise an error says where.
-pub fn parse(doc: &Value) -> Result<(Config, Vec<Action>, Vec<Option<Expected>>), TraceError> {
+pub fn parse(doc: &Value) -> Result<Parsed, TraceError> {
     let Some(meta) = doc.get("#meta") else {
         return err("no #meta");
     };
@@ -292,7 +298,7 @@ pub fn to_string(
 }
 
 /// [`parse`] from text.
-pub fn from_str(text: &str) -> Result<(Config, Vec<Action>, Vec<Option<Expected>>), TraceError> {
+pub fn from_str(text: &str) -> Result<Parsed, TraceError> {
     let doc: Value =
         serde_json::from_str(text).map_err(|e| TraceError(format!("not JSON: {e}")))?;
     parse(&doc)
