@@ -410,7 +410,7 @@ fn every_variant_is_caught_by_some_always_property_in_the_small_configuration() 
 
 /// Exhaustive DFS with symmetry reduction: every `always` holds, every `sometimes` is reached, and
 /// the number of unique states is pinned (a change to it is a change to the model: say why).
-fn assert_checks(config: Config, unique_states: usize) {
+fn assert_checks(config: &Config, unique_states: usize) {
     let checker = LeaseModel::new(config.clone())
         .checker()
         .symmetry()
@@ -423,13 +423,13 @@ fn assert_checks(config: Config, unique_states: usize) {
 
 #[test]
 fn the_protocol_satisfies_every_property_in_the_default_configuration() {
-    assert_checks(Config::default(), 42_826);
+    assert_checks(&Config::default(), 42_826);
 }
 
 #[test]
 fn the_protocol_satisfies_every_property_with_one_runner() {
     assert_checks(
-        Config {
+        &Config {
             runners: 1,
             ..small()
         },
@@ -440,7 +440,7 @@ fn the_protocol_satisfies_every_property_with_one_runner() {
 #[test]
 fn the_protocol_satisfies_every_property_without_disconnects_and_with_a_short_clock() {
     assert_checks(
-        Config {
+        &Config {
             disconnects: false,
             lease_ttl: 1,
             clock_bound: 1,
