@@ -64,6 +64,13 @@ impl Fixture {
             .acquire_timeout(Duration::from_secs(60))
             .connect(database.url())
             .await?;
+        // For experiments (docs/benchmarks.md): statements run once after the migrations, e.g.
+        // to measure without a migration's index. Separated by `;`.
+        if let Ok(setup) = std::env::var("LEASEWRIGHT_BENCH_SETUP_SQL") {
+            for statement in setup.split(';').filter(|s| !s.trim().is_empty()) {
+                sqlx::query(statement).execute(&pool).await?;
+            }
+        }
         crate::baseline::create(&pool).await?;
         crate::baseline::fill_commit_rate(&pool, workers as i32).await?;
         let project = store.create_project("bench").await?;
@@ -130,10 +137,12 @@ impl Fixture {
         Ok(())
     }
 
-    /// `VACUUM (ANALYZE)` of the tables a claim touches, so that every measurement starts from
-    /// the same physical state and the planner knows the table sizes.
+    /// `VACUUM (ANALYZE)` of the bulk-loaded tables (the queues), as autovacuum would after the
+    /// load, so that every measurement starts from the same physical state. The empty tables are
+    /// left alone: analyzing them empty would make the planner plan for empty tables (see
+    /// docs/benchmarks.md, "cold statistics").
     pub async fn vacuum(&self) -> Result<(), BenchError> {
-        for table in CLAIM_TABLES {
+        for table in LOADED_TABLES {
             sqlx::query(&format!("VACUUM (ANALYZE) {table}"))
                 .execute(&self.pool)
                 .await?;
@@ -157,6 +166,13 @@ impl Fixture {
         self.pool.close().await;
     }
 }
+
+/// The tables setup loads.
+const LOADED_TABLES: [&str; 3] = [
+    "jobs",
+    "leasewright_bench.bare_queue",
+    "leasewright_bench.commit_rate",
+];
 
 /// The tables the measured operations write.
 const CLAIM_TABLES: [&str; 6] = [

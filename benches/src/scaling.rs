@@ -69,6 +69,8 @@ pub async fn run(options: Options) -> Result<Report, BenchError> {
             .run(&fixture, options.concurrency, Duration::from_millis(500))
             .await?;
         queue.observe(Contender::Fenced, &warm);
+        // Statistics of a system in operation, as in `claims::run_on`.
+        fixture.analyze().await?;
         fixtures.push((fixture, queue, load_seconds));
     }
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); fixtures.len()];
