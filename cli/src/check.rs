@@ -58,6 +58,9 @@ pub struct CheckArgs {
     /// Serve stateright's Explorer on this address instead of checking (never returns).
     #[arg(long, value_name = "ADDR")]
     explore: Option<String>,
+    /// Print the names of the flawed variants, one a line, and exit.
+    #[arg(long)]
+    list_variants: bool,
 }
 
 impl CheckArgs {
@@ -82,6 +85,12 @@ impl CheckArgs {
 /// Runs the check; returns the exit code (0: every `always` holds and every `sometimes` is
 /// reached; 1 otherwise).
 pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
+    if args.list_variants {
+        for variant in Variant::ALL.iter().filter(|v| **v != Variant::None) {
+            println!("{variant}");
+        }
+        return Ok(0);
+    }
     let config = args.config();
     let model = LeaseModel::new(config.clone());
     if let Some(addr) = &args.explore {

@@ -65,7 +65,8 @@ pub struct AttemptProjection {
 /// One target slot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TargetProjection {
-    /// Mutations applied, saturating at 2 as the model counts them.
+    /// Mutations applied, saturating as the model counts them: at 1 for a `fenced` target (whose
+    /// rule depends only on the highest fence), at 2 otherwise (enough to see a second deployment).
     pub applied: u8,
     /// The highest fence applied (0: none).
     pub highest_fence: Fence,
@@ -152,7 +153,7 @@ pub fn project_model(
         .targets
         .iter()
         .map(|t| TargetProjection {
-            applied: t.applied.min(2),
+            applied: t.applied.min(applied_cap(model.config.target)),
             highest_fence: if model.config.target == leasewright_model::TargetKind::Fenced {
                 t.highest_fence
             } else {
@@ -185,6 +186,15 @@ pub fn project_model(
             verdict: o.verdict,
             reason: o.reason,
         }),
+    }
+}
+
+/// The count at which the model stops counting a target's applied mutations.
+pub fn applied_cap(kind: leasewright_model::TargetKind) -> u8 {
+    if kind == leasewright_model::TargetKind::Fenced {
+        1
+    } else {
+        2
     }
 }
 
@@ -230,6 +240,11 @@ pub trait Session: Send {
 
     /// The implementation's state, projected onto the model's abstract state.
     fn project(&mut self) -> impl Future<Output = Result<Projection, DriverError>> + Send;
+
+    /// Called before a step whose projection follows steps that were not projected (the last
+    /// step of a cover trace): from now on, [`Session::project`] reports only what is recorded
+    /// after this point.
+    fn mark(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
 }
 
 /// The message kinds whose observations the server records (target mutations are the target's).

@@ -48,19 +48,26 @@ pub fn result_digest(outcome: model::Outcome) -> String {
 /// The in-process PostgreSQL driver.
 #[derive(Clone)]
 pub struct PgDriver {
-    pool: PgPool,
+    /// The store every trace's store is derived from (its migrations applied once).
+    store: imp::Store,
     #[cfg(feature = "mutants")]
     mutant: Option<imp::mutants::Mutant>,
 }
 
 impl PgDriver {
-    /// A driver over `pool` (the implementation's migrations are applied when a trace opens).
-    pub fn new(pool: PgPool) -> Self {
-        Self {
+    /// A driver over `pool`; applies the implementation's migrations once.
+    pub async fn new(pool: PgPool) -> Result<Self, imp::Error> {
+        let store = imp::Store::from_pool(
             pool,
+            Arc::new(imp::ManualClock::new(trace_epoch())),
+            imp::StoreConfig::default(),
+        )
+        .await?;
+        Ok(Self {
+            store,
             #[cfg(feature = "mutants")]
             mutant: None,
-        }
+        })
     }
 
     /// The same driver against an implementation with one rule removed.
@@ -86,12 +93,9 @@ impl Driver for PgDriver {
         let config = &model.config;
         let clock = Arc::new(imp::ManualClock::new(trace_epoch()));
         let lease_ttl = TICK * i32::from(config.lease_ttl);
-        let store_config = imp::StoreConfig {
-            lease_ttl: lease_ttl.to_std().map_err(unmappable)?,
-            ..imp::StoreConfig::default()
-        };
-        let store = imp::Store::from_pool(self.pool.clone(), clock.clone(), store_config)
-            .await
+        let store = self
+            .store
+            .with_clock(clock.clone(), lease_ttl.to_std().map_err(unmappable)?)
             .map_err(failed)?;
         #[cfg(feature = "mutants")]
         let store = match self.mutant {
@@ -154,6 +158,7 @@ impl Driver for PgDriver {
             attempts: Vec::new(),
             leases: BTreeMap::new(),
             targets,
+            target_kind: config.target,
             last_observation: 0,
             recorded: Vec::new(),
         })
@@ -174,6 +179,7 @@ pub struct PgSession {
     /// Model lease id → lease id.
     leases: BTreeMap<u8, imp::LeaseId>,
     targets: Vec<imp::DemoTarget>,
+    target_kind: model::TargetKind,
     /// The highest observation id seen so far.
     last_observation: i64,
     /// Observations recorded by the last step.
@@ -341,24 +347,32 @@ impl Session for PgSession {
             | Action::Disconnect { .. }
             | Action::Rejoin { .. } => None,
         };
-        // What this step recorded.
-        let mut recorded = Vec::new();
-        for job in &self.jobs {
-            for o in self.store.observations(*job).await.map_err(failed)? {
-                if o.id > self.last_observation {
-                    recorded.push(o);
-                }
-            }
-        }
-        if let Some(max) = recorded.iter().map(|o| o.id).max() {
-            self.last_observation = max;
-        }
-        recorded.sort_by_key(|o| o.id);
-        self.recorded = recorded;
         Ok(verdict)
     }
 
+    async fn mark(&mut self) -> Result<(), DriverError> {
+        self.last_observation = self
+            .records()
+            .await?
+            .iter()
+            .map(|o| o.id)
+            .max()
+            .unwrap_or(0);
+        Ok(())
+    }
+
     async fn project(&mut self) -> Result<Projection, DriverError> {
+        // What the last step recorded: the observations newer than the mark.
+        let recorded: Vec<_> = self
+            .records()
+            .await?
+            .into_iter()
+            .filter(|o| o.id > self.last_observation)
+            .collect();
+        if let Some(max) = recorded.iter().map(|o| o.id).max() {
+            self.last_observation = max;
+        }
+        self.recorded = recorded;
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for (j, id) in self.jobs.iter().enumerate() {
             let view = self
@@ -411,8 +425,9 @@ impl Session for PgSession {
         let mut targets = Vec::with_capacity(self.targets.len());
         for target in &self.targets {
             let state = target.state().await.map_err(failed)?;
+            let cap = i64::from(crate::driver::applied_cap(self.target_kind));
             targets.push(TargetProjection {
-                applied: state.applied_count.clamp(0, 2) as u8,
+                applied: state.applied_count.clamp(0, cap) as u8,
                 highest_fence: state.highest_fence.unwrap_or(0).clamp(0, 255) as u8,
             });
         }
@@ -435,6 +450,16 @@ impl Session for PgSession {
 }
 
 impl PgSession {
+    /// Every observation naming one of this trace's jobs, oldest first.
+    async fn records(&self) -> Result<Vec<imp::ObservationView>, DriverError> {
+        let mut all = Vec::new();
+        for job in &self.jobs {
+            all.extend(self.store.observations(*job).await.map_err(failed)?);
+        }
+        all.sort_by_key(|o| o.id);
+        Ok(all)
+    }
+
     fn observation(&self, o: &imp::ObservationView) -> Result<ObservationProjection, DriverError> {
         let (verdict, reason) = match o.verdict {
             imp::Verdict::Accepted(()) => (model::Verdict::Accepted, None),
@@ -491,6 +516,7 @@ fn observed(verdict: &imp::Verdict<()>) -> Observed {
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
 fn failed(error: imp::Error) -> DriverError {
     DriverError::Implementation(error.to_string())
 }

@@ -14,7 +14,7 @@ use leasewright_model::{Config, LeaseModel};
 async fn driver() -> (TestDatabase, Arc<PgDriver>) {
     let db = TestDatabase::create().await.expect("a test database");
     let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
-    (db, Arc::new(PgDriver::new(pool)))
+    (db, Arc::new(PgDriver::new(pool).await.expect("migrations")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

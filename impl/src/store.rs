@@ -177,6 +177,21 @@ impl Store {
         })
     }
 
+    /// The same database and pool with another clock and lease ttl (no migrations are run): for
+    /// callers that replay many independent histories on one database, each with its own time.
+    pub fn with_clock(&self, clock: Arc<dyn Clock>, lease_ttl: Duration) -> Result<Store, Error> {
+        let lease_ttl = chrono::Duration::from_std(lease_ttl)
+            .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
+        if lease_ttl <= chrono::Duration::zero() {
+            return Err(Error::InvalidArgument("lease_ttl must be positive"));
+        }
+        Ok(Store {
+            clock,
+            lease_ttl,
+            ..self.clone()
+        })
+    }
+
     /// The same store with one rule deliberately broken (feature `mutants` only).
     #[cfg(feature = "mutants")]
     pub fn with_mutant(mut self, mutant: crate::mutants::Mutant) -> Store {
