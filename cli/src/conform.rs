@@ -159,7 +159,7 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         return mutants(&args, pool, &batches).await;
     }
     let driver = Arc::new(PgDriver::new(pool).await?);
-    let report = run_batches(&args, driver, &batches, false, true).await;
+    let report = run_batches(&args, Arc::clone(&driver), &batches, false, true).await;
     print_summary(&args, &report, &batches);
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::render(&report.cases))
@@ -167,7 +167,7 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         eprintln!("JUnit report: {}", path.display());
     }
     if let Some(first) = report.divergences.first() {
-        report_divergence(&args, first, &batches).await?;
+        report_divergence(&args, &driver, first, &batches).await?;
         return Ok(1);
     }
     Ok(0)
@@ -433,6 +433,7 @@ fn describe_config(c: &Config) -> String {
 /// Shrinks the first divergence, saves it, and prints how to replay it.
 async fn report_divergence(
     args: &ConformArgs,
+    driver: &PgDriver,
     first: &Divergence,
     batches: &[Batch],
 ) -> anyhow::Result<()> {
@@ -446,9 +447,7 @@ async fn report_divergence(
         })
         .context("the divergent trace is in the suite")?;
     eprintln!("{}", first.render());
-    let (pool, _guard) = connect(args).await?;
-    let driver = PgDriver::new(pool).await?;
-    let (shrunk, divergence) = minimize::shrink(&batch.model, &driver, trace).await;
+    let (shrunk, divergence) = minimize::shrink(&batch.model, driver, trace).await;
     std::fs::create_dir_all(&args.traces)
         .with_context(|| format!("creating {}", args.traces.display()))?;
     let path = args.traces.join(format!("{}.itf.json", shrunk.name));

@@ -168,13 +168,12 @@ pub async fn replay_comparing<S: Session>(
                 &prefix,
             ));
         }
-        let last = i + 1 == trace.steps.len();
-        if compare == Compare::LastStep && !last {
-            tally.steps += 1;
-            *tally.actions.entry(action_key(action)).or_default() += 1;
-            if let Some(v) = &expected {
-                *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
-            }
+        tally.steps += 1;
+        *tally.actions.entry(action_key(action)).or_default() += 1;
+        if let Some(v) = &expected {
+            *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
+        }
+        if compare == Compare::LastStep && i + 1 != trace.steps.len() {
             before = after.clone();
             continue;
         }
@@ -189,11 +188,6 @@ pub async fn replay_comparing<S: Session>(
             let mut differences = Vec::new();
             diff("state", &want, &got, &mut differences);
             return Err(diverge("state", differences, &prefix));
-        }
-        tally.steps += 1;
-        *tally.actions.entry(action_key(action)).or_default() += 1;
-        if let Some(v) = &expected {
-            *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
         }
         before = after.clone();
     }
