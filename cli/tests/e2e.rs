@@ -5,7 +5,9 @@
 use leasewright_impl::database::TestDatabase;
 use leasewright_server::app::{self, Server, ServerConfig};
 use leasewright_server::client::{OperatorClient, RunnerClient};
-use leasewright_server::source::{build_snapshot, hostile_archive, sha256_hex, SourceFile};
+use leasewright_server::source::{
+    build_snapshot, hostile_archive, raw_archive, sha256_hex, RawEntry, SourceFile,
+};
 use leasewright_server::wire::{JobBody, SubmitJobRequest};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -505,6 +507,133 @@ async fn a_tampered_source_archive_and_archives_that_escape_the_workspace_are_ne
     assert!(log.contains("blob digest"), "{log}");
     let log = logs(&f, jobs[3].job).await;
     assert!(log.contains("manifest digest"), "{log}");
+}
+
+/// One PAX extended-header record: `<length> <key>=<value>\n`, the length counting itself.
+fn pax_record(key: &str, value: &str) -> String {
+    let body = format!(" {key}={value}\n");
+    let mut length = body.len();
+    while length != body.len() + length.to_string().len() {
+        length = body.len() + length.to_string().len();
+    }
+    format!("{length}{body}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_paths_hard_links_devices_fifos_pax_traversals_and_bombs_are_never_executed() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = server.store().pool();
+    let regular = tar::EntryType::Regular;
+    // An absolute path into this test's directory: it would appear there if it were followed.
+    let absolute = dir.path().join("absolute-escape.txt");
+    let absolute_name = absolute.to_str().unwrap().as_bytes().to_vec();
+    let pax = pax_record("path", "../pax-escape.txt");
+    let limits = leasewright_server::source::Limits::default();
+    let many: Vec<String> = (0..=limits.max_files).map(|i| format!("f{i}")).collect();
+    let count_bomb: Vec<RawEntry<'_>> = many
+        .iter()
+        .map(|n| (n.as_bytes(), regular, &b""[..], None))
+        .collect();
+    let hostile: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "absolute path",
+            hostile_archive(&absolute_name, regular, b"owned"),
+        ),
+        (
+            "hard link",
+            hostile_archive(b"escape.txt", tar::EntryType::Link, b""),
+        ),
+        (
+            "character device",
+            hostile_archive(b"escape.txt", tar::EntryType::Char, b""),
+        ),
+        (
+            "block device",
+            hostile_archive(b"escape.txt", tar::EntryType::Block, b""),
+        ),
+        (
+            "fifo",
+            hostile_archive(b"escape.txt", tar::EntryType::Fifo, b""),
+        ),
+        (
+            "pax traversal",
+            raw_archive(&[
+                (b"pax", tar::EntryType::XHeader, pax.as_bytes(), None),
+                (b"innocent", regular, b"owned", None),
+            ]),
+        ),
+        ("file-count bomb", raw_archive(&count_bomb)),
+        (
+            "size bomb",
+            raw_archive(&[(b"zeros", regular, b"", Some(limits.max_total_bytes + 1))]),
+        ),
+    ];
+    let marker = |n: usize| dir.path().join(format!("executed-{n}"));
+    let mut jobs = Vec::new();
+    for (n, (what, archive)) in hostile.iter().enumerate() {
+        // Submitted as a valid source; the stored blob is then replaced by the hostile archive
+        // (a blob that matches its digest: only the extraction rules stand in the way).
+        let command = format!("touch {}", marker(n).display());
+        let submitted = f
+            .operator
+            .submit(f.project, &request(&[("file", what)], &command, "unfenced"))
+            .await
+            .unwrap();
+        let sha = sha256_hex(archive);
+        sqlx::query(
+            "INSERT INTO server_source_blobs (sha256, manifest_digest, content, stored_at) \
+             VALUES ($1, $2, $3, now())",
+        )
+        .bind(&sha)
+        .bind(&submitted.source_digest)
+        .bind(archive)
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::query("UPDATE server_job_specs SET blob_sha256 = $2 WHERE job_id = $1")
+            .bind(submitted.job)
+            .bind(&sha)
+            .execute(pool)
+            .await
+            .unwrap();
+        jobs.push((*what, submitted.job));
+    }
+    let work = dir.path().join("work");
+    let count = hostile.len().to_string();
+    let _runner = runner_process(&server.url(), &f.token, &work, &["--max-jobs", &count]);
+    for (what, job_id) in &jobs {
+        let body = eventually(what, Duration::from_secs(120), || async {
+            let body = job(&f, *job_id).await;
+            (body.state == "failed").then_some(body)
+        })
+        .await;
+        assert_eq!(body.outcome.as_deref(), Some("failed"), "{what}");
+        let log = logs(&f, *job_id).await;
+        assert!(log.contains("refusing to execute"), "{what}: {log}");
+        assert!(!log.contains("running the command"), "{what}: {log}");
+    }
+    for (n, (what, _)) in jobs.iter().enumerate() {
+        assert!(!marker(n).exists(), "{what}: executed");
+    }
+    assert!(!absolute.exists(), "the absolute path was written");
+    for name in ["escape.txt", "pax-escape.txt"] {
+        assert!(
+            files_named(dir.path(), name).is_empty(),
+            "{name} was written"
+        );
+    }
+    for (what, needle) in [
+        ("size bomb", "larger than"),
+        ("file-count bomb", "more than"),
+        ("hard link", "link or a special file"),
+        ("pax traversal", "leaves the workspace"),
+    ] {
+        let job_id = jobs.iter().find(|(w, _)| *w == what).unwrap().1;
+        let log = logs(&f, job_id).await;
+        assert!(log.contains(needle), "{what}: {log}");
+    }
 }
 
 fn op(url: &str, args: &[&str]) -> String {

@@ -386,6 +386,38 @@ pub fn hostile_archive(name: &[u8], entry_type: tar::EntryType, content: &[u8]) 
     encoder.finish().unwrap_or_default()
 }
 
+/// One raw entry of [`raw_archive`]: name bytes, type, content, and the size its header
+/// announces (`None`: the content's).
+pub type RawEntry<'a> = (&'a [u8], tar::EntryType, &'a [u8], Option<u64>);
+
+/// A gzip-compressed tar of raw entries, written without the tar crate's path checks, followed by
+/// the end-of-archive blocks: for tests of hostile archives (traversals in PAX headers or GNU long
+/// names, size and file-count bombs).
+pub fn raw_archive(entries: &[RawEntry<'_>]) -> Vec<u8> {
+    let mut tar_bytes = Vec::new();
+    for (name, entry_type, content, size) in entries {
+        let mut header = tar::Header::new_gnu();
+        if let Some(gnu) = header.as_gnu_mut() {
+            let n = name.len().min(gnu.name.len());
+            gnu.name[..n].copy_from_slice(&name[..n]);
+        }
+        header.set_entry_type(*entry_type);
+        header.set_size(size.unwrap_or(content.len() as u64));
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_cksum();
+        tar_bytes.extend_from_slice(header.as_bytes());
+        tar_bytes.extend_from_slice(content);
+        tar_bytes.extend(std::iter::repeat_n(0u8, (512 - content.len() % 512) % 512));
+    }
+    tar_bytes.extend(std::iter::repeat_n(0u8, 1024));
+    let mut encoder = GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), Compression::fast());
+    let _ = encoder.write_all(&tar_bytes);
+    encoder.finish().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,5 +595,197 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    /// Extract `archive` (its blob digest matching) into an empty directory: the error, and
+    /// whether anything was written outside the workspace.
+    fn extract(archive: &[u8], limits: Limits) -> SourceError {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.tar.gz");
+        std::fs::write(&path, archive).unwrap();
+        let dest = dir.path().join("ws").join("src");
+        let error = verify_and_extract(&path, &sha256_hex(archive), "irrelevant", &dest, limits)
+            .unwrap_err();
+        let mut outside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        outside.sort();
+        assert_eq!(outside, ["a.tar.gz", "ws"], "written outside the workspace");
+        let ws: Vec<_> = std::fs::read_dir(dir.path().join("ws"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(ws.is_empty() || ws == ["src"], "{ws:?}");
+        error
+    }
+
+    #[test]
+    fn a_traversal_hidden_in_a_pax_header_or_a_gnu_long_name_is_refused() {
+        let record = b"19 path=../evil.sh\n";
+        let pax = raw_archive(&[
+            (b"pax", tar::EntryType::XHeader, record, None),
+            (b"innocent", tar::EntryType::Regular, b"owned", None),
+        ]);
+        let long_name = raw_archive(&[
+            (
+                b"././@LongLink",
+                tar::EntryType::GNULongName,
+                b"a/../../evil.sh\0",
+                None,
+            ),
+            (b"innocent", tar::EntryType::Regular, b"owned", None),
+        ]);
+        let absolute_pax = raw_archive(&[
+            (
+                b"pax",
+                tar::EntryType::XHeader,
+                b"21 path=/tmp/evil.sh\n",
+                None,
+            ),
+            (b"innocent", tar::EntryType::Regular, b"owned", None),
+        ]);
+        for (what, archive) in [
+            ("pax", pax),
+            ("gnu long name", long_name),
+            ("absolute pax", absolute_pax),
+        ] {
+            let error = extract(&archive, Limits::default());
+            assert!(
+                matches!(error, SourceError::EscapingPath(_)),
+                "{what}: {error}"
+            );
+            assert!(matches!(
+                read_archive(&archive, Limits::default()),
+                Err(SourceError::EscapingPath(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn links_are_refused_even_when_they_point_inside_and_directories_may_not_escape() {
+        for (name, entry_type, link) in [
+            (&b"inside"[..], tar::EntryType::Symlink, &b"other"[..]),
+            (b"inside", tar::EntryType::Link, b"other"),
+            (b"abs", tar::EntryType::Symlink, b"/etc/passwd"),
+            (b"sparse", tar::EntryType::GNUSparse, b""),
+            (b"global", tar::EntryType::XGlobalHeader, b""),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(entry_type);
+            header.set_size(0);
+            header.set_mode(0o777);
+            {
+                let gnu = header.as_gnu_mut().unwrap();
+                gnu.name[..name.len()].copy_from_slice(name);
+                gnu.linkname[..link.len()].copy_from_slice(link);
+            }
+            header.set_cksum();
+            let mut tar_bytes = header.as_bytes().to_vec();
+            tar_bytes.extend(std::iter::repeat_n(0u8, 1024));
+            let mut encoder = GzBuilder::new().write(Vec::new(), Compression::fast());
+            encoder.write_all(&tar_bytes).unwrap();
+            let archive = encoder.finish().unwrap();
+            let error = extract(&archive, Limits::default());
+            // A sparse header the tar reader cannot even parse is malformed: refused too.
+            assert!(
+                matches!(error, SourceError::ForbiddenEntryType(_))
+                    || (entry_type == tar::EntryType::GNUSparse
+                        && matches!(error, SourceError::Malformed(_))),
+                "{entry_type:?}: {error}"
+            );
+        }
+        let error = extract(
+            &raw_archive(&[(b"../d/", tar::EntryType::Directory, b"", None)]),
+            Limits::default(),
+        );
+        assert!(matches!(error, SourceError::EscapingPath(_)), "{error}");
+        let error = extract(
+            &raw_archive(&[(b"a\xff", tar::EntryType::Regular, b"x", None)]),
+            Limits::default(),
+        );
+        assert!(matches!(error, SourceError::EscapingPath(_)), "{error}");
+    }
+
+    #[test]
+    fn the_same_path_twice_is_refused_however_it_is_spelled() {
+        for second in [&b"a"[..], b"./a", b"a/."] {
+            let error = extract(
+                &raw_archive(&[
+                    (b"a", tar::EntryType::Regular, b"1", None),
+                    (second, tar::EntryType::Regular, b"2", None),
+                ]),
+                Limits::default(),
+            );
+            assert!(
+                matches!(error, SourceError::DuplicatePath(_)),
+                "{:?}: {error}",
+                String::from_utf8_lossy(second)
+            );
+        }
+    }
+
+    #[test]
+    fn size_and_file_count_bombs_are_refused_at_the_default_limits_before_they_are_read() {
+        let started = std::time::Instant::now();
+        // A header announcing 256 MiB + 1 byte: refused before a byte of it is read (the archive
+        // is a few hundred bytes).
+        let limit = Limits::default().max_total_bytes;
+        let size_bomb = raw_archive(&[(b"zeros", tar::EntryType::Regular, b"", Some(limit + 1))]);
+        assert!(size_bomb.len() < 1024);
+        assert!(matches!(
+            extract(&size_bomb, Limits::default()),
+            SourceError::TooLarge(_)
+        ));
+        // Many files that add up past the limit, each under it.
+        let half = limit / 2 + 1;
+        let split_bomb = raw_archive(&[
+            (b"one", tar::EntryType::Regular, b"", Some(half)),
+            (b"two", tar::EntryType::Regular, b"", Some(half)),
+        ]);
+        assert!(matches!(
+            read_archive(&split_bomb, Limits::default()),
+            Err(SourceError::TooLarge(_)) | Err(SourceError::Malformed(_))
+        ));
+        // An overflowing announced size.
+        let overflow = raw_archive(&[(b"big", tar::EntryType::Regular, b"", Some(u64::MAX / 2))]);
+        assert!(read_archive(&overflow, Limits::default()).is_err());
+        // 10 001 empty files: one more than the limit (a few KiB compressed).
+        let names: Vec<String> = (0..=Limits::default().max_files)
+            .map(|i| format!("f{i}"))
+            .collect();
+        let entries: Vec<RawEntry<'_>> = names
+            .iter()
+            .map(|n| (n.as_bytes(), tar::EntryType::Regular, &b""[..], None))
+            .collect();
+        let count_bomb = raw_archive(&entries);
+        assert!(matches!(
+            extract(&count_bomb, Limits::default()),
+            SourceError::TooManyFiles(10_000)
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_entry_shorter_than_its_header_announces_is_refused() {
+        // (The tar reader fails when it skips to the next header past the end.)
+        let snapshot = build_snapshot(files()).unwrap();
+        // Cut the tar inside the last file's content.
+        let mut tar_bytes = Vec::new();
+        GzDecoder::new(snapshot.archive.as_slice())
+            .read_to_end(&mut tar_bytes)
+            .unwrap();
+        let truncated = &tar_bytes[..512 + 3];
+        let mut encoder = GzBuilder::new().write(Vec::new(), Compression::fast());
+        encoder.write_all(truncated).unwrap();
+        let archive = encoder.finish().unwrap();
+        assert!(matches!(
+            read_archive(&archive, Limits::default()),
+            Err(SourceError::Malformed(_))
+        ));
+        assert!(matches!(
+            extract(&archive, Limits::default()),
+            SourceError::Malformed(_)
+        ));
     }
 }

@@ -2,110 +2,15 @@
 //! cluster): every runner route's ownership-tuple boundary, authentication, errors, the expiry
 //! sweep, reconciliation and the demo targets.
 
-use base64::Engine as _;
-use leasewright_impl::database::TestDatabase;
-use leasewright_server::app::{self, Server, ServerConfig};
-use leasewright_server::client::{OperatorClient, RunnerClient};
-use leasewright_server::source::{build_snapshot, SourceFile};
-use leasewright_server::wire::{LeaseBody, SubmitJobRequest};
+use leasewright_server::client::RunnerClient;
+use leasewright_server::wire::LeaseBody;
 use serde_json::{json, Value};
 use std::time::Duration;
 use uuid::Uuid;
 
-const OPERATOR: &str = "operator-secret";
+mod common;
 
-async fn start(manual_clock: bool) -> (TestDatabase, Server) {
-    let db = TestDatabase::create().await.expect("test database");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = ServerConfig {
-        operator_token: Some(OPERATOR.into()),
-        manual_clock,
-        sweep_interval: None,
-        max_payload_bytes: 1024 * 1024,
-        ..ServerConfig::default()
-    };
-    let server = app::start(db.url(), Duration::from_secs(30), listener, config)
-        .await
-        .expect("server");
-    (db, server)
-}
-
-struct Fixture {
-    operator: OperatorClient,
-    project: Uuid,
-    token: String,
-    runner: RunnerClient,
-}
-
-async fn fixture(server: &Server) -> Fixture {
-    let operator = OperatorClient::new(&server.url(), OPERATOR).unwrap();
-    let project = operator.create_project("p").await.unwrap();
-    let token = operator.create_runner(project, "r").await.unwrap().token;
-    let runner = RunnerClient::new(&server.url(), &token, Duration::from_secs(10)).unwrap();
-    Fixture {
-        operator,
-        project,
-        token,
-        runner,
-    }
-}
-
-fn submit_request(target: Option<&str>, target_kind: &str) -> SubmitJobRequest {
-    let snapshot = build_snapshot(vec![SourceFile {
-        path: "run.sh".into(),
-        mode: 0o755,
-        content: b"echo hi\n".to_vec(),
-    }])
-    .unwrap();
-    SubmitJobRequest {
-        command: "sh run.sh".into(),
-        source_revision: "rev-1".into(),
-        source_archive_base64: base64::engine::general_purpose::STANDARD.encode(&snapshot.archive),
-        artifacts: vec![],
-        target: target.map(str::to_owned),
-        target_kind: Some(target_kind.into()),
-    }
-}
-
-/// POST `body` with `token`; the status and the JSON answer (Null when not JSON).
-async fn post(server: &Server, token: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
-    let mut request = reqwest::Client::new()
-        .post(format!("{}{path}", server.url()))
-        .json(body);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await.unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-fn tuple_json(lease: &LeaseBody, lease_id: Uuid, fence: i64) -> Value {
-    json!({
-        "job": lease.job,
-        "attempt": lease.attempt,
-        "lease_id": lease_id,
-        "fence": fence,
-        "runner_time": "2001-01-01T00:00:00Z",
-    })
-}
-
-fn with(mut tuple: Value, extra: &Value) -> Value {
-    if let (Some(map), Some(extra)) = (tuple.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            map.insert(k.clone(), v.clone());
-        }
-    }
-    tuple
-}
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
+use common::*;
 
 #[tokio::test]
 async fn every_runner_route_rejects_a_wrong_lease_and_a_wrong_fence_and_accepts_the_exact_tuple() {
