@@ -7,6 +7,7 @@ mod check;
 mod conform;
 mod runner;
 mod serve;
+mod stress;
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +34,8 @@ enum Command {
     Runner(runner::RunnerArgs),
     /// Operator commands against a running server (projects, runners, jobs).
     Op(serve::OpArgs),
+    /// Many runners against the implementation, with faults; the history checked against the model.
+    Stress(stress::StressArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args)?,
         Command::Runner(args) => runner::run(args)?,
         Command::Op(args) => serve::op(args)?,
+        Command::Stress(args) => stress::run(&args)?,
     };
     std::process::exit(code);
 }

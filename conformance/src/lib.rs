@@ -3,6 +3,7 @@
 
 pub mod driver;
 pub mod generate;
+pub mod history;
 pub mod junit;
 pub mod minimize;
 pub mod pg;

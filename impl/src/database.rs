@@ -45,6 +45,8 @@ pub enum HarnessError {
 pub struct Cluster {
     port: u16,
     dir: PathBuf,
+    bin: PathBuf,
+    run_as: Option<(u32, u32)>,
 }
 
 impl Cluster {
@@ -56,6 +58,35 @@ impl Cluster {
     /// The directory holding the cluster (deleted when the process exits).
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A new throwaway cluster of the caller's own, not the process's shared one: for tests that
+    /// restart the server (which would break every other test using the shared cluster). Stopped
+    /// and deleted when the process exits, like the shared one.
+    pub fn start_private() -> Result<Arc<Cluster>, HarnessError> {
+        start_cluster().map(Arc::new)
+    }
+
+    /// Restart the server (`pg_ctl restart -m fast`, waiting until it accepts connections again):
+    /// every connection is terminated, open transactions are rolled back, the data stays.
+    pub fn restart(&self) -> Result<(), HarnessError> {
+        let mut command = Command::new(self.bin.join("pg_ctl"));
+        command
+            .current_dir(&self.dir)
+            .env_remove("PGDATA")
+            .process_group(0)
+            .args(["restart", "-m", "fast", "-w", "-t", "60", "-D"])
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("postgres.log"));
+        if let Some((uid, gid)) = self.run_as {
+            command.uid(uid).gid(gid);
+        }
+        run(
+            &mut command,
+            &self.dir.join("pg_ctl-restart.out"),
+            "pg_ctl restart",
+        )
     }
 }
 
@@ -194,7 +225,12 @@ fn start_cluster() -> Result<Cluster, HarnessError> {
         &dir.join("pg_ctl.out"),
         "pg_ctl start",
     )?;
-    Ok(Cluster { port, dir })
+    Ok(Cluster {
+        port,
+        dir,
+        bin,
+        run_as,
+    })
 }
 
 /// A detached shell that waits for this process to exit, then stops the cluster (immediate
@@ -260,8 +296,14 @@ impl TestDatabase {
         let external = std::env::var("DATABASE_URL")
             .ok()
             .filter(|url| !url.is_empty());
-        let (server_url, cluster) = match external {
-            Some(url) => (url, None),
+        Self::create_on(external.as_deref()).await
+    }
+
+    /// Create a fresh database on the server at `server_url` (dropped with the `TestDatabase`),
+    /// or, with `None`, on the process's throwaway cluster.
+    pub async fn create_on(server_url: Option<&str>) -> Result<TestDatabase, HarnessError> {
+        let (server_url, cluster) = match server_url {
+            Some(url) => (url.to_owned(), None),
             None => {
                 let cluster = tokio::task::spawn_blocking(throwaway_cluster)
                     .await

@@ -1,0 +1,173 @@
+//! `leasewright stress`: the soak profile of the concurrent history check (docs/reliability.md).
+//! Many runner tasks against the PostgreSQL implementation, with faults; every call recorded and
+//! the history checked against the model. The logic lives in
+//! `leasewright_conformance::history`.
+use anyhow::Context as _;
+use clap::Args;
+use leasewright_conformance::history::load::{self, Faults, LoadConfig};
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct StressArgs {
+    /// Runner tasks (each its own runner identity).
+    #[arg(long, default_value_t = 64)]
+    runners: usize,
+    /// Calls to record before the runners stop starting new work.
+    #[arg(long, default_value_t = 100_000)]
+    ops: usize,
+    /// The seed of every random choice (printed; scheduling is not seeded).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Faults to inject, comma-separated: kill-connections, clock-skew, kill-runner,
+    /// restart-postgres (needs the throwaway cluster: no --database-url, no DATABASE_URL), all.
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// The lease ttl in milliseconds.
+    #[arg(long, default_value_t = 400)]
+    lease_ttl_ms: u64,
+    /// Connections in the store's pool.
+    #[arg(long, default_value_t = 16)]
+    pool: u32,
+    /// Seconds between injections of each periodic fault.
+    #[arg(long, default_value_t = 5.0)]
+    fault_interval: f64,
+    /// Stop after this many seconds even if fewer calls were recorded.
+    #[arg(long, default_value_t = 3600)]
+    max_seconds: u64,
+    /// PostgreSQL server to run on (a fresh database is created there and dropped). Default:
+    /// DATABASE_URL; without either, a throwaway cluster is started.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// Print the summary as one JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+const FAULTS: [&str; 4] = [
+    "kill-connections",
+    "clock-skew",
+    "kill-runner",
+    "restart-postgres",
+];
+
+pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
+    if args.runners == 0 || args.ops == 0 || args.lease_ttl_ms < 50 || args.pool == 0 {
+        eprintln!(
+            "leasewright stress: --runners, --ops and --pool must be positive, --lease-ttl-ms at \
+             least 50"
+        );
+        return Ok(2);
+    }
+    let mut faults: Vec<String> = Vec::new();
+    for fault in &args.faults {
+        if fault == "all" {
+            faults.extend(FAULTS.iter().map(|f| f.to_string()));
+        } else if FAULTS.contains(&fault.as_str()) {
+            faults.push(fault.clone());
+        } else {
+            eprintln!(
+                "leasewright stress: unknown fault `{fault}`; expected one of: {}, all",
+                FAULTS.join(", ")
+            );
+            return Ok(2);
+        }
+    }
+    let url = args
+        .database_url
+        .clone()
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let wants_restart = faults.iter().any(|f| f == "restart-postgres");
+    if wants_restart && url.is_some() {
+        eprintln!(
+            "leasewright stress: restart-postgres restarts the server: it runs only on a \
+             throwaway cluster of its own (no --database-url, no DATABASE_URL)"
+        );
+        return Ok(2);
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let every = Duration::from_secs_f64(args.fault_interval.max(0.1));
+        let mut config = LoadConfig::short(args.runners, args.ops, seed);
+        config.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
+        config.pool_size = args.pool;
+        config.max_duration = Duration::from_secs(args.max_seconds);
+        config.progress = true;
+        config.faults = Faults::default();
+        for fault in &faults {
+            match fault.as_str() {
+                "kill-connections" => config.faults.kill_connections = Some(every),
+                "clock-skew" => config.faults.runner_skew = Some(Duration::from_secs(5 * 3600)),
+                "kill-runner" => config.faults.kill_runners = Some(every),
+                _ => {}
+            }
+        }
+        // The database: a fresh one on the given server, or on a throwaway cluster (its own
+        // when the server is to be restarted).
+        let (_guard, database_url) = if wants_restart {
+            let cluster =
+                tokio::task::spawn_blocking(leasewright_impl::database::Cluster::start_private)
+                    .await?
+                    .context("starting a throwaway PostgreSQL cluster for restart-postgres")?;
+            config.faults.restart_postgres = Some((every, cluster.clone()));
+            (None, cluster.url("postgres"))
+        } else {
+            if url.is_none() {
+                eprintln!(
+                    "leasewright stress: no --database-url or DATABASE_URL: starting a throwaway \
+                     PostgreSQL cluster (removed when this command exits)"
+                );
+            }
+            let db = leasewright_impl::database::TestDatabase::create_on(url.as_deref())
+                .await
+                .context("creating the stress database")?;
+            let db_url = db.url().to_string();
+            (Some(db), db_url)
+        };
+        eprintln!(
+            "leasewright stress: {} runners, {} calls, seed {seed}, lease ttl {} ms, faults: {}",
+            args.runners,
+            args.ops,
+            args.lease_ttl_ms,
+            if faults.is_empty() {
+                "none".to_string()
+            } else {
+                faults.join(", ")
+            }
+        );
+        let outcome = match load::run(&database_url, &config).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                eprintln!("leasewright stress: {error}");
+                return Ok(2);
+            }
+        };
+        let summary = &outcome.summary;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(summary)?);
+        } else {
+            println!("{}", summary.render(10));
+        }
+        if summary.report.is_clean() {
+            eprintln!(
+                "leasewright stress: clean history ({} calls, {} faults injected); replay the \
+                 choices with --seed {seed}",
+                summary.report.operations, summary.faults_injected
+            );
+            Ok(0)
+        } else {
+            eprintln!(
+                "leasewright stress: VIOLATIONS ({}); rerun with --seed {seed}",
+                summary.report.violations.len()
+            );
+            Ok(1)
+        }
+    })
+}
