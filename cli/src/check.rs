@@ -25,13 +25,10 @@ pub struct CheckArgs {
     /// Lease TTL in ticks.
     #[arg(long = "ttl", default_value_t = Config::default().lease_ttl)]
     lease_ttl: u8,
-    /// Server clock bound in ticks.
-    #[arg(long = "clock", default_value_t = Config::default().clock_bound)]
-    clock_bound: u8,
     /// Runner clock skew: messages carry runner time now+0..=SKEW.
     #[arg(long = "skew", default_value_t = Config::default().max_skew)]
     max_skew: u8,
-    /// Leave out disconnects and rejoins (a much smaller state space).
+    /// Leave out disconnects and rejoins (a smaller state space).
     #[arg(long)]
     no_disconnects: bool,
     /// Leave out the outsider runner of another project.
@@ -70,7 +67,6 @@ impl CheckArgs {
             runners: self.runners,
             attempts_per_job: self.attempts_per_job,
             lease_ttl: self.lease_ttl,
-            clock_bound: self.clock_bound,
             max_skew: self.max_skew,
             disconnects: !self.no_disconnects,
             outsider: !self.no_outsider,
@@ -92,10 +88,9 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let config = args.config();
-    let model = LeaseModel::new(config.clone());
     if let Some(addr) = &args.explore {
         eprintln!("serving the Explorer on http://{addr} (no symmetry reduction; Ctrl-C to stop)");
-        model
+        LeaseModel::new(config.clone())
             .checker()
             .threads(args.threads.max(1))
             .serve(addr.as_str());
@@ -104,6 +99,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     if !args.json {
         println!("leasewright check: {}", summary(&config));
     }
+    let model = LeaseModel::for_checking(config.clone());
     let start = Instant::now();
     // The protocol: exhaustive DFS with symmetry reduction. A flawed variant: BFS (which ignores
     // symmetry) on one thread, for short counterexamples.
@@ -265,13 +261,12 @@ fn report<C: Checker<LeaseModel>>(
 
 fn summary(c: &Config) -> String {
     format!(
-        "jobs {}, runners {}{}, attempts/job {}, lease_ttl {}, clock bound {}, runner time 0..={}, disconnects {}, forgery {}, target {}, variant {}",
+        "jobs {}, runners {}{}, attempts/job {}, lease_ttl {}, runner time 0..={}, disconnects {}, forgery {}, target {}, variant {}",
         c.jobs,
         c.runners,
         if c.outsider { " + 1 outsider" } else { "" },
         c.attempts_per_job,
         c.lease_ttl,
-        c.clock_bound,
         c.max_skew,
         c.disconnects,
         c.forgery,

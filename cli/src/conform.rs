@@ -212,7 +212,7 @@ async fn connect(
 }
 
 /// The reduced configuration the transition cover runs on by default: the suite's configuration
-/// with one runner, no outsider, no disconnects, one-tick leases and a 2-tick clock. Its cover is
+/// with one runner, no outsider, no disconnects and one-tick leases. Its cover is
 /// about 22,000 traces (270,000 steps), which replays in minutes; the cover of the model's default
 /// configuration is about 369,000 traces (6.1 million steps). The random walks and the scenarios
 /// run on the full configuration, outsider and disconnects included.
@@ -222,7 +222,6 @@ pub fn cover_config(base: &Config) -> Config {
         outsider: false,
         disconnects: false,
         lease_ttl: 1,
-        clock_bound: 2,
         ..base.clone()
     }
 }
@@ -419,13 +418,12 @@ fn print_counts(counts: &std::collections::BTreeMap<String, u64>) {
 
 fn describe_config(c: &Config) -> String {
     format!(
-        "{} jobs, {} runners{}, {} attempts/job, lease ttl {} ticks, clock bound {}, {} target",
+        "{} jobs, {} runners{}, {} attempts/job, lease ttl {} ticks, {} target",
         c.jobs,
         c.runners,
         if c.outsider { " + outsider" } else { "" },
         c.attempts_per_job,
         c.lease_ttl,
-        c.clock_bound,
         c.target
     )
 }

@@ -7,7 +7,6 @@ fn main() {
     let small = Config {
         disconnects: false,
         lease_ttl: 1,
-        clock_bound: 2,
         ..base.clone()
     };
     let configs = [

@@ -168,6 +168,11 @@ pub fn project_model(
             Action::Deliver { message } if recorded_by_server(message.kind) => {
                 Some(model.observation(before, message))
             }
+            Action::Heartbeat {
+                runner,
+                runner_time,
+            } => LeaseModel::message(before, *runner, MessageKind::Heartbeat, *runner_time)
+                .map(|m| model.observation(before, &m)),
             Action::Replay {
                 runner,
                 message,

@@ -24,7 +24,7 @@ use crate::driver::{
 pub const TICK: Duration = Duration::seconds(10);
 
 /// A lease id no claim ever issues: what the model's forged lease id maps to.
-const FORGED_LEASE: Uuid = Uuid::from_u128(0x1ea5_e000_0000_4000_8000_0000_0000_0000);
+pub const FORGED_LEASE: Uuid = Uuid::from_u128(0x1ea5_e000_0000_4000_8000_0000_0000_0000);
 
 /// The server time every trace starts at.
 pub fn trace_epoch() -> DateTime<Utc> {
@@ -266,7 +266,7 @@ impl PgSession {
 impl Session for PgSession {
     async fn step(
         &mut self,
-        _before: &State,
+        before: &State,
         action: &Action,
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
@@ -289,6 +289,13 @@ impl Session for PgSession {
                 }
                 Some(observed(&verdict.without_value()))
             }
+            Action::Heartbeat {
+                runner,
+                runner_time,
+            } => Some(
+                self.deliver(&heartbeat(before, *runner, *runner_time)?)
+                    .await?,
+            ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
             Action::Replay {
                 runner,
@@ -340,8 +347,7 @@ impl Session for PgSession {
             // Runner-local steps: sending puts a message in flight (the harness keeps it in the
             // model's state and delivers it later, possibly twice); stopping and disconnecting
             // have no server-side effect.
-            Action::Heartbeat { .. }
-            | Action::Result { .. }
+            Action::Result { .. }
             | Action::TargetMutation { .. }
             | Action::StopExecuting { .. }
             | Action::Disconnect { .. }
@@ -492,10 +498,24 @@ impl PgSession {
 }
 
 /// Parses one of the spec's stable names into the model's type: the two sides share only names.
-fn code<T: std::str::FromStr>(name: &str) -> Result<T, DriverError> {
+pub(crate) fn code<T: std::str::FromStr>(name: &str) -> Result<T, DriverError> {
     name.parse().map_err(|_| {
         DriverError::Implementation(format!(
             "the implementation answered `{name}`, not a name of the spec"
+        ))
+    })
+}
+
+/// The heartbeat `runner` sends in the model's state `before` (a request the server answers at
+/// once; the model keeps no heartbeats in flight).
+pub fn heartbeat(
+    before: &State,
+    runner: model::RunnerId,
+    runner_time: u8,
+) -> Result<model::Message, DriverError> {
+    LeaseModel::message(before, runner, MessageKind::Heartbeat, runner_time).ok_or_else(|| {
+        unmappable(format!(
+            "a heartbeat from runner {runner}, which holds no attempt"
         ))
     })
 }

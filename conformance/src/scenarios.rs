@@ -7,8 +7,8 @@
 use std::collections::{HashSet, VecDeque};
 
 use leasewright_model::{
-    Action, AttemptState, Config, Expected, Forge, JobState, LeaseModel, MessageKind, Outcome,
-    Reason, State, TargetKind,
+    Action, AttemptState, Config, Expected, Forge, JobState, LeaseModel, Message, MessageKind,
+    Outcome, Reason, State, TargetKind,
 };
 use stateright::Model;
 
@@ -204,52 +204,59 @@ pub fn ownership_tuple(outcome: Outcome) -> Result<(LeaseModel, Generated<LeaseM
     s.take("runner 0 claims", Some(Expected::ACCEPTED), |a, _| {
         matches!(a, Action::Claim { runner: 0 })
     })?;
-    for (kind, send) in [
-        ("heartbeat", MessageKind::Heartbeat),
-        ("result", MessageKind::Result(outcome)),
-    ] {
-        s.take(
-            &format!("runner 0 sends a {kind}"),
-            None,
-            move |a, _| match a {
+    // The heartbeat is a request the server answers at once: the forged copies first, then the
+    // exact one.
+    let heartbeat = LeaseModel::message(&s.state, 0, MessageKind::Heartbeat, 0)
+        .ok_or("runner 0 holds an attempt")?;
+    forged(&mut s, "heartbeat", heartbeat)?;
+    s.take(
+        "runner 0 sends the exact heartbeat",
+        Some(Expected::ACCEPTED),
+        |a, _| {
+            matches!(
+                a,
                 Action::Heartbeat {
                     runner: 0,
-                    runner_time: 0,
-                } => send == MessageKind::Heartbeat,
-                Action::Result {
-                    runner: 0,
-                    outcome: o,
-                    runner_time: 0,
-                } => send == MessageKind::Result(*o),
-                _ => false,
+                    runner_time: 0
+                }
+            )
+        },
+    )?;
+    // The result stays in flight: sent, forged copies, then the exact one arrives.
+    s.take("runner 0 sends a result", None, move |a, _| {
+        matches!(a, Action::Result { runner: 0, outcome: o, runner_time: 0 } if *o == outcome)
+    })?;
+    let result = *s
+        .state
+        .in_flight
+        .iter()
+        .find(|m| m.kind == MessageKind::Result(outcome) && m.sender == 0)
+        .ok_or("the result is in flight")?;
+    forged(&mut s, "result", result)?;
+    s.take(
+        "the exact result arrives",
+        Some(Expected::ACCEPTED),
+        move |a, _| matches!(a, Action::Deliver { message } if *message == result),
+    )?;
+    Ok(s.done())
+}
+
+/// Runner 0 sends `original` with a forged lease id, then with a forged fence: both rejected.
+fn forged(s: &mut Script, kind: &str, original: Message) -> Result<(), String> {
+    for (forge, reason) in [
+        (Forge::WrongLease, Reason::LeaseMismatch),
+        (Forge::WrongFence, Reason::FenceMismatch),
+    ] {
+        s.take(
+            &format!("runner 0 sends its {kind} with a forged tuple ({forge:?})"),
+            Some(Expected::rejected(reason)),
+            move |a, _| {
+                matches!(a, Action::Replay { runner: 0, message, forge: f }
+                    if *message == original && *f == forge)
             },
         )?;
-        let original = *s
-            .state
-            .in_flight
-            .iter()
-            .find(|m| m.kind == send && m.sender == 0)
-            .ok_or("the message is in flight")?;
-        for (forge, reason) in [
-            (Forge::WrongLease, Reason::LeaseMismatch),
-            (Forge::WrongFence, Reason::FenceMismatch),
-        ] {
-            s.take(
-                &format!("runner 0 sends its {kind} with a forged tuple ({forge:?})"),
-                Some(Expected::rejected(reason)),
-                move |a, _| {
-                    matches!(a, Action::Replay { runner: 0, message, forge: f }
-                        if *message == original && *f == forge)
-                },
-            )?;
-        }
-        s.take(
-            &format!("the exact {kind} arrives"),
-            Some(Expected::ACCEPTED),
-            move |a, _| matches!(a, Action::Deliver { message } if *message == original),
-        )?;
     }
-    Ok(s.done())
+    Ok(())
 }
 
 /// §10.3, fenced: a runner whose execution was superseded still reaches the target with its old

@@ -1,5 +1,5 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL CLOCK SKEW`.
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS`.
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
 
@@ -14,13 +14,12 @@ fn main() {
         runners: *args.get(1).unwrap_or(&d.runners),
         attempts_per_job: *args.get(2).unwrap_or(&d.attempts_per_job),
         lease_ttl: *args.get(3).unwrap_or(&d.lease_ttl),
-        clock_bound: *args.get(4).unwrap_or(&d.clock_bound),
-        max_skew: *args.get(5).unwrap_or(&d.max_skew),
-        disconnects: args.get(6).map_or(d.disconnects, |&x| x != 0),
+        max_skew: *args.get(4).unwrap_or(&d.max_skew),
+        disconnects: args.get(5).map_or(d.disconnects, |&x| x != 0),
         ..d
     };
     let start = std::time::Instant::now();
-    let checker = LeaseModel::new(config.clone())
+    let checker = LeaseModel::for_checking(config.clone())
         .checker()
         .symmetry()
         .threads(2)

@@ -204,8 +204,14 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                     runner(*r)
                 )
             }
-            Action::Heartbeat { runner: r, .. }
-            | Action::Result { runner: r, .. }
+            Action::Heartbeat { runner: r, .. } => {
+                format!(
+                    "{}->>Server: heartbeat\n    Server-->>{}: {verdict}",
+                    runner(*r),
+                    runner(*r)
+                )
+            }
+            Action::Result { runner: r, .. }
             | Action::Rejoin { runner: r, .. }
             | Action::TargetMutation { runner: r } => {
                 let to = if matches!(act, Action::TargetMutation { .. }) {

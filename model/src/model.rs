@@ -13,12 +13,30 @@ use stateright::{Model, Property};
 pub struct LeaseModel {
     /// The bounds and choices of this model.
     pub config: Config,
+    /// Offer only actions that can change the state: leave out deliveries, replays, heartbeats
+    /// and cancels that the server would not accept (they change nothing, so every state stays reachable;
+    /// the properties check the verdict of every message that could be delivered in every
+    /// state anyway). Halves the transitions an exhaustive check computes; conformance keeps
+    /// every action, because its traces are about those verdicts.
+    pub skip_no_ops: bool,
 }
 
 impl LeaseModel {
-    /// A model of `config`.
+    /// A model of `config` that offers every enabled action.
     pub fn new(config: Config) -> Self {
-        LeaseModel { config }
+        LeaseModel {
+            config,
+            skip_no_ops: false,
+        }
+    }
+
+    /// A model of `config` for exhaustive checking: it leaves out the actions that change
+    /// nothing (see [`LeaseModel::skip_no_ops`]).
+    pub fn for_checking(config: Config) -> Self {
+        LeaseModel {
+            config,
+            skip_no_ops: true,
+        }
     }
 
     /// The runner id of the outsider (project 1), if the configuration has one.
@@ -76,6 +94,11 @@ impl LeaseModel {
                 message,
                 forge,
             } => Some(self.delivery_verdict(state, &Self::replayed(message, *runner, *forge))),
+            Action::Heartbeat {
+                runner,
+                runner_time,
+            } => Self::message(state, *runner, MessageKind::Heartbeat, *runner_time)
+                .map(|m| self.delivery_verdict(state, &m)),
             Action::Claim { runner } => Some(match state.runners.get(*runner as usize) {
                 None => Expected::rejected(Reason::UnknownRunner),
                 Some(_) if self.claimable_job(state, *runner).is_some() => Expected::ACCEPTED,
@@ -300,7 +323,9 @@ impl LeaseModel {
         s.attempts.iter().filter(|a| a.job == job).count()
     }
 
-    fn message(&self, s: &State, runner: RunnerId, kind: MessageKind, skew: u8) -> Option<Message> {
+    /// The message of `kind` that `runner` sends about the attempt it holds (with runner time
+    /// `skew`; target mutations carry none), if it holds one.
+    pub fn message(s: &State, runner: RunnerId, kind: MessageKind, skew: u8) -> Option<Message> {
         let a = s.runners.get(runner as usize)?.holding?;
         let attempt = &s.attempts[a as usize];
         Some(Message {
@@ -316,6 +341,20 @@ impl LeaseModel {
                 skew
             },
         })
+    }
+
+    /// Every message the server or the target could receive next: the messages in flight and
+    /// the heartbeat each connected, executing runner could send now. The properties check the
+    /// verdict of each of them in every state.
+    pub fn deliverable<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Message> + 'a {
+        let heartbeats = (0..self.config.runners).filter_map(move |runner| {
+            let connected = s.runners.get(runner as usize)?.connected;
+            self.executing(s, runner)?;
+            connected
+                .then(|| Self::message(s, runner, MessageKind::Heartbeat, 0))
+                .flatten()
+        });
+        s.in_flight.iter().copied().chain(heartbeats)
     }
 
     /// The copy of `m` that `runner` sends in a [`Action::Replay`]: delivered at once, never put in
@@ -479,17 +518,37 @@ impl LeaseModel {
     }
 }
 
-impl Model for LeaseModel {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![self.init_state()]
+impl LeaseModel {
+    /// A message the network may as well lose: its sender has moved on to another claim (so it
+    /// will never send it again), and its verdict can never change and changes nothing. That is
+    /// a result, heartbeat or rejoin naming an attempt that is no longer its job's current
+    /// attempt (`not_current` from then on: a current attempt is never current again) or of a
+    /// terminal job (`acknowledged` or rejected, and a terminal job never changes); and a target
+    /// mutation the target refuses or acknowledges for good (a fenced target's stale fence: its
+    /// highest fence only grows; an idempotent target's repeat). Once a message is forgotten in
+    /// a state it is forgotten in every later one. Only for the protocol: a flawed variant may
+    /// accept such a message later.
+    fn forgotten(&self, s: &State, m: &Message) -> bool {
+        if self.config.variant != Variant::None {
+            return false;
+        }
+        let held = s.runners.get(m.sender as usize).and_then(|r| r.holding) == Some(m.attempt);
+        let (Some(job), Some(slot)) = (s.jobs.get(m.job as usize), s.targets.get(m.job as usize))
+        else {
+            return false;
+        };
+        !held
+            && match m.kind {
+                MessageKind::TargetMutation => match self.config.target {
+                    TargetKind::Fenced => m.fence < slot.highest_fence,
+                    TargetKind::Idempotent => slot.applied > 0,
+                    TargetKind::Unfenced => false,
+                },
+                _ => job.state.is_terminal() || job.current != Some(m.attempt),
+            }
     }
 
-    /// Only enabled actions, in a fixed order: runner steps by runner, replays, deliveries,
-    /// server-internal steps, operator steps by job.
-    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+    fn all_actions(&self, s: &State, actions: &mut Vec<Action>) {
         let c = &self.config;
         let skews = 0..=c.max_skew;
         for runner in 0..c.runners {
@@ -514,7 +573,7 @@ impl Model for LeaseModel {
                         };
                         for &outcome in outcomes {
                             let already = |t| {
-                                self.message(s, runner, MessageKind::Result(outcome), t)
+                                Self::message(s, runner, MessageKind::Result(outcome), t)
                                     .is_some_and(|m| s.in_flight.contains(&m))
                             };
                             for skew in skews.clone().filter(|&t| !already(t)) {
@@ -526,7 +585,7 @@ impl Model for LeaseModel {
                             }
                         }
                     }
-                    let mutation = self.message(s, runner, MessageKind::TargetMutation, 0);
+                    let mutation = Self::message(s, runner, MessageKind::TargetMutation, 0);
                     if mutation.is_some_and(|m| !s.in_flight.contains(&m)) {
                         actions.push(Action::TargetMutation { runner });
                     }
@@ -551,7 +610,7 @@ impl Model for LeaseModel {
                                 Outcome::Passed
                             };
                             let already = |t| {
-                                self.message(s, runner, MessageKind::Result(outcome), t)
+                                Self::message(s, runner, MessageKind::Result(outcome), t)
                                     .is_some_and(|m| s.in_flight.contains(&m))
                             };
                             for skew in skews.clone().filter(|&t| !already(t)) {
@@ -595,11 +654,17 @@ impl Model for LeaseModel {
             }
         }
         if c.forgery {
-            for m in runner_messages.filter(|m| m.sender < c.runners) {
+            // A runner re-sends one of its messages in flight, or the heartbeat it could send
+            // now, with a forged lease id or fence.
+            let messages: Vec<Message> = self
+                .deliverable(s)
+                .filter(|m| m.kind != MessageKind::TargetMutation && m.sender < c.runners)
+                .collect();
+            for m in messages {
                 for forge in [Forge::WrongLease, Forge::WrongFence] {
                     actions.push(Action::Replay {
                         runner: m.sender,
-                        message: *m,
+                        message: m,
                         forge,
                     });
                 }
@@ -610,10 +675,9 @@ impl Model for LeaseModel {
         }
         // Time passes only while it can expire a lease: while some `active` attempt's lease
         // is still valid.
-        if s.clock < c.clock_bound
-            && s.attempts
-                .iter()
-                .any(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
+        if s.attempts
+            .iter()
+            .any(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
         {
             actions.push(Action::Tick);
         }
@@ -644,11 +708,37 @@ impl Model for LeaseModel {
             }
         }
     }
+}
+
+impl Model for LeaseModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init_state()]
+    }
+
+    /// Only enabled actions, in a fixed order: runner steps by runner, replays, deliveries,
+    /// server-internal steps, operator steps by job.
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        self.all_actions(s, actions);
+        if self.skip_no_ops {
+            actions.retain(|a| match a {
+                Action::Deliver { .. }
+                | Action::Replay { .. }
+                | Action::Heartbeat { .. }
+                | Action::Cancel { .. } => self
+                    .expected(s, a)
+                    .is_some_and(|e| e.verdict == Verdict::Accepted),
+                _ => true,
+            });
+        }
+    }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         let send = |s: &mut State, runner, kind, skew| -> Option<()> {
-            let m = self.message(s, runner, kind, skew)?;
+            let m = Self::message(s, runner, kind, skew)?;
             s.in_flight.insert(m);
             Some(())
         };
@@ -657,10 +747,16 @@ impl Model for LeaseModel {
                 let job = self.claimable_job(&s, runner)?;
                 self.claim(&mut s, runner, job);
             }
+            // A heartbeat is a request the server answers at receipt: its verdict depends only on
+            // the server's time then, so a heartbeat delayed in the network is one sent later,
+            // and the model has no heartbeats in flight.
             Action::Heartbeat {
                 runner,
                 runner_time: skew,
-            } => send(&mut s, runner, MessageKind::Heartbeat, skew)?,
+            } => {
+                let m = Self::message(&s, runner, MessageKind::Heartbeat, skew)?;
+                self.deliver(&mut s, &m);
+            }
             Action::Result {
                 runner,
                 outcome,
@@ -737,14 +833,25 @@ impl Model for LeaseModel {
                 a.lease_expiry = 0;
             }
         }
-        // A heartbeat whose attempt is no longer `active` can only ever be rejected, changing
-        // nothing: the network loses it (results, rejoins and target mutations stay in flight
-        // forever, for late and duplicate delivery).
-        let attempts = &s.attempts;
-        s.in_flight.retain(|m| {
-            m.kind != MessageKind::Heartbeat
-                || attempts[m.attempt as usize].state == AttemptState::Active
-        });
+        // A message that could no longer matter in the last state (`forgotten`) is lost: it was
+        // in flight there, so the properties checked its final verdict there.
+        let forgotten: Vec<Message> = last
+            .in_flight
+            .iter()
+            .filter(|m| self.forgotten(last, m))
+            .copied()
+            .collect();
+        for m in forgotten {
+            s.in_flight.remove(&m);
+        }
+        // Only the time left on each active lease decides anything (check 11, the sweep, `tick`):
+        // move the time origin to `now`, so that states that differ only by when they happened
+        // are one state. Time itself is unbounded: `tick` is offered while some lease is valid.
+        let now = s.clock;
+        for a in s.attempts.iter_mut() {
+            a.lease_expiry = a.lease_expiry.saturating_sub(now);
+        }
+        s.clock = 0;
         Some(s)
     }
 

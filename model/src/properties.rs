@@ -130,10 +130,11 @@ pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
     properties
 }
 
-/// Some in-flight message, delivered now, would be recorded as `f` describes. Delivery is always
-/// enabled, so reaching such a state means the next step can record it.
+/// Some deliverable message (in flight, or a heartbeat a runner can send now), received now,
+/// would be recorded as `f` describes. Its delivery is enabled, so reaching such a state means the
+/// next step can record it.
 fn observed(m: &LeaseModel, s: &State, f: impl Fn(&Observation) -> bool) -> bool {
-    s.in_flight.iter().any(|msg| f(&m.observation(s, msg)))
+    m.deliverable(s).any(|msg| f(&m.observation(s, &msg)))
 }
 
 fn is_result(o: &Observation) -> bool {
@@ -233,11 +234,10 @@ fn expired_is_uncertain(_: &LeaseModel, s: &State) -> bool {
 /// of the same project. (Every delivery records one observation: `deliver` and `observation` are
 /// one rule.)
 fn reports_attributed(m: &LeaseModel, s: &State) -> bool {
-    s.in_flight
-        .iter()
+    m.deliverable(s)
         .filter(|msg| msg.kind != MessageKind::TargetMutation)
         .all(|msg| {
-            let o = m.observation(s, msg);
+            let o = m.observation(s, &msg);
             let claimed = s.attempts.get(msg.attempt as usize).is_some_and(|a| {
                 a.job == msg.job
                     && a.runner == msg.sender
@@ -250,8 +250,8 @@ fn reports_attributed(m: &LeaseModel, s: &State) -> bool {
 
 /// Recompute the verdict of every in-flight message with other runner times: it is the same.
 fn runner_time_irrelevant(m: &LeaseModel, s: &State) -> bool {
-    s.in_flight.iter().all(|msg| {
-        let verdict = m.delivery_verdict(s, msg);
+    m.deliverable(s).all(|msg| {
+        let verdict = m.delivery_verdict(s, &msg);
         [0, msg.runner_time.wrapping_add(7), u8::MAX]
             .iter()
             .all(|&t| {
@@ -259,7 +259,7 @@ fn runner_time_irrelevant(m: &LeaseModel, s: &State) -> bool {
                     s,
                     &Message {
                         runner_time: t,
-                        ..*msg
+                        ..msg
                     },
                 ) == verdict
             })
@@ -275,10 +275,10 @@ fn no_cross_project_change(m: &LeaseModel, s: &State) -> bool {
             .is_none_or(|(_, sender)| project(sender) == Some(job.project))
     });
     completions
-        && s.in_flight.iter().all(|msg| {
+        && m.deliverable(s).all(|msg| {
             let sender = s.runners.get(msg.sender as usize).map(|r| r.project);
             let owner = s.jobs.get(msg.job as usize).map(|j| j.project);
-            sender == owner || m.delivery_verdict(s, msg).verdict == Verdict::Rejected
+            sender == owner || m.delivery_verdict(s, &msg).verdict == Verdict::Rejected
         })
 }
 

@@ -15,8 +15,6 @@ pub struct Config {
     pub attempts_per_job: u8,
     /// `lease_expiry = now + lease_ttl` (in ticks).
     pub lease_ttl: u8,
-    /// The server clock never exceeds this (`tick` is not offered at the bound).
-    pub clock_bound: u8,
     /// A runner message carries a runner observed time `0..=max_skew`: arbitrary data, unrelated to
     /// the server's clock (a runner's clock may be skewed by any amount).
     pub max_skew: u8,
@@ -36,15 +34,13 @@ pub struct Config {
 
 impl Default for Config {
     /// The default configuration (docs/model.md): 1 job, 2 runners (+ the outsider), 2 attempts
-    /// per job, lease_ttl 2, clock bound 3, runner time 0, disconnects, fenced target, the
-    /// protocol. 42,826 unique states under symmetry reduction.
+    /// per job, two-tick leases, runner time 0, disconnects, fenced target, the protocol.
     fn default() -> Self {
         Config {
             jobs: 1,
             runners: 2,
             attempts_per_job: 2,
             lease_ttl: 2,
-            clock_bound: 3,
             max_skew: 0,
             disconnects: true,
             outsider: true,
@@ -91,7 +87,8 @@ pub struct Attempt {
     pub lease: LeaseId,
     /// Its fence (`job.fence + 1` at claim).
     pub fence: Fence,
-    /// Server time at which the lease expires.
+    /// Server time at which the lease expires (ticks from now in a reachable state; `0` once
+    /// expired, and once the attempt is no longer `active`).
     pub lease_expiry: u8,
     /// Its state.
     pub state: AttemptState,
@@ -215,7 +212,10 @@ pub struct Target {
 /// The whole state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct State {
-    /// Server time (`now`), `0..=clock_bound`.
+    /// Server time (`now`). Time is relative: after every step the origin moves to `now`, so
+    /// `clock` is 0 in every reachable state and an active attempt's `lease_expiry` is the
+    /// number of ticks its lease has left. The verdict functions compare the two, so they also
+    /// work on states built with another origin.
     pub clock: u8,
     /// Jobs by id.
     pub jobs: Vec<Job>,

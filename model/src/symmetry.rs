@@ -4,7 +4,7 @@
 //! Explorer ignore symmetry).
 
 use crate::state::*;
-use crate::types::RunnerId;
+use crate::types::{AttemptId, AttemptState, JobId, JobState, LeaseId, Outcome, RunnerId};
 use stateright::{Representative, RewritePlan};
 
 type Plan = RewritePlan<RunnerId, Vec<RunnerId>>;
@@ -73,14 +73,213 @@ fn permutations(n: u8) -> Vec<Vec<RunnerId>> {
     out
 }
 
+fn swap_outcome(o: Outcome) -> Outcome {
+    match o {
+        Outcome::Passed => Outcome::Failed,
+        Outcome::Failed => Outcome::Passed,
+        Outcome::Cancelled => Outcome::Cancelled,
+    }
+}
+
+fn swap_job_state(s: JobState) -> JobState {
+    match s {
+        JobState::Passed => JobState::Failed,
+        JobState::Failed => JobState::Passed,
+        other => other,
+    }
+}
+
+fn swap_attempt_state(s: AttemptState) -> AttemptState {
+    match s {
+        AttemptState::Passed => AttemptState::Failed,
+        AttemptState::Failed => AttemptState::Passed,
+        other => other,
+    }
+}
+
+impl State {
+    /// This state with `passed` and `failed` exchanged everywhere they concern `job`: its state
+    /// and committed outcome, its attempts' states and executions, and the results in flight that
+    /// name it. The protocol treats the two outcomes alike, so this is a symmetry of the model.
+    pub fn swap_outcomes(&mut self, job: JobId) {
+        let s = self;
+        let j = &mut s.jobs[job as usize];
+        j.state = swap_job_state(j.state);
+        j.committed = j.committed.map(swap_job_state);
+        for a in s.attempts.iter_mut().filter(|a| a.job == job) {
+            a.state = swap_attempt_state(a.state);
+            if let Execution::Finished(o) = a.execution {
+                a.execution = Execution::Finished(swap_outcome(o));
+            }
+        }
+        s.in_flight = s
+            .in_flight
+            .iter()
+            .map(|m| match m.kind {
+                MessageKind::Result(o) if m.job == job => Message {
+                    kind: MessageKind::Result(swap_outcome(o)),
+                    ..*m
+                },
+                _ => *m,
+            })
+            .collect();
+    }
+
+    /// Outcomes named canonically, job by job: the first attempt of a job (in ledger order) that
+    /// finished with `passed` or `failed` finished with `passed`. A job's `passed`/`failed`
+    /// anywhere (its state, its attempts, its results in flight) comes from such an execution, so
+    /// a job with none has nothing to exchange.
+    pub fn canonicalize_outcomes(&mut self) {
+        let s = self;
+        for job in 0..s.jobs.len() as JobId {
+            let first = s.attempts.iter().find_map(|a| match a.execution {
+                Execution::Finished(o @ (Outcome::Passed | Outcome::Failed)) if a.job == job => {
+                    Some(o)
+                }
+                _ => None,
+            });
+            if first == Some(Outcome::Failed) {
+                s.swap_outcomes(job);
+            }
+        }
+    }
+}
+
+impl State {
+    /// This state with the attempt ledger in job order (each job's attempts keeping their claim
+    /// order) and every attempt id and lease id renamed to match. Ids are compared only for
+    /// equality, and only each job's own order of attempts means anything (invariant 2), so
+    /// ledgers that differ only in how two jobs' claims interleaved are one state.
+    pub fn canonicalize_attempts(&mut self) {
+        if self.attempts.windows(2).all(|w| w[0].job <= w[1].job) {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.attempts.len()).collect();
+        order.sort_by_key(|&a| self.attempts[a].job);
+        let mut new_id = vec![0 as AttemptId; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old] = new as AttemptId;
+        }
+        let id = |a: AttemptId| new_id.get(a as usize).copied().unwrap_or(a);
+        // Lease ids are `attempt + 1`; the forged lease id `0` names no attempt.
+        let lease = |l: LeaseId| match l.checked_sub(1) {
+            Some(a) if (a as usize) < new_id.len() => id(a) + 1,
+            _ => l,
+        };
+        let s = self;
+        s.attempts = order
+            .iter()
+            .map(|&old| Attempt {
+                lease: lease(s.attempts[old].lease),
+                ..s.attempts[old].clone()
+            })
+            .collect();
+        for j in s.jobs.iter_mut() {
+            j.current = j.current.map(id);
+            j.completed_by = j.completed_by.map(|(a, r)| (id(a), r));
+        }
+        for r in s.runners.iter_mut() {
+            r.holding = r.holding.map(id);
+        }
+        s.in_flight = s
+            .in_flight
+            .iter()
+            .map(|m| Message {
+                attempt: id(m.attempt),
+                lease: lease(m.lease),
+                ..*m
+            })
+            .collect();
+    }
+}
+
+impl State {
+    /// This state with every job id `j` renamed to `permutation[j]`: jobs, their target slots,
+    /// and the job named by every attempt and message.
+    pub fn rename_jobs(&self, permutation: &[JobId]) -> State {
+        let mut s = self.clone();
+        for (old, &new) in permutation.iter().enumerate() {
+            s.jobs[new as usize] = self.jobs[old].clone();
+            s.targets[new as usize] = self.targets[old].clone();
+        }
+        let rename = |j: JobId| permutation.get(j as usize).copied().unwrap_or(j);
+        for a in s.attempts.iter_mut() {
+            a.job = rename(a.job);
+        }
+        s.in_flight = self
+            .in_flight
+            .iter()
+            .map(|m| Message {
+                job: rename(m.job),
+                ..*m
+            })
+            .collect();
+        s
+    }
+
+    /// The job renamings that are symmetries of this state. Jobs differ only in their ids and in
+    /// claim order (a claim takes the lowest-numbered queued job), and only jobs that can still be
+    /// queued are ever claimed: a terminal job never changes again. So any renaming that keeps the
+    /// order of the non-terminal jobs is a symmetry here and in every later state.
+    fn job_permutations(&self) -> Vec<Vec<JobId>> {
+        let open: Vec<JobId> = (0..self.jobs.len() as JobId)
+            .filter(|&j| !self.jobs[j as usize].state.is_terminal())
+            .collect();
+        if open.len() == self.jobs.len() {
+            return vec![open];
+        }
+        cached_permutations(self.jobs.len() as u8)
+            .iter()
+            .filter(|p| open.windows(2).all(|w| p[w[0] as usize] < p[w[1] as usize]))
+            .cloned()
+            .collect()
+    }
+}
+
 impl Representative for State {
+    /// The least state (by `Ord`) over every symmetry: job renamings that keep claim order (with
+    /// the ledger then put in job order), outcome exchanges per job, and runner renamings.
     fn representative(&self) -> Self {
         let symmetric = self.runners.iter().filter(|r| r.project == 0).count() as u8;
-        permutations(symmetric)
-            .iter()
-            .map(|p| self.rename_runners(p))
-            .min()
-            .expect("at least the identity permutation")
+        let runner_permutations = cached_permutations(symmetric);
+        let mut least: Option<State> = None;
+        let mut consider = |candidate: State| {
+            if least.as_ref().is_none_or(|l| candidate < *l) {
+                least = Some(candidate);
+            }
+        };
+        for jobs in self.job_permutations() {
+            let mut canonical = if is_identity(&jobs) {
+                self.clone()
+            } else {
+                self.rename_jobs(&jobs)
+            };
+            canonical.canonicalize_attempts();
+            canonical.canonicalize_outcomes();
+            for runners in runner_permutations.iter().filter(|p| !is_identity(p)) {
+                consider(canonical.rename_runners(runners));
+            }
+            consider(canonical);
+        }
+        least.expect("at least the identity")
+    }
+}
+
+fn is_identity(permutation: &[u8]) -> bool {
+    permutation
+        .iter()
+        .enumerate()
+        .all(|(i, &p)| p as usize == i)
+}
+
+/// [`permutations`] of `0..n`, computed once per `n` (up to 5 symmetric runners; more are
+/// computed each time).
+fn cached_permutations(n: u8) -> std::borrow::Cow<'static, [Vec<u8>]> {
+    static CACHE: std::sync::OnceLock<Vec<Vec<Vec<u8>>>> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(|| (0..=5).map(permutations).collect());
+    match cache.get(n as usize) {
+        Some(all) => std::borrow::Cow::Borrowed(all.as_slice()),
+        None => std::borrow::Cow::Owned(permutations(n)),
     }
 }
 
