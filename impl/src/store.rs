@@ -119,14 +119,12 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Whether two byte strings are equal, in a time that depends only on their lengths (public:
+/// both are SHA-256 digests), never on where they differ. `subtle` keeps the optimizer from
+/// turning the comparison into an early exit.
 fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
-    if left.len() != right.len() {
-        return false;
-    }
-    left.iter()
-        .zip(right)
-        .fold(0u8, |acc, (l, r)| acc | (l ^ r))
-        == 0
+    use subtle::ConstantTimeEq as _;
+    left.ct_eq(right).into()
 }
 
 /// A zero-row conditional statement can only be rejected (or, for a result, acknowledged).
@@ -1601,4 +1599,30 @@ fn observation_view(row: &PgRow) -> Result<ObservationView, Error> {
         },
         payload_sha256: row.try_get("payload_sha256")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn token_hashes_are_equal_only_when_every_byte_is() {
+        let hash: [u8; 32] = Sha256::digest(b"lw_token").into();
+        assert!(constant_time_eq(&hash, &hash.clone()));
+        assert!(constant_time_eq(b"", b""));
+        // A difference anywhere (first, middle, last byte, a single bit) is a difference.
+        for at in [0, 15, 31] {
+            for bit in [0x01, 0x80] {
+                let mut other = hash;
+                other[at] ^= bit;
+                assert!(!constant_time_eq(&hash, &other), "byte {at} bit {bit:#x}");
+            }
+        }
+        // Other lengths (a prefix, a longer string) are never equal.
+        assert!(!constant_time_eq(&hash, &hash[..31]));
+        assert!(!constant_time_eq(&hash[..31], &hash));
+        assert!(!constant_time_eq(&hash, &[hash.as_slice(), &[0]].concat()));
+        assert!(!constant_time_eq(&hash, b""));
+    }
 }

@@ -84,8 +84,12 @@ fn digest32(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
+/// Whether two byte strings are equal, in a time that depends only on their lengths (public:
+/// both are SHA-256 digests), never on where they differ. `subtle` keeps the optimizer from
+/// turning the comparison into an early exit.
 fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
-    left.len() == right.len() && left.iter().zip(right).fold(0u8, |a, (l, r)| a | (l ^ r)) == 0
+    use subtle::ConstantTimeEq as _;
+    left.ct_eq(right).into()
 }
 
 /// The server's own tables (the content-addressed source store and the job specs). Created if
@@ -1441,4 +1445,24 @@ pub async fn start(
         task: Some(task),
         sweeper,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{constant_time_eq, digest32};
+
+    #[test]
+    fn operator_token_hashes_are_equal_only_when_every_byte_is() {
+        let hash = digest32(b"operator-secret");
+        assert!(constant_time_eq(&hash, &digest32(b"operator-secret")));
+        assert!(!constant_time_eq(&hash, &digest32(b"operator-secret ")));
+        for at in [0, 16, 31] {
+            let mut other = hash;
+            other[at] ^= 1;
+            assert!(!constant_time_eq(&hash, &other), "byte {at}");
+        }
+        assert!(!constant_time_eq(&hash, &hash[..31]));
+        assert!(!constant_time_eq(&hash, b""));
+        assert!(constant_time_eq(b"", b""));
+    }
 }
