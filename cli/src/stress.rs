@@ -5,6 +5,7 @@
 use anyhow::Context as _;
 use clap::Args;
 use leasewright_conformance::history::load::{self, Faults, LoadConfig};
+use leasewright_conformance::history::net;
 use std::time::Duration;
 
 #[derive(Args)]
@@ -19,9 +20,14 @@ pub struct StressArgs {
     #[arg(long)]
     seed: Option<u64>,
     /// Faults to inject, comma-separated: kill-connections, clock-skew, kill-runner,
-    /// restart-postgres (needs the throwaway cluster: no --database-url, no DATABASE_URL), all.
+    /// restart-postgres (needs the throwaway cluster: no --database-url, no DATABASE_URL);
+    /// with --http also proxy (drops, delays, duplicates) and restart-server; all.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
+    /// Run the runners over HTTP: the control plane in-process, each runner through a loopback
+    /// proxy, the operator direct.
+    #[arg(long)]
+    http: bool,
     /// The lease ttl in milliseconds.
     #[arg(long, default_value_t = 400)]
     lease_ttl_ms: u64,
@@ -49,6 +55,7 @@ const FAULTS: [&str; 4] = [
     "kill-runner",
     "restart-postgres",
 ];
+const HTTP_FAULTS: [&str; 2] = ["proxy", "restart-server"];
 
 pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
     if args.runners == 0 || args.ops == 0 || args.lease_ttl_ms < 50 || args.pool == 0 {
@@ -58,24 +65,39 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         );
         return Ok(2);
     }
-    let mut faults: Vec<String> = Vec::new();
-    for fault in &args.faults {
-        if fault == "all" {
-            faults.extend(FAULTS.iter().map(|f| f.to_string()));
-        } else if FAULTS.contains(&fault.as_str()) {
-            faults.push(fault.clone());
-        } else {
-            eprintln!(
-                "leasewright stress: unknown fault `{fault}`; expected one of: {}, all",
-                FAULTS.join(", ")
-            );
-            return Ok(2);
-        }
-    }
     let url = args
         .database_url
         .clone()
         .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let mut known: Vec<&str> = FAULTS.to_vec();
+    if args.http {
+        known.extend(HTTP_FAULTS);
+    }
+    let mut faults: Vec<String> = Vec::new();
+    for fault in &args.faults {
+        if fault == "all" {
+            faults.extend(
+                known
+                    .iter()
+                    .filter(|f| url.is_none() || **f != "restart-postgres")
+                    .map(|f| f.to_string()),
+            );
+        } else if known.contains(&fault.as_str()) {
+            faults.push(fault.clone());
+        } else {
+            let http_only = if HTTP_FAULTS.contains(&fault.as_str()) {
+                " (this one needs --http)"
+            } else {
+                ""
+            };
+            eprintln!(
+                "leasewright stress: unknown fault `{fault}`{http_only}; expected one of: {}, all",
+                known.join(", ")
+            );
+            return Ok(2);
+        }
+    }
+    faults.dedup();
     let wants_restart = faults.iter().any(|f| f == "restart-postgres");
     if wants_restart && url.is_some() {
         eprintln!(
@@ -101,11 +123,18 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         config.max_duration = Duration::from_secs(args.max_seconds);
         config.progress = true;
         config.faults = Faults::default();
+        let mut net_faults = net::NetFaults::none();
         for fault in &faults {
             match fault.as_str() {
                 "kill-connections" => config.faults.kill_connections = Some(every),
                 "clock-skew" => config.faults.runner_skew = Some(Duration::from_secs(5 * 3600)),
                 "kill-runner" => config.faults.kill_runners = Some(every),
+                "proxy" => {
+                    let restart = net_faults.restart_server;
+                    net_faults = net::NetFaults::lossy(config.lease_ttl * 3 / 2);
+                    net_faults.restart_server = restart;
+                }
+                "restart-server" => net_faults.restart_server = Some(every),
                 _ => {}
             }
         }
@@ -132,8 +161,9 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             (Some(db), db_url)
         };
         eprintln!(
-            "leasewright stress: {} runners, {} calls, seed {seed}, lease ttl {} ms, faults: {}",
+            "leasewright stress: {} runners{}, {} calls, seed {seed}, lease ttl {} ms, faults: {}",
             args.runners,
+            if args.http { " over HTTP" } else { "" },
             args.ops,
             args.lease_ttl_ms,
             if faults.is_empty() {
@@ -142,7 +172,12 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
                 faults.join(", ")
             }
         );
-        let outcome = match load::run(&database_url, &config).await {
+        let run = if args.http {
+            net::run(&database_url, &config, &net_faults).await
+        } else {
+            load::run(&database_url, &config).await
+        };
+        let outcome = match run {
             Ok(outcome) => outcome,
             Err(error) => {
                 eprintln!("leasewright stress: {error}");

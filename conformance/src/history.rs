@@ -7,7 +7,9 @@
 //! - [`check`]: the checker (per job: fences, stale acceptances, double claims, lost results,
 //!   silent requeues, the end state, and linearizability against the model's verdict functions);
 //! - [`load`]: the load generator (runner tasks with random delays, duplicated, late and forged
-//!   messages, an expiry sweeper, an operator reconciling uncertain jobs) and its faults.
+//!   messages, an expiry sweeper, an operator reconciling uncertain jobs) and its faults;
+//! - [`net`]: the same runners over HTTP, through a loopback proxy that drops, delays and
+//!   duplicates requests, with control-plane restarts.
 //!
 //! Time. Real-time order comes from one global counter: every invocation and every completion
 //! takes the next number, so "A completed before B was invoked" is `A.completed_seq <
@@ -18,6 +20,7 @@
 
 pub mod check;
 pub mod load;
+pub mod net;
 
 use chrono::{DateTime, SubsecRound, Utc};
 use imp::{

@@ -6,6 +6,7 @@
 //! The soak profile is `leasewright stress` (cli/src/stress.rs).
 
 use leasewright_conformance::history::load::{self, LoadConfig, RunOutcome};
+use leasewright_conformance::history::net;
 use leasewright_impl::database::{Cluster, TestDatabase};
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ async fn run_clean(name: &str, config: LoadConfig) -> RunOutcome {
 
 async fn run_clean_on(name: &str, url: &str, config: LoadConfig) -> RunOutcome {
     let outcome = load::run(url, &config).await.expect("the run");
+    assert_clean(name, &config, &outcome);
+    outcome
+}
+
+fn assert_clean(name: &str, config: &LoadConfig, outcome: &RunOutcome) {
     let summary = &outcome.summary;
     eprintln!("--- {name} ---\n{}", summary.render(5));
     eprintln!("answers: {:#?}", summary.report.answers);
@@ -38,7 +44,6 @@ async fn run_clean_on(name: &str, url: &str, config: LoadConfig) -> RunOutcome {
         summary.report.linearizable_jobs + summary.report.undecided_jobs > 0,
         "{name}: no job was checked"
     );
-    outcome
 }
 
 fn count(outcome: &RunOutcome, key: &str) -> usize {
@@ -136,4 +141,29 @@ async fn the_history_check_catches_the_implementations_mutants() {
         }
     }
     assert!(survivors.is_empty(), "mutants not caught: {survivors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_proxy_that_drops_delays_and_duplicates_loses_no_committed_result() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let config = LoadConfig::short(6, 1_000, seed());
+    let faults = net::NetFaults::lossy(config.lease_ttl * 3 / 2);
+    let outcome = net::run(db.url(), &config, &faults).await.expect("the run");
+    assert_clean("http-proxy", &config, &outcome);
+    let f = &outcome.summary.faults;
+    assert!(
+        f.proxy_drops > 0 && f.proxy_delays > 0 && f.proxy_duplicates > 0,
+        "{f:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_restarted_while_runners_execute_loses_no_committed_result() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let config = LoadConfig::short(6, 1_000, seed());
+    let mut faults = net::NetFaults::none();
+    faults.restart_server = Some(Duration::from_millis(1500));
+    let outcome = net::run(db.url(), &config, &faults).await.expect("the run");
+    assert_clean("http-restart", &config, &outcome);
+    assert!(outcome.summary.faults.server_restarts > 0);
 }

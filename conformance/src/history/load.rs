@@ -187,21 +187,152 @@ enum Exec {
     Finished(Outcome),
 }
 
+/// The protocol calls of a run: on the `Store` in-process (recorded here), or over HTTP
+/// (recorded at the proxy, which sees every delivery, and at the operator's client).
+#[derive(Clone, Debug)]
+pub(crate) enum Api {
+    Store(Recorded),
+    Http(Arc<super::net::HttpApi>),
+}
+
+/// A call failed: its outcome is unknown.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failed;
+
+impl From<imp::Error> for Failed {
+    fn from(_: imp::Error) -> Self {
+        Failed
+    }
+}
+
+impl Api {
+    pub(crate) async fn claim(
+        &self,
+        client: &str,
+        runner: RunnerId,
+        runner_time: Option<DateTime<Utc>>,
+    ) -> Result<Verdict<imp::Lease>, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.claim(client, runner, runner_time).await?),
+            Api::Http(http) => http.claim(runner, runner_time).await,
+        }
+    }
+
+    pub(crate) async fn heartbeat(
+        &self,
+        client: &str,
+        tuple: &imp::Tuple,
+        runner_time: Option<DateTime<Utc>>,
+    ) -> Result<Verdict<imp::HeartbeatAnswer>, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.heartbeat(client, tuple, runner_time).await?),
+            Api::Http(http) => http.heartbeat(tuple, runner_time).await,
+        }
+    }
+
+    pub(crate) async fn rejoin(
+        &self,
+        client: &str,
+        tuple: &imp::Tuple,
+        runner_time: Option<DateTime<Utc>>,
+    ) -> Result<RejoinAnswer, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.rejoin(client, tuple, runner_time).await?),
+            Api::Http(http) => http.rejoin(tuple, runner_time).await,
+        }
+    }
+
+    pub(crate) async fn result(
+        &self,
+        client: &str,
+        tuple: &imp::Tuple,
+        outcome: Outcome,
+        digest: &str,
+        runner_time: Option<DateTime<Utc>>,
+    ) -> Result<Verdict<()>, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec
+                .result(client, tuple, outcome, digest, runner_time)
+                .await?),
+            Api::Http(http) => http.result(tuple, outcome, digest, runner_time).await,
+        }
+    }
+
+    pub(crate) async fn sweep(&self, client: &str) -> Result<imp::SweepVerdict, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.sweep(client).await?),
+            Api::Http(http) => http.sweep(client).await,
+        }
+    }
+
+    pub(crate) async fn cancel(&self, client: &str, job: JobId) -> Result<Verdict<()>, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.cancel(client, job).await?),
+            Api::Http(http) => http.cancel(client, job).await,
+        }
+    }
+
+    pub(crate) async fn reconcile(
+        &self,
+        client: &str,
+        job: JobId,
+        finding: Finding,
+        decision: Decision,
+    ) -> Result<Verdict<()>, Failed> {
+        match self {
+            Api::Store(rec) => Ok(rec.reconcile(client, job, finding, decision).await?),
+            Api::Http(http) => http.reconcile(client, job, finding, decision).await,
+        }
+    }
+
+    /// Submit one job; `false` if the submission failed.
+    async fn submit(&self, reader: &imp::Store, project: imp::ProjectId) -> bool {
+        match self {
+            Api::Store(_) => {
+                let job = imp::NewJob::new("rev", "sha256:source", "true");
+                reader.submit_job(project, job).await.is_ok()
+            }
+            Api::Http(http) => http.submit().await,
+        }
+    }
+}
+
+/// What a run drives: the calls, the recorder, a store to read (and, in-process, submit) with,
+/// the project and its runners, and the flag and counters the fault tasks share.
+pub(crate) struct Setup {
+    pub api: Api,
+    pub recorder: Arc<Recorder>,
+    pub reader: imp::Store,
+    pub project: imp::ProjectId,
+    pub runners: Vec<RunnerId>,
+    pub stop_background: Arc<AtomicBool>,
+    pub faults: Arc<Mutex<FaultCounts>>,
+    /// Fault tasks of the caller's own (they stop when `stop_background` is set).
+    pub background: Vec<JoinHandle<()>>,
+    /// Deliveries still under way elsewhere (the proxy's): the drain waits for them.
+    pub in_flight: Vec<Arc<AtomicUsize>>,
+    /// The names of the caller's own faults, for the summary.
+    pub fault_names: Vec<&'static str>,
+}
+
 struct Shared {
-    rec: Recorded,
+    rec: Api,
+    reader: imp::Store,
+    recorder: Arc<Recorder>,
+    project: imp::ProjectId,
     config: LoadConfig,
     runners: Vec<RunnerId>,
     /// Runners stop starting new work.
     stop: AtomicBool,
     /// Background tasks (sweeper, operator, submitter, faults) stop.
-    stop_background: AtomicBool,
+    stop_background: Arc<AtomicBool>,
     executions: Mutex<HashMap<AttemptId, (RunnerId, Exec)>>,
     claiming: Mutex<HashMap<RunnerId, usize>>,
     recent_jobs: Mutex<Vec<JobId>>,
     submitted: AtomicUsize,
     first_claims: AtomicUsize,
     late_in_flight: AtomicUsize,
-    faults: Mutex<FaultCounts>,
+    faults: Arc<Mutex<FaultCounts>>,
     uncertain: Mutex<BTreeSet<JobId>>,
     slots: Mutex<Vec<Option<JoinHandle<()>>>>,
 }
@@ -228,7 +359,7 @@ pub fn digest(attempt: AttemptId, outcome: Outcome) -> String {
 
 impl Shared {
     fn runner_time(&self, index: usize) -> Option<DateTime<Utc>> {
-        let now = self.rec.recorder.clock().now();
+        let now = self.recorder.clock().now();
         let skew = self
             .config
             .faults
@@ -279,30 +410,64 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
                 .0,
         );
     }
-    let shared = Arc::new(Shared {
-        rec: Recorded {
+    let setup = Setup {
+        api: Api::Store(Recorded {
             store: store.clone(),
             recorder: recorder.clone(),
             project,
-        },
+        }),
+        recorder,
+        reader: store,
+        project,
+        runners,
+        stop_background: Arc::new(AtomicBool::new(false)),
+        faults: Arc::new(Mutex::new(FaultCounts::default())),
+        background: Vec::new(),
+        in_flight: Vec::new(),
+        fault_names: Vec::new(),
+    };
+    drive(setup, database_url, config, true).await
+}
+
+/// Drive the runners, sweeper, operator and faults of `setup` until `config.ops` calls were
+/// recorded, drain, sweep once more, read the ledger and check.
+pub(crate) async fn drive(
+    setup: Setup,
+    database_url: &str,
+    config: &LoadConfig,
+    time_authority: bool,
+) -> Result<RunOutcome, LoadError> {
+    let Setup {
+        api,
+        recorder,
+        reader: store,
+        project,
+        runners,
+        stop_background,
+        faults,
+        background: extra_background,
+        in_flight,
+        fault_names,
+    } = setup;
+    if config.faults.runner_skew.is_some() {
+        lock(&faults).skewed_runners = config.runners as u64;
+    }
+    let shared = Arc::new(Shared {
+        rec: api,
+        reader: store.clone(),
+        recorder: recorder.clone(),
+        project,
         config: config.clone(),
         runners: runners.clone(),
         stop: AtomicBool::new(false),
-        stop_background: AtomicBool::new(false),
+        stop_background,
         executions: Mutex::new(HashMap::new()),
         claiming: Mutex::new(HashMap::new()),
         recent_jobs: Mutex::new(Vec::new()),
         submitted: AtomicUsize::new(0),
         first_claims: AtomicUsize::new(0),
         late_in_flight: AtomicUsize::new(0),
-        faults: Mutex::new(FaultCounts {
-            skewed_runners: if config.faults.runner_skew.is_some() {
-                config.runners as u64
-            } else {
-                0
-            },
-            ..FaultCounts::default()
-        }),
+        faults,
         uncertain: Mutex::new(BTreeSet::new()),
         slots: Mutex::new(Vec::new()),
     });
@@ -317,6 +482,7 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
         tokio::spawn(operator(shared.clone())),
         tokio::spawn(submitter(shared.clone())),
     ];
+    background.extend(extra_background);
     if let Some(every) = config.faults.kill_connections {
         background.push(tokio::spawn(kill_connections(
             shared.clone(),
@@ -362,7 +528,9 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
         let Some(handle) = handle else { break };
         let _ = handle.await;
     }
-    while shared.late_in_flight.load(Ordering::SeqCst) > 0 {
+    while shared.late_in_flight.load(Ordering::SeqCst) > 0
+        || in_flight.iter().any(|n| n.load(Ordering::SeqCst) > 0)
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     shared.stop_background.store(true, Ordering::SeqCst);
@@ -402,9 +570,10 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
     ledger.final_sweep_at = final_sweep_at;
     store.close().await;
     let history = recorder.snapshot();
-    let check_config = CheckConfig::new(
+    let mut check_config = CheckConfig::new(
         chrono::Duration::from_std(config.lease_ttl).unwrap_or(chrono::Duration::seconds(1)),
     );
+    check_config.time_authority = time_authority;
     let (history, ledger, report) = tokio::task::spawn_blocking(move || {
         let report = check::check(&history, &ledger, &check_config);
         (history, ledger, report)
@@ -417,7 +586,11 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
             runners: config.runners,
             seed: config.seed,
             lease_ttl_ms: config.lease_ttl.as_millis(),
-            faults_on: config.faults.names(),
+            faults_on: {
+                let mut names = config.faults.names();
+                names.extend(fault_names);
+                names
+            },
             faults_injected: faults.total(),
             faults,
             load_seconds,
@@ -431,14 +604,7 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
 
 async fn submit(shared: &Shared, n: usize) {
     for _ in 0..n {
-        let job = imp::NewJob::new("rev", "sha256:source", "true");
-        if shared
-            .rec
-            .store
-            .submit_job(shared.rec.project, job)
-            .await
-            .is_ok()
-        {
+        if shared.rec.submit(&shared.reader, shared.project).await {
             shared.submitted.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -737,7 +903,7 @@ async fn sweeper(shared: Arc<Shared>) {
 
 async fn operator(shared: Arc<Shared>) {
     let mut rng = SplitMix64::new(shared.config.seed ^ 0x0be7_a70e);
-    let store = shared.rec.store.clone();
+    let store = shared.reader.clone();
     while !shared.stop_background.load(Ordering::SeqCst) {
         tokio::time::sleep(scaled(shared.config.lease_ttl, 15, 35, &mut rng)).await;
         if chance(&mut rng, shared.config.cancel_percent) {
