@@ -153,6 +153,7 @@ impl Driver for PgDriver {
             store,
             clock,
             project,
+            outsider_project,
             runners,
             jobs,
             attempts: Vec::new(),
@@ -170,6 +171,8 @@ pub struct PgSession {
     store: imp::Store,
     clock: Arc<imp::ManualClock>,
     project: imp::ProjectId,
+    /// The outsider's project (model project 1).
+    outsider_project: imp::ProjectId,
     /// Model runner index → runner (the outsider last).
     runners: Vec<imp::RunnerId>,
     /// Model job index → job.
@@ -187,6 +190,16 @@ pub struct PgSession {
 }
 
 impl PgSession {
+    /// The project whose operator takes an operator step: project 0's, or the outsider's.
+    fn operator_project(&self, action: &Action) -> imp::ProjectId {
+        match action {
+            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
+                self.outsider_project
+            }
+            _ => self.project,
+        }
+    }
+
     fn tuple(&self, m: &model::Message) -> Result<imp::Tuple, DriverError> {
         fn get<T: Copy>(v: &[T], i: u8, what: &str) -> Result<T, DriverError> {
             v.get(i as usize)
@@ -320,17 +333,24 @@ impl Session for PgSession {
                     imp::SweepVerdict::Accepted => Expected::ACCEPTED,
                 },
             ),
-            Action::Cancel { job } => {
+            Action::Cancel { job } | Action::OutsiderCancel { job } => {
+                let project = self.operator_project(action);
                 let id = self.jobs[*job as usize];
                 Some(observed(
-                    &self.store.cancel(self.project, id).await.map_err(failed)?,
+                    &self.store.cancel(project, id).await.map_err(failed)?,
                 ))
             }
             Action::Reconcile {
                 job,
                 finding,
                 decision,
+            }
+            | Action::OutsiderReconcile {
+                job,
+                finding,
+                decision,
             } => {
+                let project = self.operator_project(action);
                 let id = self.jobs[*job as usize];
                 let finding = imp::Finding::from_code(finding.as_str())
                     .ok_or_else(|| unmappable(format!("finding {finding}")))?;
@@ -339,7 +359,7 @@ impl Session for PgSession {
                 Some(observed(
                     &self
                         .store
-                        .reconcile(self.project, id, finding, decision)
+                        .reconcile(project, id, finding, decision)
                         .await
                         .map_err(failed)?,
                 ))

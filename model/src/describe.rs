@@ -97,10 +97,19 @@ pub fn action(a: &Action) -> String {
         } => {
             format!("operator reconciles job {job}: finding {finding}, decision {decision}")
         }
+        Action::OutsiderCancel { job } => format!("the outsider's operator cancels job {job}"),
+        Action::OutsiderReconcile {
+            job,
+            finding,
+            decision,
+        } => format!(
+            "the outsider's operator reconciles job {job}: finding {finding}, decision {decision}"
+        ),
     }
 }
 
-/// The part of a state a reader needs: clock, jobs, attempts, targets.
+/// The part of a state a reader needs: jobs, attempts (with the ticks left on an active lease),
+/// targets. Time is relative to now, so there is no clock to show.
 pub fn state(s: &State) -> String {
     let jobs: Vec<String> = s
         .jobs
@@ -124,17 +133,23 @@ pub fn state(s: &State) -> String {
                 Execution::Stopped => "stopped executing".to_string(),
                 Execution::Finished(o) => format!("finished {o}"),
             };
+            let lease = match at.state {
+                AttemptState::Active if at.lease_expiry > s.clock => {
+                    format!("lease valid for {} tick(s), ", at.lease_expiry - s.clock)
+                }
+                AttemptState::Active => "lease expired, ".to_string(),
+                _ => String::new(),
+            };
             format!(
-                "attempt {a} of job {} by {} fence {} {} (expiry {}, {exec})",
+                "attempt {a} of job {} by {} fence {} {} ({lease}{exec})",
                 at.job,
                 runner(at.runner),
                 at.fence,
                 at.state,
-                at.lease_expiry
             )
         })
         .collect();
-    let mut out = format!("clock {}; {}", s.clock, jobs.join("; "));
+    let mut out = jobs.join("; ");
     if !attempts.is_empty() {
         out.push_str("; ");
         out.push_str(&attempts.join("; "));
@@ -243,9 +258,12 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                     tuple(message)
                 )
             }
-            Action::Tick => format!("Note over Server: tick, clock {}", window[1].0.clock),
+            Action::Tick => "Note over Server: tick (server time passes)".to_string(),
             Action::ExpirySweep => format!("Note over Server: expiry sweep: {verdict}"),
-            Action::Cancel { .. } | Action::Reconcile { .. } => {
+            Action::Cancel { .. }
+            | Action::Reconcile { .. }
+            | Action::OutsiderCancel { .. }
+            | Action::OutsiderReconcile { .. } => {
                 format!(
                     "Operator->>Server: {}\n    Server-->>Operator: {verdict}",
                     action(act)

@@ -109,12 +109,18 @@ impl LeaseModel {
             } else {
                 Expected::ACCEPTED
             }),
-            Action::Cancel { job } => Some(self.cancel_verdict(state, *job)),
+            Action::Cancel { job } => Some(self.cancel_verdict(state, 0, *job)),
             Action::Reconcile {
                 job,
                 finding,
                 decision,
-            } => Some(self.reconcile_verdict(state, *job, *finding, *decision)),
+            } => Some(self.reconcile_verdict(state, 0, *job, *finding, *decision)),
+            Action::OutsiderCancel { job } => Some(self.cancel_verdict(state, 1, *job)),
+            Action::OutsiderReconcile {
+                job,
+                finding,
+                decision,
+            } => Some(self.reconcile_verdict(state, 1, *job, *finding, *decision)),
             _ => None,
         }
     }
@@ -232,12 +238,12 @@ impl LeaseModel {
         Expected::ACCEPTED
     }
 
-    /// §6.3 `cancel`, by an operator of project 0.
-    pub fn cancel_verdict(&self, s: &State, job: JobId) -> Expected {
+    /// §6.3 `cancel`, by an operator of `project`.
+    pub fn cancel_verdict(&self, s: &State, project: ProjectId, job: JobId) -> Expected {
         let Some(j) = s.jobs.get(job as usize) else {
             return Expected::rejected(Reason::UnknownJob);
         };
-        if j.project != 0 {
+        if j.project != project {
             return Expected::rejected(Reason::WrongProject);
         }
         match j.state {
@@ -248,10 +254,11 @@ impl LeaseModel {
         }
     }
 
-    /// §6.3 `reconcile`, by an operator of project 0.
+    /// §6.3 `reconcile`, by an operator of `project`.
     pub fn reconcile_verdict(
         &self,
         s: &State,
+        project: ProjectId,
         job: JobId,
         finding: Finding,
         decision: Decision,
@@ -259,7 +266,7 @@ impl LeaseModel {
         let Some(j) = s.jobs.get(job as usize) else {
             return Expected::rejected(Reason::UnknownJob);
         };
-        if j.project != 0 {
+        if j.project != project {
             return Expected::rejected(Reason::WrongProject);
         }
         if j.state != JobState::Uncertain {
@@ -686,17 +693,29 @@ impl LeaseModel {
         }
         for (j, job) in s.jobs.iter().enumerate() {
             let j = j as JobId;
+            // The outsider's operator tries what project 0's operator may do (`wrong_project`).
+            let outsider = self.outsider().is_some();
             if matches!(job.state, JobState::Queued | JobState::Running) {
                 actions.push(Action::Cancel { job: j });
+                if outsider {
+                    actions.push(Action::OutsiderCancel { job: j });
+                }
             }
             if job.state == JobState::Uncertain {
                 let Some(a) = job.current else { continue };
                 let finding = self.truthful_finding(s, a);
+                if outsider {
+                    actions.push(Action::OutsiderReconcile {
+                        job: j,
+                        finding,
+                        decision: Decision::Abort,
+                    });
+                }
                 let retry_left = self.attempts_of(s, j) < c.attempts_per_job as usize;
                 for decision in [Decision::Retry, Decision::Abort, Decision::Adopt] {
                     let offered = decision != Decision::Retry || retry_left;
                     if offered
-                        && self.reconcile_verdict(s, j, finding, decision) == Expected::ACCEPTED
+                        && self.reconcile_verdict(s, 0, j, finding, decision) == Expected::ACCEPTED
                     {
                         actions.push(Action::Reconcile {
                             job: j,
@@ -727,7 +746,9 @@ impl Model for LeaseModel {
                 Action::Deliver { .. }
                 | Action::Replay { .. }
                 | Action::Heartbeat { .. }
-                | Action::Cancel { .. } => self
+                | Action::Cancel { .. }
+                | Action::OutsiderCancel { .. }
+                | Action::OutsiderReconcile { .. } => self
                     .expected(s, a)
                     .is_some_and(|e| e.verdict == Verdict::Accepted),
                 _ => true,
@@ -802,8 +823,12 @@ impl Model for LeaseModel {
                 }
             }
             Action::ExpirySweep => self.sweep(&mut s),
+            // Every job is project 0's: the outsider's operator is always refused.
+            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
+                debug_assert_ne!(self.expected(&s, &action), Some(Expected::ACCEPTED));
+            }
             Action::Cancel { job } => {
-                if self.cancel_verdict(&s, job) != Expected::ACCEPTED {
+                if self.cancel_verdict(&s, 0, job) != Expected::ACCEPTED {
                     return Some(s);
                 }
                 let j = &mut s.jobs[job as usize];
@@ -820,7 +845,7 @@ impl Model for LeaseModel {
                 finding,
                 decision,
             } => {
-                if self.reconcile_verdict(&s, job, finding, decision) == Expected::ACCEPTED {
+                if self.reconcile_verdict(&s, 0, job, finding, decision) == Expected::ACCEPTED {
                     self.reconcile(&mut s, job, finding, decision);
                 }
             }

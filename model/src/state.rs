@@ -273,6 +273,15 @@ pub enum Action {
         finding: Finding,
         decision: Decision,
     },
+    /// R6 `cancel` of a project-0 job by the outsider's operator (project 1): `wrong_project`.
+    OutsiderCancel { job: JobId },
+    /// R7 `reconcile` of a project-0 job by the outsider's operator (project 1), with the
+    /// truthful finding and `abort`: `wrong_project`.
+    OutsiderReconcile {
+        job: JobId,
+        finding: Finding,
+        decision: Decision,
+    },
 }
 
 /// How a replayed message is altered.
@@ -304,6 +313,8 @@ impl Action {
             Action::ExpirySweep => "expiry_sweep",
             Action::Cancel { .. } => "cancel",
             Action::Reconcile { .. } => "reconcile",
+            Action::OutsiderCancel { .. } => "outsider_cancel",
+            Action::OutsiderReconcile { .. } => "outsider_reconcile",
         }
     }
 }
