@@ -325,9 +325,121 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::bad_request(rejection.body_text())
             }
         })?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A JSON body: an object (docs/http.md), whose strings hold no NUL character (PostgreSQL text
+/// cannot store one: it would be a database error, a 5xx, instead of a 400).
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    if has_escaped_nul(bytes) {
+        return Err(ApiError::bad_request(
+            "strings must not contain the NUL character (\\u0000)",
+        ));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Whether JSON text holds the escape `\u0000` (a raw NUL byte is not JSON at all). A `\u0000`
+/// preceded by an even number of backslashes is the escape; after an odd number it is text.
+fn has_escaped_nul(bytes: &[u8]) -> bool {
+    let mut backslashes = 0usize;
+    for (i, &byte) in bytes.iter().enumerate() {
+        if byte == b'\\' {
+            backslashes += 1;
+            continue;
+        }
+        if byte == b'u' && backslashes % 2 == 1 && bytes[i + 1..].starts_with(b"0000") {
+            return true;
+        }
+        backslashes = 0;
+    }
+    false
+}
+
+/// The longest name, key, slot or deployment id taken (a PostgreSQL index entry holds at most
+/// about 2.7 KB; a longer key would be a database error, a 5xx, instead of a 400).
+pub const MAX_IDENTIFIER_BYTES: usize = 1024;
+
+/// `text` if it is a usable name, key, slot or deployment id: at most
+/// [`MAX_IDENTIFIER_BYTES`], no NUL character.
+fn identifier<'a>(text: &'a str, what: &str) -> Result<&'a str, ApiError> {
+    if text.len() > MAX_IDENTIFIER_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "{what} is longer than {MAX_IDENTIFIER_BYTES} bytes"
+        )));
+    }
+    if text.contains('\0') {
+        return Err(ApiError::bad_request(format!(
+            "{what} must not contain the NUL character"
+        )));
+    }
+    Ok(text)
+}
+
+/// Path parameters whose failures (not UTF-8, a wrong count) are JSON errors (400).
+pub struct Segments<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Segments<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| Segments(value))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+/// A query string whose failures are JSON errors (400).
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| QueryParams(value))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+/// A JSON body that may be empty (then `T::default()`); otherwise as [`JsonBody`].
+pub struct OptionalJsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    "the request body exceeds this route's limit",
+                )
+            } else {
+                ApiError::bad_request(rejection.body_text())
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(T::default()));
+        }
+        parse_json(&bytes).map(OptionalJsonBody)
     }
 }
 
@@ -627,6 +739,7 @@ async fn artifact_put(
     JsonBody(body): JsonBody<PutRequest>,
 ) -> ApiResult {
     let content = decode(&body.content_base64)?;
+    identifier(&body.name, "name")?;
     let verdict = state
         .0
         .store
@@ -652,6 +765,7 @@ async fn artifact_get(
     RunnerAuth(runner): RunnerAuth,
     JsonBody(body): JsonBody<GetRequest>,
 ) -> ApiResult {
+    identifier(&body.name, "name")?;
     let verdict = state
         .0
         .store
@@ -670,6 +784,7 @@ async fn cache_put(
     JsonBody(body): JsonBody<PutRequest>,
 ) -> ApiResult {
     let content = decode(&body.content_base64)?;
+    identifier(&body.name, "name")?;
     let verdict = state
         .0
         .store
@@ -688,6 +803,7 @@ async fn cache_get(
     RunnerAuth(runner): RunnerAuth,
     JsonBody(body): JsonBody<GetRequest>,
 ) -> ApiResult {
+    identifier(&body.name, "name")?;
     let verdict = state
         .0
         .store
@@ -725,11 +841,17 @@ async fn result(
 
 async fn target_deploy(
     State(state): State<AppState>,
-    Path(slot): Path<String>,
+    Segments(slot): Segments<String>,
     JsonBody(body): JsonBody<DeployRequest>,
 ) -> ApiResult {
     let kind = TargetKind::from_code(&body.kind)
         .ok_or_else(|| ApiError::bad_request("kind must be fenced, idempotent or unfenced"))?;
+    identifier(&slot, "the target slot")?;
+    identifier(&body.deployment_id, "deployment_id")?;
+    // An attempt's fence is at least 1 (protocol §3): nothing else is a fence.
+    if body.fence < 1 {
+        return Err(ApiError::bad_request("fence must be at least 1"));
+    }
     let target = state
         .0
         .store
@@ -778,8 +900,9 @@ async fn target_state(state: &AppState, slot: &str) -> Result<Option<TargetBody>
 async fn target_get(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path(slot): Path<String>,
+    Segments(slot): Segments<String>,
 ) -> ApiResult {
+    identifier(&slot, "the target slot")?;
     match target_state(&state, &slot).await? {
         Some(body) => ok(body),
         None => Err(ApiError::not_found(
@@ -800,6 +923,7 @@ async fn create_project(
     if body.name.is_empty() {
         return Err(ApiError::bad_request("name must not be empty"));
     }
+    identifier(&body.name, "name")?;
     let project = state.0.store.create_project(&body.name).await?;
     created(ProjectResponse {
         project: project.0,
@@ -821,13 +945,14 @@ async fn project_exists(state: &AppState, project: Uuid) -> Result<ProjectId, Ap
 async fn create_runner(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path(project): Path<String>,
+    Segments(project): Segments<String>,
     JsonBody(body): JsonBody<CreateRunnerRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     if body.name.is_empty() {
         return Err(ApiError::bad_request("name must not be empty"));
     }
+    identifier(&body.name, "name")?;
     let (runner, token) = state.0.store.create_runner(project, &body.name).await?;
     created(RunnerResponse {
         runner: runner.0,
@@ -838,7 +963,7 @@ async fn create_runner(
 async fn submit_job(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path(project): Path<String>,
+    Segments(project): Segments<String>,
     JsonBody(body): JsonBody<SubmitJobRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
@@ -850,6 +975,9 @@ async fn submit_job(
     };
     if body.command.is_empty() {
         return Err(ApiError::bad_request("command must not be empty"));
+    }
+    if let Some(target) = &body.target {
+        identifier(target, "target")?;
     }
     let archive = decode(&body.source_archive_base64)?;
     let limits = state.0.source_limits;
@@ -953,7 +1081,7 @@ async fn project_job(state: &AppState, project: &str, job: &str) -> Result<JobVi
 async fn list_jobs(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path(project): Path<String>,
+    Segments(project): Segments<String>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     let ids: Vec<Uuid> =
@@ -974,7 +1102,7 @@ async fn list_jobs(
 async fn get_job(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     ok(job_body(&state, view).await?)
@@ -999,7 +1127,7 @@ fn attempt_body(a: AttemptView) -> AttemptBody {
 async fn get_attempts(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let attempts = state.0.store.attempts(view.id).await?;
@@ -1029,7 +1157,7 @@ fn observation_body(o: ObservationView) -> ObservationBody {
 async fn get_observations(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let observations = state.0.store.observations(view.id).await?;
@@ -1041,7 +1169,7 @@ async fn get_observations(
 async fn get_reconciliations(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let list = state.0.store.reconciliations(view.id).await?;
@@ -1089,8 +1217,8 @@ async fn chosen_attempt(
 async fn get_logs(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
-    Query(query): Query<AttemptQuery>,
+    Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<AttemptQuery>,
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let attempt = chosen_attempt(&state, &view, &query).await?;
@@ -1105,9 +1233,10 @@ async fn get_logs(
 async fn get_artifact(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job, name)): Path<(String, String, String)>,
-    Query(query): Query<AttemptQuery>,
+    Segments((project, job, name)): Segments<(String, String, String)>,
+    QueryParams(query): QueryParams<AttemptQuery>,
 ) -> ApiResult {
+    identifier(&name, "the artifact name")?;
     let view = project_job(&state, &project, &job).await?;
     let attempt = chosen_attempt(&state, &view, &query).await?;
     let content: Option<Vec<u8>> =
@@ -1127,10 +1256,15 @@ async fn get_artifact(
     }
 }
 
+/// A body that carries nothing: `{}` (or no body at all).
+#[derive(Default, Deserialize)]
+struct EmptyRequest {}
+
 async fn cancel(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
+    OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
 ) -> ApiResult {
     let project = parse_uuid(&project, "project")?;
     let job = parse_uuid(&job, "job")?;
@@ -1145,7 +1279,7 @@ async fn cancel(
 async fn reconcile(
     State(state): State<AppState>,
     _: OperatorAuth,
-    Path((project, job)): Path<(String, String)>,
+    Segments((project, job)): Segments<(String, String)>,
     JsonBody(body): JsonBody<ReconcileRequest>,
 ) -> ApiResult {
     let project = parse_uuid(&project, "project")?;
@@ -1169,7 +1303,11 @@ async fn reconcile(
     }
 }
 
-async fn sweep(State(state): State<AppState>, _: OperatorAuth) -> ApiResult {
+async fn sweep(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
+) -> ApiResult {
     match state.sweep().await? {
         SweepVerdict::Uncertain(jobs) => ok(SweepResponse {
             verdict: "uncertain".into(),
@@ -1190,12 +1328,19 @@ async fn test_clock(
     let clock = state.0.manual_clock.as_ref().ok_or_else(|| {
         ApiError::not_found("not_found", "the server does not run on a manual clock")
     })?;
-    if let Some(at) = body.set {
-        clock.set(at);
-    }
+    // Checked: the time stays within RFC 3339's years 1..=9999 (and PostgreSQL's range); an
+    // overflowing move is a 400, never a panic.
+    let out_of_range = || ApiError::bad_request("the clock must stay within the years 1 to 9999");
+    let mut now = body.set.unwrap_or_else(|| clock.now());
     if let Some(ms) = body.advance_ms {
-        clock.advance(chrono::Duration::milliseconds(ms));
+        now = chrono::Duration::try_milliseconds(ms)
+            .and_then(|by| now.checked_add_signed(by))
+            .ok_or_else(out_of_range)?;
     }
+    if !(1..=9999).contains(&chrono::Datelike::year(&now)) {
+        return Err(out_of_range());
+    }
+    clock.set(now);
     ok(ClockResponse { now: clock.now() })
 }
 
@@ -1449,7 +1594,7 @@ pub async fn start(
 
 #[cfg(test)]
 mod tests {
-    use super::{constant_time_eq, digest32};
+    use super::{constant_time_eq, digest32, has_escaped_nul};
 
     #[test]
     fn operator_token_hashes_are_equal_only_when_every_byte_is() {
@@ -1464,5 +1609,15 @@ mod tests {
         assert!(!constant_time_eq(&hash, &hash[..31]));
         assert!(!constant_time_eq(&hash, b""));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    #[test]
+    fn an_escaped_nul_is_found_and_an_escaped_backslash_before_u0000_is_text() {
+        assert!(has_escaped_nul(br#"{"name": "a\u0000b"}"#));
+        assert!(has_escaped_nul(br#"{"a\u0000": 1}"#));
+        assert!(has_escaped_nul(br#"{"name": "\\\u0000"}"#));
+        assert!(!has_escaped_nul(br#"{"name": "\\u0000"}"#));
+        assert!(!has_escaped_nul(br#"{"name": "\u0001 u0000"}"#));
+        assert!(!has_escaped_nul(br#"{"name": "\\\\u0000"}"#));
     }
 }
