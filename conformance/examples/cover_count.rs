@@ -10,7 +10,7 @@ fn main() {
         ..base.clone()
     };
     let configs = [
-        ("small (no disc, ttl1, clock2)", small.clone()),
+        ("small (no disc, ttl1)", small.clone()),
         (
             "small, no outsider",
             Config {
@@ -27,13 +27,14 @@ fn main() {
             },
         ),
         (
-            "no outsider, ttl2 clock3 no disc",
+            "no outsider, ttl2, no disc",
             Config {
                 outsider: false,
                 disconnects: false,
                 ..base.clone()
             },
         ),
+        ("default", base.clone()),
         (
             "no outsider, default",
             Config {
