@@ -58,7 +58,7 @@ fn count(outcome: &RunOutcome, key: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrent_history_with_duplicates_and_late_messages_is_linearizable() {
-    let outcome = run_clean("history", LoadConfig::short(8, 2_000, seed())).await;
+    let outcome = run_clean("history", LoadConfig::short(8, 1_500, seed())).await;
     // The run exercised what it claims to: duplicates, late reports, expiry, reconciliation.
     assert!(count(&outcome, "result acknowledged") > 0);
     assert!(count(&outcome, "heartbeat rejected (lease_expired)") > 0);
@@ -69,7 +69,7 @@ async fn a_concurrent_history_with_duplicates_and_late_messages_is_linearizable(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_killed_mid_transaction_lose_no_committed_result() {
-    let mut config = LoadConfig::short(8, 1_500, seed());
+    let mut config = LoadConfig::short(8, 1_000, seed());
     config.faults.kill_connections = Some(Duration::from_millis(400));
     let outcome = run_clean("kill-connections", config).await;
     assert!(outcome.summary.faults.connection_kills > 0);
@@ -81,7 +81,7 @@ async fn connections_killed_mid_transaction_lose_no_committed_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runner_clocks_hours_off_change_no_verdict() {
-    let mut config = LoadConfig::short(8, 1_500, seed());
+    let mut config = LoadConfig::short(8, 1_000, seed());
     config.faults.runner_skew = Some(Duration::from_secs(5 * 3600));
     let outcome = run_clean("clock-skew", config).await;
     assert_eq!(outcome.summary.faults.skewed_runners, 8);
@@ -89,7 +89,7 @@ async fn runner_clocks_hours_off_change_no_verdict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_killed_mid_operation_leaves_its_job_uncertain_never_requeued() {
-    let mut config = LoadConfig::short(8, 1_500, seed());
+    let mut config = LoadConfig::short(8, 1_000, seed());
     config.faults.kill_runners = Some(Duration::from_millis(300));
     let outcome = run_clean("kill-runner", config).await;
     assert!(outcome.summary.faults.runner_kills > 0);
@@ -107,7 +107,7 @@ async fn a_postgres_restart_during_load_loses_no_committed_result() {
         }
         Err(error) => panic!("{error}"),
     };
-    let mut config = LoadConfig::short(8, 1_500, seed());
+    let mut config = LoadConfig::short(8, 1_000, seed());
     config.faults.restart_postgres = Some((Duration::from_millis(1500), cluster.clone()));
     let outcome = run_clean_on("restart-postgres", &cluster.url("postgres"), config).await;
     assert!(outcome.summary.faults.postgres_restarts > 0);
@@ -146,7 +146,7 @@ async fn the_history_check_catches_the_implementations_mutants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_a_proxy_that_drops_delays_and_duplicates_loses_no_committed_result() {
     let db = TestDatabase::create().await.expect("a test database");
-    let config = LoadConfig::short(6, 1_000, seed());
+    let config = LoadConfig::short(6, 800, seed());
     let faults = net::NetFaults::lossy(config.lease_ttl * 3 / 2);
     let outcome = net::run(db.url(), &config, &faults).await.expect("the run");
     assert_clean("http-proxy", &config, &outcome);
@@ -160,7 +160,7 @@ async fn over_http_a_proxy_that_drops_delays_and_duplicates_loses_no_committed_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_restarted_while_runners_execute_loses_no_committed_result() {
     let db = TestDatabase::create().await.expect("a test database");
-    let config = LoadConfig::short(6, 1_000, seed());
+    let config = LoadConfig::short(6, 800, seed());
     let mut faults = net::NetFaults::none();
     faults.restart_server = Some(Duration::from_millis(1500));
     let outcome = net::run(db.url(), &config, &faults).await.expect("the run");

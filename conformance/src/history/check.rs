@@ -212,6 +212,8 @@ pub struct Report {
     pub linearizable_jobs: usize,
     /// Jobs whose search ran out of budget (neither found linearizable nor refuted).
     pub undecided_jobs: usize,
+    /// The most calls one job's history had.
+    pub largest_job: usize,
     /// Final job states.
     pub end_states: BTreeMap<String, usize>,
     /// Answers by call (`heartbeat rejected (lease_expired)`: n): what the run exercised.
@@ -263,8 +265,9 @@ impl Report {
         let _ = writeln!(out, "end states: {}", states.join(", "));
         let _ = writeln!(
             out,
-            "linearizable jobs: {} of {} ({} undecided within the search budget)",
-            self.linearizable_jobs, self.jobs, self.undecided_jobs
+            "linearizable jobs: {} of {} ({} undecided within the search budget; the largest \
+             job history has {} calls)",
+            self.linearizable_jobs, self.jobs, self.undecided_jobs, self.largest_job
         );
         let _ = writeln!(
             out,
@@ -318,6 +321,7 @@ pub fn check(history: &[Op], ledger: &Ledger, config: &CheckConfig) -> Report {
     let mut violations = Vec::new();
     let per_job = split(history, ledger, config, &mut violations, &mut report);
     for (job, ops) in &per_job {
+        report.largest_job = report.largest_job.max(ops.len());
         let job_ledger = ledger.jobs.get(job);
         check_job(*job, ops, job_ledger, ledger, config, &mut violations);
         if let Some(job_ledger) = job_ledger {
@@ -460,17 +464,11 @@ fn split(
             let Some(job_ledger) = ledger.jobs.get(job) else {
                 continue;
             };
-            let ever_uncertain = job_ledger.attempts.iter().any(|a| {
-                matches!(
-                    a.state,
-                    imp::AttemptState::Uncertain | imp::AttemptState::Stopped
-                )
-            }) || job_ledger
-                .reconciliations
-                .iter()
-                .any(|r| r.verdict.is_accepted());
-            if ever_uncertain {
-                ops.extend(lost_sweeps.iter().map(|op| (*op).clone()));
+            let virtual_sweeps = failed_sweeps_for(*job, ops, job_ledger, &lost_sweeps);
+            for mut op in virtual_sweeps {
+                op.id = next_id;
+                next_id += 1;
+                ops.push(op);
             }
         }
     }
@@ -478,6 +476,75 @@ fn split(
         ops.sort_by_key(|op| op.invoked_seq);
     }
     per_job
+}
+
+/// The failed sweeps that may have made `job` uncertain, as few optional ops as possible: for
+/// every attempt of the job that became uncertain with no answered sweep to show for it, one op
+/// standing for all the failed sweeps that overlap the attempt's standing (from its claim to the
+/// reconciliation or claim after it), invoked with the first and completed with the last of
+/// them. It may be placed anywhere any of them could, so no history that one of them explains
+/// is refused; and the search stays small when hundreds of sweeps fail during an outage.
+fn failed_sweeps_for(job: JobId, ops: &[Op], jl: &JobLedger, failed: &[&Op]) -> Vec<Op> {
+    let mut out = Vec::new();
+    for claim in ops {
+        let Some((tuple, _)) = claim_of(claim) else {
+            continue;
+        };
+        let Some(attempt) = jl.attempts.iter().find(|a| a.id == tuple.attempt) else {
+            continue;
+        };
+        let became_uncertain = attempt.state == imp::AttemptState::Uncertain
+            || jl
+                .reconciliations
+                .iter()
+                .any(|r| r.attempt == Some(attempt.id) && r.verdict.is_accepted());
+        if !became_uncertain {
+            continue;
+        }
+        let end = ops
+            .iter()
+            .filter(|x| x.invoked_seq > claim.invoked_seq)
+            .filter(|x| {
+                (matches!(x.call, Call::Reconcile { .. }) && x.answer == Some(Answer::Accepted))
+                    || claim_of(x).is_some_and(|(t, _)| t.fence > tuple.fence)
+            })
+            .filter_map(|x| x.completed_seq)
+            .min()
+            .unwrap_or(u64::MAX);
+        let explained = ops.iter().any(|x| {
+            matches!(&x.answer, Some(Answer::Swept(jobs)) if jobs.contains(&job))
+                && x.completed_seq.is_some_and(|c| c > claim.invoked_seq)
+                && x.invoked_seq < end
+        });
+        if explained {
+            continue;
+        }
+        let group: Vec<&&Op> = failed
+            .iter()
+            .filter(|s| {
+                s.completed_seq.is_none_or(|c| c > claim.invoked_seq) && s.invoked_seq < end
+            })
+            .collect();
+        let Some(first) = group.iter().min_by_key(|s| s.invoked_seq) else {
+            continue;
+        };
+        let mut merged = (**first).clone();
+        merged.client = format!("sweeper ({} failed sweeps, as one)", group.len());
+        merged.answer = Some(Answer::Unknown("failed sweeps".into()));
+        let all_completed = group.iter().all(|s| s.completed_seq.is_some());
+        merged.completed_seq = if all_completed {
+            group.iter().filter_map(|s| s.completed_seq).max()
+        } else {
+            None
+        };
+        merged.completed_at = if all_completed {
+            group.iter().filter_map(|s| s.completed_at).max()
+        } else {
+            None
+        };
+        out.push(merged);
+    }
+    out
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2024,6 +2091,40 @@ mod tests {
             vec![w.attempt(1, AttemptState::Active, 305, None)],
             vec![],
         );
+        let report = check(&w.ops, &ledger, &config());
+        assert_eq!(kinds(&report), vec![ViolationKind::NotLinearizable]);
+    }
+
+    #[test]
+    fn an_outage_of_failed_sweeps_explains_an_uncertain_job_without_blowing_up_the_search() {
+        let mut w = World::new();
+        w.claim(1, 0, 10);
+        // 200 sweeps fail during an outage; one of them made the job uncertain.
+        for k in 0..200 {
+            w.op(
+                Call::Sweep,
+                Some(Answer::Unknown("database unavailable".into())),
+                200 + k * 5,
+                Some(202 + k * 5),
+            );
+        }
+        w.heartbeat(1, Answer::Rejected(imp::Reason::LeaseExpired), 1300, 1310);
+        let ledger = w.ledger(
+            JobState::Uncertain,
+            Some(1),
+            vec![w.attempt(1, AttemptState::Uncertain, 305, None)],
+            vec![],
+        );
+        let started = std::time::Instant::now();
+        let report = check(&w.ops, &ledger, &config());
+        assert!(report.is_clean(), "{}", report.render(10));
+        assert_eq!(report.linearizable_jobs, 1);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // Without any sweep, nothing made the job uncertain.
+        w.ops.retain(|op| !matches!(op.call, Call::Sweep));
+        for (i, op) in w.ops.iter_mut().enumerate() {
+            op.id = i;
+        }
         let report = check(&w.ops, &ledger, &config());
         assert_eq!(kinds(&report), vec![ViolationKind::NotLinearizable]);
     }

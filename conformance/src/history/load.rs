@@ -329,8 +329,6 @@ struct Shared {
     executions: Mutex<HashMap<AttemptId, (RunnerId, Exec)>>,
     claiming: Mutex<HashMap<RunnerId, usize>>,
     recent_jobs: Mutex<Vec<JobId>>,
-    submitted: AtomicUsize,
-    first_claims: AtomicUsize,
     late_in_flight: AtomicUsize,
     faults: Arc<Mutex<FaultCounts>>,
     uncertain: Mutex<BTreeSet<JobId>>,
@@ -464,8 +462,6 @@ pub(crate) async fn drive(
         executions: Mutex::new(HashMap::new()),
         claiming: Mutex::new(HashMap::new()),
         recent_jobs: Mutex::new(Vec::new()),
-        submitted: AtomicUsize::new(0),
-        first_claims: AtomicUsize::new(0),
         late_in_flight: AtomicUsize::new(0),
         faults,
         uncertain: Mutex::new(BTreeSet::new()),
@@ -602,11 +598,20 @@ pub(crate) async fn drive(
     })
 }
 
-async fn submit(shared: &Shared, n: usize) {
-    for _ in 0..n {
-        if shared.rec.submit(&shared.reader, shared.project).await {
-            shared.submitted.fetch_add(1, Ordering::SeqCst);
-        }
+/// Submit `n` jobs, 8 at a time (a submission over HTTP stores a source snapshot).
+async fn submit(shared: &Arc<Shared>, n: usize) {
+    let lanes: Vec<JoinHandle<()>> = (0..8.min(n))
+        .map(|lane| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                for _ in (lane..n).step_by(8) {
+                    let _ = shared.rec.submit(&shared.reader, shared.project).await;
+                }
+            })
+        })
+        .collect();
+    for lane in lanes {
+        let _ = lane.await;
     }
 }
 
@@ -616,10 +621,18 @@ async fn submitter(shared: Arc<Shared>) {
         if shared.stopping() {
             continue;
         }
-        let backlog = shared
-            .submitted
-            .load(Ordering::SeqCst)
-            .saturating_sub(shared.first_claims.load(Ordering::SeqCst));
+        // The queue as it is (claims whose answer was lost, or that a proxy delivered twice,
+        // take jobs no runner counted).
+        let queued: Result<i64, _> = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE project_id = $1 AND state = 'queued'",
+        )
+        .bind(shared.project.0)
+        .fetch_one(shared.reader.pool())
+        .await;
+        let backlog = match queued {
+            Ok(queued) => usize::try_from(queued).unwrap_or(0),
+            Err(_) => continue,
+        };
         if backlog < shared.config.runners * 2 {
             submit(&shared, shared.config.runners).await;
         }
@@ -657,9 +670,6 @@ async fn runner_loop(shared: Arc<Shared>, index: usize, runner: RunnerId, seed: 
         }
         match lease {
             Some(lease) => {
-                if lease.tuple.fence == 1 {
-                    shared.first_claims.fetch_add(1, Ordering::SeqCst);
-                }
                 {
                     let mut recent = lock(&shared.recent_jobs);
                     recent.push(lease.tuple.job);
@@ -670,10 +680,11 @@ async fn runner_loop(shared: Arc<Shared>, index: usize, runner: RunnerId, seed: 
                 execute(&shared, index, &client, &lease.tuple, &mut rng).await;
             }
             None => {
+                // No work (or no answer): wait before asking again.
                 let wait = if claimed.is_err() {
                     50
                 } else {
-                    5 + rng.below(20) as u64
+                    10 + rng.below(30) as u64
                 };
                 tokio::time::sleep(Duration::from_millis(wait)).await;
             }
