@@ -149,7 +149,12 @@ impl AppState {
 
     /// Run the expiry sweep once (rule R4).
     pub async fn sweep(&self) -> Result<SweepVerdict, ApiError> {
-        let verdict = self.0.store.sweep_expired().await?;
+        self.sweep_in(None).await
+    }
+
+    /// Run the expiry sweep once over the jobs of `project` (`None`: every project).
+    pub async fn sweep_in(&self, project: Option<ProjectId>) -> Result<SweepVerdict, ApiError> {
+        let verdict = self.0.store.sweep_expired_in(project).await?;
         let expired = match &verdict {
             SweepVerdict::Uncertain(jobs) => jobs.len(),
             SweepVerdict::Accepted => 0,
@@ -1306,9 +1311,13 @@ async fn reconcile(
 async fn sweep(
     State(state): State<AppState>,
     _: OperatorAuth,
-    OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
+    OptionalJsonBody(body): OptionalJsonBody<SweepRequest>,
 ) -> ApiResult {
-    match state.sweep().await? {
+    let project = match body.project {
+        Some(project) => Some(project_exists(&state, project).await?),
+        None => None,
+    };
+    match state.sweep_in(project).await? {
         SweepVerdict::Uncertain(jobs) => ok(SweepResponse {
             verdict: "uncertain".into(),
             jobs: jobs.into_iter().map(|j| j.0).collect(),

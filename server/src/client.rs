@@ -104,6 +104,15 @@ impl Http {
         })
     }
 
+    /// The same client (and connection pool) speaking with another bearer token.
+    pub fn with_token(&self, token: &str) -> Self {
+        Self {
+            client: self.client.clone(),
+            base: self.base.clone(),
+            token: token.to_owned(),
+        }
+    }
+
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base
@@ -455,12 +464,26 @@ impl OperatorClient {
         self.http.post("/v1/sweep", &serde_json::json!({})).await
     }
 
+    /// The expiry sweep over one project's jobs only.
+    pub async fn sweep_project(&self, project: Uuid) -> Result<SweepResponse, CallError> {
+        let body = SweepRequest {
+            project: Some(project),
+        };
+        self.http.post("/v1/sweep", &body).await
+    }
+
     pub async fn advance_clock(&self, ms: i64) -> Result<ClockResponse, CallError> {
         let body = ClockRequest {
             set: None,
             advance_ms: Some(ms),
         };
         self.http.post("/v1/test/clock", &body).await
+    }
+
+    /// The test clock (only with `--manual-clock`): set it and/or advance it; the answer is the
+    /// server's time after both. An empty request only reads it.
+    pub async fn clock(&self, request: &ClockRequest) -> Result<ClockResponse, CallError> {
+        self.http.post("/v1/test/clock", request).await
     }
 
     pub async fn target(&self, slot: &str) -> Result<TargetBody, CallError> {

@@ -221,6 +221,14 @@ pub struct ReconcileRequest {
     pub decision: String,
 }
 
+/// `POST /v1/sweep` (the body may also be empty).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SweepRequest {
+    /// Sweep only this project's jobs; absent: every project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<Uuid>,
+}
+
 /// Answer to the expiry sweep.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SweepResponse {
