@@ -19,13 +19,14 @@ pub struct ServeArgs {
     /// Lease time-to-live in seconds.
     #[arg(long, default_value_t = 30.0)]
     lease_ttl: f64,
-    /// TEST ONLY: run on a manual clock and add POST /v1/test/clock.
+    /// TEST ONLY: run on a manual clock and add POST /v1/test/clock; the expiry sweep then runs
+    /// only on POST /v1/sweep.
     #[arg(long)]
     manual_clock: bool,
     /// The operator token (generated and printed when absent).
     #[arg(long)]
     operator_token: Option<String>,
-    /// How often the expiry sweep runs, in milliseconds.
+    /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
     #[arg(long, default_value_t = 1000)]
     sweep_interval_ms: u64,
 }

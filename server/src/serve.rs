@@ -48,12 +48,18 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let config = ServerConfig {
         operator_token: options.operator_token.clone(),
         manual_clock: options.manual_clock,
-        sweep_interval: Some(options.sweep_interval),
+        // On a manual clock time moves only when a test moves it, and the sweep runs only when
+        // a test asks for it (`POST /v1/sweep`): a periodic sweep would expire leases at moments
+        // no replay can control.
+        sweep_interval: (!options.manual_clock).then_some(options.sweep_interval),
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
     if options.manual_clock {
-        eprintln!("leasewright: TEST MODE: manual clock; POST /v1/test/clock moves the time");
+        eprintln!(
+            "leasewright: TEST MODE: manual clock; POST /v1/test/clock moves the time and the \
+             expiry sweep runs only on POST /v1/sweep"
+        );
     }
     if options.operator_token.is_none() {
         eprintln!("leasewright: operator token: {}", server.operator_token);
