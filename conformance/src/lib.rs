@@ -4,6 +4,7 @@
 pub mod driver;
 pub mod generate;
 pub mod history;
+pub mod http;
 pub mod junit;
 pub mod minimize;
 pub mod pg;

@@ -1,0 +1,213 @@
+//! The HTTP driver against the server in-process (on a manual clock, ephemeral port): the named
+//! scenarios and seeded random walks agree with the model over HTTP, and the in-process driver
+//! gives the same verdict and the same projected state at every step of the same traces.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasewright_conformance::driver::Driver;
+use leasewright_conformance::driver::{DriverError, Observed, Projection, Session};
+use leasewright_conformance::generate::{random_walks, Generated};
+use leasewright_conformance::http::{HttpDriver, SetupError};
+use leasewright_conformance::pg::PgDriver;
+use leasewright_conformance::replay::{replay, Tally};
+use leasewright_conformance::scenarios;
+use leasewright_impl::database::TestDatabase;
+use leasewright_model::{Action, Config, LeaseModel, State};
+use leasewright_server::app::{self, Server, ServerConfig};
+use leasewright_server::client::{OperatorClient, RunnerClient};
+use leasewright_server::wire::ClockRequest;
+
+const OPERATOR: &str = "conform-operator";
+
+async fn server(db: &TestDatabase, manual_clock: bool) -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        operator_token: Some(OPERATOR.into()),
+        manual_clock,
+        sweep_interval: None,
+        ..ServerConfig::default()
+    };
+    app::start(db.url(), Duration::from_secs(30), listener, config)
+        .await
+        .expect("server")
+}
+
+/// What one step showed: its verdict, and the projected state when the replay asked for it.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Step(Option<Observed>),
+    State(Projection),
+}
+
+/// A session that records what every step showed.
+struct Recording<S> {
+    inner: S,
+    seen: Vec<Seen>,
+}
+
+impl<S: Session> Session for Recording<S> {
+    async fn step(
+        &mut self,
+        before: &State,
+        action: &Action,
+        after: &State,
+    ) -> Result<Option<Observed>, DriverError> {
+        let observed = self.inner.step(before, action, after).await?;
+        self.seen.push(Seen::Step(observed));
+        Ok(observed)
+    }
+
+    async fn project(&mut self) -> Result<Projection, DriverError> {
+        let projection = self.inner.project().await?;
+        self.seen.push(Seen::State(projection.clone()));
+        Ok(projection)
+    }
+
+    async fn mark(&mut self) -> Result<(), DriverError> {
+        self.inner.mark().await
+    }
+}
+
+/// Replays `trace` on `driver`: it must agree with the model; returns what every step showed.
+async fn record<D: Driver>(
+    driver: &D,
+    model: &LeaseModel,
+    trace: &Generated<LeaseModel>,
+) -> (Tally, Vec<Seen>) {
+    let inner = driver.open(model, &trace.name).await.expect("a namespace");
+    let mut session = Recording {
+        inner,
+        seen: Vec::new(),
+    };
+    match replay(model, &mut session, trace).await {
+        Ok(tally) => (tally, session.seen),
+        Err(divergence) => panic!("{} driver:\n{}", driver.name(), divergence.render()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let server = server(&db, true).await;
+    let http = HttpDriver::connect(&server.url(), OPERATOR)
+        .await
+        .expect("the HTTP driver connects");
+    assert_eq!(http.lease_ttl_ms(), 30_000);
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let pg = PgDriver::new(pool).await.expect("migrations");
+
+    let mut traces: Vec<(Arc<LeaseModel>, Generated<LeaseModel>)> = scenarios::all()
+        .expect("scenarios")
+        .into_iter()
+        .map(|(model, trace)| (Arc::new(model), trace))
+        .collect();
+    let model = Arc::new(LeaseModel::new(Config::default()));
+    for trace in random_walks(model.as_ref(), 1, 300, 30) {
+        traces.push((Arc::clone(&model), trace));
+    }
+    let mut steps = 0;
+    let mut verdicts = 0;
+    for (model, trace) in &traces {
+        let (over_http, seen_http) = record(&http, model, trace).await;
+        let (in_process, seen_pg) = record(&pg, model, trace).await;
+        assert_eq!(
+            seen_http, seen_pg,
+            "{}: the two drivers saw different steps",
+            trace.name
+        );
+        assert_eq!(over_http.steps, in_process.steps, "{}", trace.name);
+        assert_eq!(over_http.verdicts, in_process.verdicts, "{}", trace.name);
+        steps += over_http.steps;
+        verdicts += seen_http
+            .iter()
+            .filter(|s| matches!(s, Seen::Step(Some(_))))
+            .count();
+    }
+    assert!(steps >= 300 + 40, "steps replayed: {steps}");
+    assert!(verdicts >= 100, "verdicts compared: {verdicts}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_manual_clock_or_with_another_token_is_refused_with_the_reason() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let plain = server(&db, false).await;
+    let error = HttpDriver::connect(&plain.url(), OPERATOR)
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(error, SetupError::NoManualClock { .. }), "{error}");
+    assert!(error.to_string().contains("--manual-clock"), "{error}");
+    let error = HttpDriver::connect(&plain.url(), "not-the-token")
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(error, SetupError::Unauthorized { .. }), "{error}");
+    assert!(error.to_string().contains("--operator-token"), "{error}");
+    plain.stop().await.unwrap();
+
+    let manual = server(&db, true).await;
+    let error = HttpDriver::connect(&manual.url(), "not-the-token")
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(error, SetupError::Unauthorized { .. }), "{error}");
+    manual.stop().await.unwrap();
+}
+
+/// The isolation the driver relies on: the sweep of one project leaves another project's expired
+/// lease alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_of_one_project_leaves_expired_leases_of_other_projects_alone() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let server = server(&db, true).await;
+    let operator = OperatorClient::new(&server.url(), OPERATOR).unwrap();
+    let mut projects = Vec::new();
+    for name in ["expired", "quiet"] {
+        let project = operator.create_project(name).await.unwrap();
+        let token = operator.create_runner(project, "r").await.unwrap().token;
+        projects.push((project, token));
+    }
+    let (expired, token) = &projects[0];
+    let snapshot =
+        leasewright_server::source::build_snapshot(vec![leasewright_server::source::SourceFile {
+            path: "f".into(),
+            mode: 0o644,
+            content: b"x".to_vec(),
+        }])
+        .unwrap();
+    use base64::Engine as _;
+    let request = leasewright_server::wire::SubmitJobRequest {
+        command: "true".into(),
+        source_revision: "r".into(),
+        source_archive_base64: base64::engine::general_purpose::STANDARD.encode(&snapshot.archive),
+        artifacts: Vec::new(),
+        target: None,
+        target_kind: None,
+    };
+    let job = operator.submit(*expired, &request).await.unwrap().job;
+    let runner = RunnerClient::new(&server.url(), token, Duration::from_secs(10)).unwrap();
+    assert_eq!(runner.claim(1).await.unwrap().len(), 1);
+    operator
+        .clock(&ClockRequest {
+            set: None,
+            advance_ms: Some(31_000),
+        })
+        .await
+        .unwrap();
+    let quiet = operator.sweep_project(projects[1].0).await.unwrap();
+    assert_eq!(quiet.verdict, "accepted");
+    assert_eq!(operator.job(*expired, job).await.unwrap().state, "running");
+    let swept = operator.sweep_project(*expired).await.unwrap();
+    assert_eq!(
+        (swept.verdict.as_str(), swept.jobs),
+        ("uncertain", vec![job])
+    );
+    let unknown = operator
+        .sweep_project(uuid::Uuid::from_u128(1))
+        .await
+        .unwrap_err();
+    assert!(unknown.to_string().contains("unknown_project"), "{unknown}");
+    server.stop().await.unwrap();
+}
