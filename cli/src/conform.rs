@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use leasewright_conformance::driver::Driver;
 use leasewright_conformance::generate::{random_walks, transition_cover, Generated};
+use leasewright_conformance::http::HttpDriver;
 use leasewright_conformance::pg::PgDriver;
 use leasewright_conformance::replay::{action_key, Divergence};
 use leasewright_conformance::shard::Shard;
@@ -35,6 +37,13 @@ pub struct ConformArgs {
     /// The PostgreSQL to run against. Default: $DATABASE_URL, else a throwaway cluster.
     #[arg(long)]
     database_url: Option<String>,
+    /// Replay over HTTP against a running `leasewright serve --manual-clock` at this URL instead
+    /// of in-process (traces run one at a time: the server's clock is global).
+    #[arg(long, value_name = "URL", conflicts_with = "database_url")]
+    http: Option<String>,
+    /// The operator token of the server given by --http.
+    #[arg(long, requires = "http")]
+    operator_token: Option<String>,
     /// Which traces to replay.
     #[arg(long, value_enum, default_value_t = SuiteName::All)]
     suite: SuiteName,
@@ -112,6 +121,17 @@ struct Batch {
 }
 
 pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
+    if args.http.is_some() && args.mutants {
+        eprintln!(
+            "error: --mutants cannot be used with --http: the mutants are compiled into an \
+             in-process build of the implementation, and a running server has none"
+        );
+        return Ok(2);
+    }
+    if args.http.is_some() && args.operator_token.is_none() {
+        eprintln!("error: --http needs --operator-token (the token the server was started with)");
+        return Ok(2);
+    }
     #[cfg(not(feature = "mutants"))]
     if args.mutants {
         return rerun_with_mutants();
@@ -129,6 +149,24 @@ pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
 }
 
 async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
+    if let (Some(url), Some(token)) = (&args.http, &args.operator_token) {
+        let driver = match HttpDriver::connect(url, token).await {
+            Ok(driver) => Arc::new(driver),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return Ok(2);
+            }
+        };
+        eprintln!(
+            "replaying over HTTP against {} (lease ttl {} ms; one trace at a time)",
+            driver.url(),
+            driver.lease_ttl_ms()
+        );
+        if let Some(file) = &args.replay {
+            return replay_file(&args, driver, file).await;
+        }
+        return run_suite(&args, driver).await;
+    }
     let (pool, _database) = match connect(&args).await {
         Ok(connected) => connected,
         Err(error) => {
@@ -137,14 +175,76 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         }
     };
     if let Some(file) = &args.replay {
-        return replay_file(&args, pool, file).await;
+        let driver = Arc::new(PgDriver::new(pool).await?);
+        return replay_file(&args, driver, file).await;
     }
+    if args.mutants {
+        let batches = match generate_reporting(&args) {
+            Ok(batches) => batches,
+            Err(code) => return Ok(code),
+        };
+        return mutants(&args, pool, &batches).await;
+    }
+    run_suite(&args, Arc::new(PgDriver::new(pool).await?)).await
+}
+
+/// A driver of the suite: the in-process one or the HTTP one.
+trait SuiteDriver: Driver + 'static {
+    /// The summary's first line.
+    fn heading(&self) -> String;
+    /// Options of `conform` that select this driver, for replay commands.
+    fn replay_options(&self) -> String;
+    /// How many traces may run at once.
+    fn parallel(&self, asked: usize) -> usize;
+    /// Whether it can replay traces of `model`.
+    fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
+}
+
+impl SuiteDriver for PgDriver {
+    fn heading(&self) -> String {
+        "conformance: model against PostgreSQL (in-process driver)".into()
+    }
+    fn replay_options(&self) -> String {
+        String::new()
+    }
+    fn parallel(&self, asked: usize) -> usize {
+        asked
+    }
+    fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl SuiteDriver for HttpDriver {
+    fn heading(&self) -> String {
+        format!(
+            "conformance: model against the HTTP server at {} (HTTP driver)",
+            self.url()
+        )
+    }
+    fn replay_options(&self) -> String {
+        // The token is never printed.
+        format!(" --http {} --operator-token <OPERATOR_TOKEN>", self.url())
+    }
+    fn parallel(&self, _: usize) -> usize {
+        // The server's clock is global: one trace at a time (the driver enforces it anyway).
+        1
+    }
+    fn accepts(&self, model: &LeaseModel) -> Result<(), String> {
+        self.tick_ms(model.config.lease_ttl)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Generates the suite and says so; `Err(2)` on bad arguments.
+fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
     let started = Instant::now();
-    let batches = match generate(&args) {
+    let batches = match generate(args) {
         Ok(batches) => batches,
         Err(error) => {
             eprintln!("error: {error}");
-            return Ok(2);
+            return Err(2);
         }
     };
     let total: usize = batches.iter().map(|b| b.traces.len()).sum();
@@ -155,19 +255,30 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         args.seed,
         args.shard
     );
-    if args.mutants {
-        return mutants(&args, pool, &batches).await;
+    Ok(batches)
+}
+
+/// Replays the suite on `driver`, prints the summary, reports the first divergence.
+async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow::Result<i32> {
+    let batches = match generate_reporting(args) {
+        Ok(batches) => batches,
+        Err(code) => return Ok(code),
+    };
+    for batch in &batches {
+        if let Err(error) = driver.accepts(&batch.model) {
+            eprintln!("error: {error}");
+            return Ok(2);
+        }
     }
-    let driver = Arc::new(PgDriver::new(pool).await?);
-    let report = run_batches(&args, Arc::clone(&driver), &batches, false, true).await;
-    print_summary(&args, &report, &batches);
+    let report = run_batches(args, Arc::clone(&driver), &batches, false, true).await;
+    print_summary(args, &driver.heading(), &driver.name(), &report, &batches);
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::render(&report.cases))
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("JUnit report: {}", path.display());
     }
     if let Some(first) = report.divergences.first() {
-        report_divergence(&args, &driver, first, &batches).await?;
+        report_divergence(args, driver.as_ref(), first, &batches).await?;
         return Ok(1);
     }
     Ok(0)
@@ -271,9 +382,9 @@ fn generate(args: &ConformArgs) -> Result<Vec<Batch>, String> {
     Ok(batches)
 }
 
-async fn run_batches(
+async fn run_batches<D: SuiteDriver>(
     args: &ConformArgs,
-    driver: Arc<PgDriver>,
+    driver: Arc<D>,
     batches: &[Batch],
     stop_at_first: bool,
     show_progress: bool,
@@ -291,10 +402,10 @@ async fn run_batches(
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    bar.set_message(driver_name(&driver));
+    bar.set_message(driver.name());
     let mut all = suite::Outcome::default();
     let options = RunOptions {
-        parallel: args.parallel,
+        parallel: driver.parallel(args.parallel),
         stop_at_first,
     };
     let started = Instant::now();
@@ -326,12 +437,13 @@ async fn run_batches(
     all
 }
 
-fn driver_name(driver: &PgDriver) -> String {
-    use leasewright_conformance::driver::Driver as _;
-    driver.name()
-}
-
-fn print_summary(args: &ConformArgs, report: &suite::Outcome, batches: &[Batch]) {
+fn print_summary(
+    args: &ConformArgs,
+    heading: &str,
+    driver: &str,
+    report: &suite::Outcome,
+    batches: &[Batch],
+) {
     let seconds = report.elapsed.as_secs_f64().max(1e-9);
     let reasons_hit: BTreeSet<String> = report
         .tally
@@ -354,6 +466,7 @@ fn print_summary(args: &ConformArgs, report: &suite::Outcome, batches: &[Batch])
         .collect();
     if args.json {
         let doc = json!({
+            "driver": driver,
             "suite": format!("{:?}", args.suite).to_lowercase(),
             "seed": args.seed,
             "shard": args.shard.to_string(),
@@ -372,7 +485,7 @@ fn print_summary(args: &ConformArgs, report: &suite::Outcome, batches: &[Batch])
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         return;
     }
-    println!("conformance: model against PostgreSQL (in-process driver)");
+    println!("{heading}");
     println!("  configuration   {}", describe_config(&args.config()));
     if let Some(cover) = batches
         .iter()
@@ -429,9 +542,9 @@ fn describe_config(c: &Config) -> String {
 }
 
 /// Shrinks the first divergence, saves it, and prints how to replay it.
-async fn report_divergence(
+async fn report_divergence<D: SuiteDriver>(
     args: &ConformArgs,
-    driver: &PgDriver,
+    driver: &D,
     first: &Divergence,
     batches: &[Batch],
 ) -> anyhow::Result<()> {
@@ -461,15 +574,16 @@ async fn report_divergence(
     }
     eprintln!("saved trace: {}", path.display());
     eprintln!(
-        "replay it:   cargo run --release -- conform --replay {}",
+        "replay it:   cargo run --release -- conform{} --replay {}",
+        driver.replay_options(),
         path.display()
     );
     Ok(())
 }
 
-async fn replay_file(
+async fn replay_file<D: SuiteDriver>(
     args: &ConformArgs,
-    pool: sqlx::PgPool,
+    driver: Arc<D>,
     file: &PathBuf,
 ) -> anyhow::Result<i32> {
     let text = match std::fs::read_to_string(file) {
@@ -489,13 +603,16 @@ async fn replay_file(
             return Ok(2);
         }
     };
-    let driver = PgDriver::new(pool).await?;
+    if let Err(error) = driver.accepts(&model) {
+        eprintln!("error: {error}");
+        return Ok(2);
+    }
     let model = Arc::new(model);
     let batches = [Batch {
         model,
         traces: vec![trace],
     }];
-    let report = run_batches(args, Arc::new(driver), &batches, true, false).await;
+    let report = run_batches(args, driver, &batches, true, false).await;
     match report.divergences.first() {
         Some(d) => {
             println!("{}", d.render());
