@@ -575,7 +575,7 @@ fn specs(route: &Route) -> Vec<Spec> {
             spec("finding", Field::Enum(FINDINGS), true),
             spec("decision", Field::Enum(DECISIONS), true),
         ],
-        BodyKind::Sweep => vec![],
+        BodyKind::Sweep => vec![spec("project", Field::Uuid, false)],
         BodyKind::Clock => vec![
             spec("set", Field::Time, false),
             spec("advance_ms", Field::Int, false),
@@ -1058,6 +1058,21 @@ fn unknown_ids(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Ca
                     .boxed(),
             )
         }
+        "/v1/sweep" => Some(
+            uuid_strategy()
+                .prop_map(move |project| {
+                    let body = json!({ "project": project });
+                    refused(
+                        "unknown_ids",
+                        &wc,
+                        route,
+                        serde_json::to_vec(&body).unwrap(),
+                        404,
+                        "unknown_project",
+                    )
+                })
+                .boxed(),
+        ),
         // Claim names no id; a target checks no job (protocol §8); the rest name nothing.
         _ => None,
     }
