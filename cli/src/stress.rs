@@ -115,7 +115,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async move {
+    let code: anyhow::Result<i32> = runtime.block_on(async move {
         let every = Duration::from_secs_f64(args.fault_interval.max(0.1));
         let mut config = LoadConfig::short(args.runners, args.ops, seed);
         config.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
@@ -204,5 +204,10 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             );
             Ok(1)
         }
-    })
+    });
+    // A failure to set up (no database, no cluster) is exit 2, like bad arguments.
+    Ok(code.unwrap_or_else(|error| {
+        eprintln!("leasewright stress: {error:#}");
+        2
+    }))
 }

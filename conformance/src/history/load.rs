@@ -24,7 +24,7 @@ use chrono::{DateTime, Utc};
 use imp::{AttemptId, Decision, Finding, JobId, Outcome, Reason, RejoinAnswer, RunnerId, Verdict};
 use leasewright_impl as imp;
 use serde::Serialize;
-use sqlx::{Connection, Executor};
+use sqlx::Connection;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -1106,20 +1106,4 @@ async fn restart_postgres(
             Err(error) => eprintln!("restarting PostgreSQL panicked: {error}"),
         }
     }
-}
-
-/// Terminate every client connection of the database at `url` but our own (for tests that
-/// want one kill at a chosen moment).
-pub async fn terminate_connections(url: &str) -> Result<i64, sqlx::Error> {
-    let mut admin = sqlx::PgConnection::connect(url).await?;
-    let killed = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() \
-         AND backend_type = 'client backend') AS killed",
-    )
-    .fetch_one(&mut admin)
-    .await?;
-    admin.execute("SELECT 1").await?;
-    let _ = admin.close().await;
-    Ok(killed)
 }
