@@ -643,48 +643,73 @@ impl Session for HttpSession {
     }
 
     async fn project(&mut self) -> Result<Projection, DriverError> {
-        let mut recorded = Vec::new();
+        // Four independent reads of committed state, at once: the step before has finished.
+        let this = &*self;
+        let (views, attempts, observations, target_states) = tokio::try_join!(
+            async { this.operator.jobs(this.project).await.map_err(failed) },
+            async {
+                let mut all = Vec::with_capacity(this.jobs.len());
+                for id in &this.jobs {
+                    all.push(
+                        this.operator
+                            .attempts(this.project, *id)
+                            .await
+                            .map_err(failed)?,
+                    );
+                }
+                Ok(all)
+            },
+            async {
+                let mut all = Vec::with_capacity(this.jobs.len());
+                for id in &this.jobs {
+                    all.push(
+                        this.operator
+                            .observations(this.project, *id)
+                            .await
+                            .map_err(failed)?,
+                    );
+                }
+                Ok(all)
+            },
+            async {
+                let mut all = Vec::with_capacity(this.slots.len());
+                for slot in &this.slots {
+                    all.push(match this.operator.target(slot).await {
+                        Ok(state) => (state.applied_count, state.highest_fence.unwrap_or(0)),
+                        // A slot no mutation has reached yet.
+                        Err(CallError::Http { status: 404, .. }) => (0, 0),
+                        Err(error) => return Err(failed(error)),
+                    });
+                }
+                Ok(all)
+            },
+        )?;
         let mut jobs = Vec::with_capacity(self.jobs.len());
-        let views = self.operator.jobs(self.project).await.map_err(failed)?;
-        for (j, id) in self.jobs.iter().enumerate() {
+        for ((j, id), attempts) in self.jobs.iter().enumerate().zip(&attempts) {
             let view = views
                 .iter()
                 .find(|v| v.job == *id)
                 .ok_or_else(|| DriverError::Implementation(format!("job {j} vanished")))?;
-            let attempts = self
-                .operator
-                .attempts(self.project, *id)
-                .await
-                .map_err(failed)?;
-            jobs.push(self.job_projection(view, &attempts)?);
-            recorded.extend(
-                self.operator
-                    .observations(self.project, *id)
-                    .await
-                    .map_err(failed)?
-                    .into_iter()
-                    .filter(|o| o.id > self.last_observation)
-                    .map(|o| (j, o)),
-            );
+            jobs.push(self.job_projection(view, attempts)?);
         }
+        let mut recorded: Vec<(usize, ObservationBody)> = observations
+            .into_iter()
+            .enumerate()
+            .flat_map(|(j, list)| list.into_iter().map(move |o| (j, o)))
+            .filter(|(_, o)| o.id > self.last_observation)
+            .collect();
         recorded.sort_by_key(|(_, o)| o.id);
         if let Some(max) = recorded.iter().map(|(_, o)| o.id).max() {
             self.last_observation = max;
         }
-        let mut targets = Vec::with_capacity(self.slots.len());
         let cap = i64::from(crate::driver::applied_cap(self.target_kind));
-        for slot in &self.slots {
-            let (applied, highest) = match self.operator.target(slot).await {
-                Ok(state) => (state.applied_count, state.highest_fence.unwrap_or(0)),
-                // A slot no mutation has reached yet.
-                Err(CallError::Http { status: 404, .. }) => (0, 0),
-                Err(error) => return Err(failed(error)),
-            };
-            targets.push(TargetProjection {
+        let targets = target_states
+            .into_iter()
+            .map(|(applied, highest)| TargetProjection {
                 applied: applied.clamp(0, cap) as u8,
                 highest_fence: highest.clamp(0, 255) as u8,
-            });
-        }
+            })
+            .collect();
         let observation = match recorded.as_slice() {
             [] => None,
             [(j, o)] => Some(self.observation(*j, o)?),
