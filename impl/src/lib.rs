@@ -17,6 +17,7 @@ mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
+pub use sql::statement_counts;
 pub use store::{Store, StoreConfig};
 pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};
 pub use types::*;

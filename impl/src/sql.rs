@@ -1,26 +1,52 @@
 //! Every SQL statement, loaded from `impl/sql/<name>.sql` at compile time. A statement's name is
 //! the rule it enforces; guard predicates are marked `-- guard: <what>` at the end of their line
 //! (the `mutants` feature removes exactly one kind of guard to prove a test notices).
+//!
+//! Every statement is issued through [`Statement::issue`], which counts it: [`statement_counts`]
+//! tells how many times each was executed in this process (the conformance suite's statement
+//! coverage). One relaxed atomic increment per statement; always on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One named SQL statement.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Statement {
-    #[cfg_attr(not(any(test, feature = "mutants")), allow(dead_code))]
     pub(crate) name: &'static str,
     pub(crate) text: &'static str,
+    /// Its position in [`ALL`], which indexes its execution counter.
+    ordinal: usize,
+}
+
+impl Statement {
+    /// The statement's text, counted as one execution: call it where the statement is sent.
+    pub(crate) fn issue(self) -> &'static str {
+        self.count();
+        self.text
+    }
+
+    /// Counts one execution without taking the text (a caller that sends a variant of it).
+    pub(crate) fn count(self) {
+        EXECUTED[self.ordinal].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 macro_rules! statements {
     ($($constant:ident = $file:literal;)+) => {
+        /// The statements' ordinals, in the order they are declared.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        enum Ordinal {
+            $($constant),+
+        }
+
         $(
             pub(crate) const $constant: Statement = Statement {
                 name: $file,
                 text: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", $file, ".sql")),
+                ordinal: Ordinal::$constant as usize,
             };
         )+
 
-        /// Every statement, for the test that checks each names itself.
-        #[cfg(test)]
+        /// Every statement, in declaration order (an ordinal is a position here).
         pub(crate) const ALL: &[Statement] = &[$($constant),+];
     };
 }
@@ -75,8 +101,55 @@ statements! {
     TARGET_MUTATION_RECORD = "target_mutation_record";
 }
 
+/// How many times each statement was executed, indexed by its ordinal.
+static EXECUTED: [AtomicU64; ALL.len()] = [const { AtomicU64::new(0) }; ALL.len()];
+
+/// Every named SQL statement (its file name in impl/sql without `.sql`) with the number of times
+/// this process executed it, in declaration order; statements never executed are listed with 0.
+///
+/// The counters are process-global and never reset: they count every [`crate::Store`] and
+/// [`crate::DemoTarget`] of the process. A statement counts when it is sent, whether or not it
+/// then touched a row (a conditional statement that matched nothing was still executed) or failed.
+/// To measure one piece of work, take the difference of two snapshots.
+pub fn statement_counts() -> Vec<(&'static str, u64)> {
+    ALL.iter()
+        .map(|statement| {
+            (
+                statement.name,
+                EXECUTED[statement.ordinal].load(Ordering::Relaxed),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ordinals_are_positions_in_all() {
+        for (i, statement) in super::ALL.iter().enumerate() {
+            assert_eq!(statement.ordinal, i, "{}", statement.name);
+        }
+    }
+
+    #[test]
+    fn every_statement_file_is_named_once() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("impl/sql")
+            .filter_map(|entry| {
+                let name = entry.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".sql").map(str::to_string)
+            })
+            .collect();
+        files.sort();
+        let mut named: Vec<String> = super::statement_counts()
+            .into_iter()
+            .map(|(name, _)| name.to_string())
+            .collect();
+        named.sort();
+        assert_eq!(named, files);
+    }
+
     #[test]
     fn every_statement_file_names_its_statement() {
         for statement in super::ALL {

@@ -217,14 +217,16 @@ impl Store {
         self.clock.now().trunc_subsecs(6)
     }
 
-    /// The statement's text (with one guard removed under a mutant).
+    /// The statement's text (with one guard removed under a mutant), counted as one execution
+    /// ([`crate::statement_counts`]): call it where the statement is sent.
     #[cfg(not(feature = "mutants"))]
     fn sql(&self, statement: Statement) -> &'static str {
-        statement.text
+        statement.issue()
     }
 
     #[cfg(feature = "mutants")]
     fn sql(&self, statement: Statement) -> &'static str {
+        statement.count();
         crate::mutants::statement_text(self.mutant, statement)
     }
 

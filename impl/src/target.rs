@@ -97,7 +97,7 @@ impl DemoTarget {
     }
 
     async fn lock(&self, conn: &mut sqlx::PgConnection) -> Result<TargetState, Error> {
-        let row = sqlx::query(sql::TARGET_LOCK.text)
+        let row = sqlx::query(sql::TARGET_LOCK.issue())
             .bind(&self.slot)
             .fetch_one(conn)
             .await?;
@@ -117,7 +117,7 @@ impl DemoTarget {
         self.lock(&mut tx).await?;
         let verdict = match self.kind {
             TargetKind::Fenced => {
-                let applied = sqlx::query(sql::TARGET_FENCED_APPLY_IF_NOT_STALE.text)
+                let applied = sqlx::query(sql::TARGET_FENCED_APPLY_IF_NOT_STALE.issue())
                     .bind(&self.slot)
                     .bind(mutation.fence)
                     .fetch_optional(&mut *tx)
@@ -129,14 +129,14 @@ impl DemoTarget {
                 }
             }
             TargetKind::Idempotent => {
-                let first = sqlx::query(sql::TARGET_IDEMPOTENT_APPLY_ONCE.text)
+                let first = sqlx::query(sql::TARGET_IDEMPOTENT_APPLY_ONCE.issue())
                     .bind(&self.slot)
                     .bind(&mutation.deployment_id)
                     .bind(now)
                     .fetch_optional(&mut *tx)
                     .await?;
                 if first.is_some() {
-                    sqlx::query(sql::TARGET_COUNT_APPLICATION.text)
+                    sqlx::query(sql::TARGET_COUNT_APPLICATION.issue())
                         .bind(&self.slot)
                         .execute(&mut *tx)
                         .await?;
@@ -146,14 +146,14 @@ impl DemoTarget {
                 }
             }
             TargetKind::Unfenced => {
-                sqlx::query(sql::TARGET_COUNT_APPLICATION.text)
+                sqlx::query(sql::TARGET_COUNT_APPLICATION.issue())
                     .bind(&self.slot)
                     .execute(&mut *tx)
                     .await?;
                 Verdict::Accepted(())
             }
         };
-        sqlx::query(sql::TARGET_MUTATION_RECORD.text)
+        sqlx::query(sql::TARGET_MUTATION_RECORD.issue())
             .bind(&self.slot)
             .bind(mutation.job.0)
             .bind(mutation.attempt.0)
