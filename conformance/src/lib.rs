@@ -8,6 +8,7 @@ pub mod http;
 pub mod junit;
 pub mod minimize;
 pub mod pg;
+pub mod property;
 pub mod replay;
 pub mod scenarios;
 pub mod shard;

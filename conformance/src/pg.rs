@@ -76,6 +76,12 @@ impl PgDriver {
         self.mutant = Some(mutant);
         self
     }
+
+    /// The mutant this driver runs against, if any.
+    #[cfg(feature = "mutants")]
+    pub fn mutant(&self) -> Option<imp::mutants::Mutant> {
+        self.mutant
+    }
 }
 
 impl Driver for PgDriver {
