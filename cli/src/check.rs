@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 use clap::Args;
-use leasewright_model::{describe, trace, Config, LeaseModel, TargetKind, Variant};
+use leasewright_model::{describe, properties, trace, Config, LeaseModel, TargetKind, Variant};
 use serde_json::json;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::io::Write as _;
@@ -142,20 +142,32 @@ fn report<C: Checker<LeaseModel>>(
     let model = checker.model();
     let discoveries = checker.discoveries();
 
-    // The checker stops at the first `always` violation; then an unreached `sometimes` says nothing.
+    // The checker stops at the first `always` violation; then an unreached `sometimes` says
+    // nothing, nor does an `always` that is not violated where it stopped. The invariants are
+    // checked as one property: those that fail in the counterexample's last state are violated.
+    let combined = discoveries.get(properties::EVERY_INVARIANT);
+    let violated_there = combined
+        .map(|path| properties::violated(model, path.last_state()))
+        .unwrap_or_default();
     let stopped_early = model
         .properties()
         .iter()
         .any(|p| p.expectation.discovery_is_failure() && discoveries.contains_key(p.name));
     let mut results = Vec::new();
-    let mut failed = false;
+    let mut failed = stopped_early;
     let mut counterexamples = Vec::new();
-    for property in model.properties() {
-        let found = discoveries.get(property.name);
+    for property in properties::all(config.target) {
+        let found = discoveries
+            .get(property.name)
+            .or_else(|| combined.filter(|_| violated_there.contains(&property.name)));
         let (kind, verdict, ok) = match property.expectation {
             Expectation::Always | Expectation::Eventually => (
                 "always",
-                if found.is_some() { "violated" } else { "holds" },
+                match (found.is_some(), stopped_early) {
+                    (true, _) => "violated",
+                    (false, false) => "holds",
+                    (false, true) => "not checked",
+                },
                 found.is_none(),
             ),
             Expectation::Sometimes => (

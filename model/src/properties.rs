@@ -61,30 +61,75 @@ pub const SOMETIMES_APPLIED_TWICE: &str = "the unfenced target applies a mutatio
 /// Every property for a target of kind `target`, `always` first, in a fixed order. The last
 /// `sometimes` property exercises the target's own rule, so it depends on the kind.
 pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
+    let mut properties: Vec<Property<LeaseModel>> = INVARIANTS
+        .iter()
+        .map(|&(name, condition)| Property::always(name, condition))
+        .collect();
+    properties.extend(sometimes(target));
+    properties
+}
+
+/// The name of [`every_invariant`] as one property.
+pub const EVERY_INVARIANT: &str = "every invariant holds";
+
+/// Every `always` property as one (for exhaustive checking: the checker's cost per state grows
+/// with the number of properties), then the `sometimes` properties. When it is violated,
+/// [`violated`] names the invariants that fail in the last state of the counterexample.
+pub fn combined(target: TargetKind) -> Vec<Property<LeaseModel>> {
+    let mut properties = vec![Property::always(EVERY_INVARIANT, every_invariant)];
+    properties.extend(sometimes(target));
+    properties
+}
+
+/// Every invariant holds in `s`.
+pub fn every_invariant(m: &LeaseModel, s: &State) -> bool {
+    INVARIANTS.iter().all(|(_, holds)| holds(m, s))
+}
+
+/// The names of the invariants that fail in `s`, in their fixed order.
+pub fn violated(m: &LeaseModel, s: &State) -> Vec<&'static str> {
+    INVARIANTS
+        .iter()
+        .filter(|(_, holds)| !holds(m, s))
+        .map(|&(name, _)| name)
+        .collect()
+}
+
+type Condition = fn(&LeaseModel, &State) -> bool;
+
+/// The `always` properties (docs/protocol.md §11), in a fixed order.
+const INVARIANTS: &[(&str, Condition)] = &[
+    (AT_MOST_ONE_CURRENT_ATTEMPT, at_most_one_current_attempt),
+    (FENCES_INCREASE, fences_increase),
+    (NO_STALE_COMPLETION, no_stale_completion),
+    (OUTCOME_NEVER_CHANGES, outcome_never_changes),
+    (NO_HEARTBEAT_AFTER_EXPIRY, no_heartbeat_after_expiry),
+    (ONE_EXECUTION_PER_JOB, one_execution_per_job),
+    (FENCED_TARGET_MONOTONIC, fenced_target_monotonic),
+    (IDEMPOTENT_TARGET_ONCE, idempotent_target_once),
+    (EXPIRED_IS_UNCERTAIN, expired_is_uncertain),
+    (REPORTS_ATTRIBUTED, reports_attributed),
+    (RUNNER_TIME_IRRELEVANT, runner_time_irrelevant),
+    (NO_CROSS_PROJECT_CHANGE, no_cross_project_change),
+    (QUIESCENCE_RESOLVED, quiescence_resolved),
+];
+
+/// The `sometimes` properties. The last one exercises the target's own rule, so it depends on
+/// the kind.
+fn sometimes(target: TargetKind) -> Vec<Property<LeaseModel>> {
     let mut properties = vec![
-        Property::always(AT_MOST_ONE_CURRENT_ATTEMPT, at_most_one_current_attempt),
-        Property::always(FENCES_INCREASE, fences_increase),
-        Property::always(NO_STALE_COMPLETION, no_stale_completion),
-        Property::always(OUTCOME_NEVER_CHANGES, outcome_never_changes),
-        Property::always(NO_HEARTBEAT_AFTER_EXPIRY, no_heartbeat_after_expiry),
-        Property::always(ONE_EXECUTION_PER_JOB, one_execution_per_job),
-        Property::always(FENCED_TARGET_MONOTONIC, fenced_target_monotonic),
-        Property::always(IDEMPOTENT_TARGET_ONCE, idempotent_target_once),
-        Property::always(EXPIRED_IS_UNCERTAIN, expired_is_uncertain),
-        Property::always(REPORTS_ATTRIBUTED, reports_attributed),
-        Property::always(RUNNER_TIME_IRRELEVANT, runner_time_irrelevant),
-        Property::always(NO_CROSS_PROJECT_CHANGE, no_cross_project_change),
-        Property::always(QUIESCENCE_RESOLVED, quiescence_resolved),
         Property::sometimes(SOMETIMES_STALE_COMPLETION_REJECTED, |m, s: &State| {
-            observed(m, s, |o| {
-                is_result(o) && o.reason == Some(Reason::NotCurrent)
+            observed(m, s, is_result_message, |o| {
+                o.reason == Some(Reason::NotCurrent)
             })
         }),
         Property::sometimes(SOMETIMES_DUPLICATE_ACKNOWLEDGED, |m, s: &State| {
-            observed(m, s, |o| is_result(o) && o.verdict == Verdict::Acknowledged)
+            observed(m, s, is_result_message, |o| {
+                o.verdict == Verdict::Acknowledged
+            })
         }),
         Property::sometimes(SOMETIMES_CONFLICT_RECORDED, |m, s: &State| {
-            observed(m, s, |o| {
+            observed(m, s, is_result_message, |o| {
                 o.reason == Some(Reason::ConflictingResult) && o.attempt.is_some()
             })
         }),
@@ -97,13 +142,13 @@ pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
                 .any(|a| a.fence > 1 && a.state == AttemptState::Active)
         }),
         Property::sometimes(SOMETIMES_LATE_REPORT, |m, s: &State| {
-            observed(m, s, |o| {
-                is_result(o) && o.reason == Some(Reason::LeaseExpired) && o.attempt.is_some()
+            observed(m, s, is_result_message, |o| {
+                o.reason == Some(Reason::LeaseExpired) && o.attempt.is_some()
             })
         }),
         Property::sometimes(SOMETIMES_HEARTBEAT_REJECTED, |m, s: &State| {
-            observed(m, s, |o| {
-                o.kind == MessageKind::Heartbeat && o.reason == Some(Reason::LeaseExpired)
+            observed(m, s, is_kind(MessageKind::Heartbeat), |o| {
+                o.reason == Some(Reason::LeaseExpired)
             })
         }),
         Property::sometimes(SOMETIMES_CANCELLED, |_, s: &State| {
@@ -114,12 +159,14 @@ pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
     ];
     properties.push(match target {
         TargetKind::Fenced => Property::sometimes(SOMETIMES_STALE_FENCE, |m, s: &State| {
-            observed(m, s, |o| o.reason == Some(Reason::StaleFence))
+            observed(m, s, is_kind(MessageKind::TargetMutation), |o| {
+                o.reason == Some(Reason::StaleFence)
+            })
         }),
         TargetKind::Idempotent => {
             Property::sometimes(SOMETIMES_REPEAT_ACKNOWLEDGED, |m, s: &State| {
-                observed(m, s, |o| {
-                    o.kind == MessageKind::TargetMutation && o.verdict == Verdict::Acknowledged
+                observed(m, s, is_kind(MessageKind::TargetMutation), |o| {
+                    o.verdict == Verdict::Acknowledged
                 })
             })
         }
@@ -130,15 +177,27 @@ pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
     properties
 }
 
-/// Some deliverable message (in flight, or a heartbeat a runner can send now), received now,
-/// would be recorded as `f` describes. Its delivery is enabled, so reaching such a state means the
-/// next step can record it.
-fn observed(m: &LeaseModel, s: &State, f: impl Fn(&Observation) -> bool) -> bool {
-    m.deliverable(s).any(|msg| f(&m.observation(s, &msg)))
+/// Some deliverable message (in flight, or a heartbeat a runner can send now) that `message`
+/// selects, received now, would be recorded as `f` describes. Its delivery is enabled, so reaching
+/// such a state means the next step can record it. (`message` only saves computing the
+/// observations of messages `f` would refuse anyway: every state pays for these properties.)
+fn observed(
+    m: &LeaseModel,
+    s: &State,
+    message: impl Fn(&Message) -> bool,
+    f: impl Fn(&Observation) -> bool,
+) -> bool {
+    m.deliverable(s)
+        .filter(|msg| message(msg))
+        .any(|msg| f(&m.observation(s, &msg)))
 }
 
-fn is_result(o: &Observation) -> bool {
-    matches!(o.kind, MessageKind::Result(_))
+fn is_result_message(m: &Message) -> bool {
+    matches!(m.kind, MessageKind::Result(_))
+}
+
+fn is_kind(kind: MessageKind) -> impl Fn(&Message) -> bool {
+    move |m| m.kind == kind
 }
 
 /// Acting as current: holding the lease (`active`) or having lost it (`uncertain`). At most one
@@ -158,13 +217,17 @@ fn at_most_one_current_attempt(_: &LeaseModel, s: &State) -> bool {
 
 fn fences_increase(_: &LeaseModel, s: &State) -> bool {
     (0..s.jobs.len()).all(|j| {
-        let fences: Vec<Fence> = s
+        let mut fences = s
             .attempts
             .iter()
             .filter(|a| a.job as usize == j)
-            .map(|a| a.fence)
-            .collect();
-        fences.windows(2).all(|w| w[0] < w[1])
+            .map(|a| a.fence);
+        let mut last = fences.next();
+        fences.all(|f| {
+            let increases = last.is_some_and(|l| l < f);
+            last = Some(f);
+            increases
+        })
     })
 }
 

@@ -2,7 +2,7 @@
 
 use crate::types::*;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use smallvec::SmallVec;
 
 /// The bounds and choices of one model-checking run.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,7 +77,7 @@ pub enum Execution {
 }
 
 /// One entry of a job's attempt ledger.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Attempt {
     /// The job it is an attempt of.
     pub job: JobId,
@@ -99,7 +99,7 @@ pub struct Attempt {
 }
 
 /// A job.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Job {
     /// The owning project.
     pub project: ProjectId,
@@ -121,7 +121,7 @@ pub struct Job {
 }
 
 /// A runner.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Runner {
     /// Its project (0, or 1 for the outsider).
     pub project: ProjectId,
@@ -199,7 +199,9 @@ pub struct Observation {
 }
 
 /// One job's deployment target slot.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
 pub struct Target {
     /// How many mutations it applied (saturating at 2).
     pub applied: u8,
@@ -209,8 +211,111 @@ pub struct Target {
     pub highest_fence: Fence,
 }
 
+// The state's collections are small (a few jobs, runners, attempts and messages), and the
+// checker clones, hashes and compares millions of states: they live inline, on the stack, and
+// spill to the heap only beyond these sizes. `SmallVec` orders, hashes and serializes as a slice
+// does, so the state's `Ord` (which picks the symmetry representative) and its ITF form are those
+// of plain vectors.
+
+/// Jobs by id.
+pub type Jobs = SmallVec<[Job; 2]>;
+/// The attempt ledger.
+pub type Attempts = SmallVec<[Attempt; 4]>;
+/// Runners by id.
+pub type Runners = SmallVec<[Runner; 3]>;
+/// Target slots by job.
+pub type Targets = SmallVec<[Target; 2]>;
+
+/// A set of messages: kept sorted and without duplicates, inline up to eight messages. Ordered,
+/// hashed and serialized (a JSON array, ascending) as a `BTreeSet` would be.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct MessageSet(SmallVec<[Message; 8]>);
+
+impl MessageSet {
+    /// Adds `m`; `false` if it was already in.
+    pub fn insert(&mut self, m: Message) -> bool {
+        match self.0.binary_search(&m) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, m);
+                true
+            }
+        }
+    }
+
+    /// Removes `m`; `false` if it was not in.
+    pub fn remove(&mut self, m: &Message) -> bool {
+        match self.0.binary_search(m) {
+            Ok(at) => {
+                self.0.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `m` is in.
+    pub fn contains(&self, m: &Message) -> bool {
+        self.0.binary_search(m).is_ok()
+    }
+
+    /// The messages, ascending.
+    pub fn iter(&self) -> std::slice::Iter<'_, Message> {
+        self.0.iter()
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Removes every message.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Keeps only the messages for which `keep` holds.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Message) -> bool) {
+        self.0.retain(|m| keep(m));
+    }
+
+    /// The messages in `self` and not in `other`, ascending.
+    pub fn difference<'a>(&'a self, other: &'a MessageSet) -> impl Iterator<Item = &'a Message> {
+        self.iter().filter(move |m| !other.contains(m))
+    }
+}
+
+impl FromIterator<Message> for MessageSet {
+    fn from_iter<I: IntoIterator<Item = Message>>(iter: I) -> Self {
+        let mut all: SmallVec<[Message; 8]> = iter.into_iter().collect();
+        all.sort_unstable();
+        all.dedup();
+        MessageSet(all)
+    }
+}
+
+impl<'a> IntoIterator for &'a MessageSet {
+    type Item = &'a Message;
+    type IntoIter = std::slice::Iter<'a, Message>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Vec::<Message>::deserialize(d)?.into_iter().collect())
+    }
+}
+
 /// The whole state.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct State {
     /// Server time (`now`). Time is relative: after every step the origin moves to `now`, so
     /// `clock` is 0 in every reachable state and an active attempt's `lease_expiry` is the
@@ -218,15 +323,15 @@ pub struct State {
     /// work on states built with another origin.
     pub clock: u8,
     /// Jobs by id.
-    pub jobs: Vec<Job>,
+    pub jobs: Jobs,
     /// The attempt ledger, in claim order (one ledger for all jobs; each entry names its job).
-    pub attempts: Vec<Attempt>,
+    pub attempts: Attempts,
     /// Runners by id (project-0 runners first, then the outsider).
-    pub runners: Vec<Runner>,
+    pub runners: Runners,
     /// Messages sent and never drained: any of them can be delivered (again) at any time.
-    pub in_flight: BTreeSet<Message>,
+    pub in_flight: MessageSet,
     /// Target slots by job.
-    pub targets: Vec<Target>,
+    pub targets: Targets,
 }
 
 /// One step of the model, in the protocol's vocabulary.
@@ -315,6 +420,134 @@ impl Action {
             Action::Reconcile { .. } => "reconcile",
             Action::OutsiderCancel { .. } => "outsider_cancel",
             Action::OutsiderReconcile { .. } => "outsider_reconcile",
+        }
+    }
+}
+
+impl std::hash::Hash for State {
+    /// One word per record instead of one write per field: the checker identifies a state by
+    /// its hash, and hashing every state it reaches field by field is a good part of its time.
+    /// Every record is packed one-to-one (each field in its own byte, an `Option` as a tag byte
+    /// and a value byte) after its collection's length, so equal states hash alike and the
+    /// stream of words determines the state. Each record is destructured in full: a new field
+    /// does not compile until it is hashed here.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        fn pack<const N: usize>(bytes: [u8; N]) -> u128 {
+            let mut word = [0; 16];
+            word[..N].copy_from_slice(&bytes);
+            u128::from_le_bytes(word)
+        }
+        fn option(value: Option<u8>) -> [u8; 2] {
+            [value.is_some() as u8, value.unwrap_or(0)]
+        }
+        fn outcome(o: Outcome) -> u8 {
+            o as u8
+        }
+        let State {
+            clock,
+            jobs,
+            attempts,
+            runners,
+            in_flight,
+            targets,
+        } = self;
+        h.write_u8(*clock);
+        h.write_usize(jobs.len());
+        for job in jobs {
+            let Job {
+                project,
+                state,
+                fence,
+                current,
+                cancel_requested,
+                target_reserved,
+                committed,
+                completed_by,
+            } = *job;
+            let [current_tag, current] = option(current);
+            let [committed_tag, committed] = option(committed.map(|c| c as u8));
+            let [by_tag, by_attempt] = option(completed_by.map(|(a, _)| a));
+            let by_runner = completed_by.map_or(0, |(_, r)| r);
+            h.write_u128(pack([
+                project,
+                state as u8,
+                fence,
+                current_tag,
+                current,
+                cancel_requested as u8,
+                target_reserved as u8,
+                committed_tag,
+                committed,
+                by_tag,
+                by_attempt,
+                by_runner,
+            ]));
+        }
+        h.write_usize(attempts.len());
+        for attempt in attempts {
+            let Attempt {
+                job,
+                runner,
+                lease,
+                fence,
+                lease_expiry,
+                state,
+                execution,
+                expired,
+            } = *attempt;
+            let execution = match execution {
+                Execution::Executing => 0,
+                Execution::Stopped => 1,
+                Execution::Finished(o) => 2 + outcome(o),
+            };
+            h.write_u64(pack([
+                job,
+                runner,
+                lease,
+                fence,
+                lease_expiry,
+                state as u8,
+                execution,
+                expired as u8,
+            ]) as u64);
+        }
+        h.write_usize(runners.len());
+        for runner in runners {
+            let Runner {
+                project,
+                connected,
+                holding,
+            } = *runner;
+            let [holding_tag, holding] = option(holding);
+            h.write_u32(pack([project, connected as u8, holding_tag, holding]) as u32);
+        }
+        h.write_usize(in_flight.len());
+        for m in in_flight {
+            let Message {
+                kind,
+                sender,
+                job,
+                attempt,
+                lease,
+                fence,
+                runner_time,
+            } = *m;
+            let kind = match kind {
+                MessageKind::Heartbeat => 0,
+                MessageKind::Rejoin => 1,
+                MessageKind::TargetMutation => 2,
+                MessageKind::Result(o) => 3 + outcome(o),
+            };
+            h.write_u64(pack([kind, sender, job, attempt, lease, fence, runner_time]) as u64);
+        }
+        h.write_usize(targets.len());
+        for target in targets {
+            let Target {
+                applied,
+                last_fence,
+                highest_fence,
+            } = *target;
+            h.write_u32(pack([applied, last_fence, highest_fence]) as u32);
         }
     }
 }

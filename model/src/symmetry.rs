@@ -5,54 +5,70 @@
 
 use crate::state::*;
 use crate::types::{AttemptId, AttemptState, JobId, JobState, LeaseId, Outcome, RunnerId};
-use stateright::{Representative, RewritePlan};
-
-type Plan = RewritePlan<RunnerId, Vec<RunnerId>>;
-
-fn plan(permutation: Vec<RunnerId>) -> Plan {
-    RewritePlan::new(permutation, |r, p| {
-        p.get(*r as usize).copied().unwrap_or(*r)
-    })
-}
-
-fn message(m: &Message, p: &Plan) -> Message {
-    Message {
-        sender: p.rewrite(&m.sender),
-        ..*m
-    }
-}
+use stateright::Representative;
+use std::cmp::Ordering;
 
 impl State {
     /// This state with every runner id `r` renamed to `permutation[r]` (ids beyond the
     /// permutation, e.g. the outsider, are kept).
     pub fn rename_runners(&self, permutation: &[RunnerId]) -> State {
-        let p = plan(permutation.to_vec());
+        let rename = |r: RunnerId| permutation.get(r as usize).copied().unwrap_or(r);
+        let mut s = self.clone();
+        for (old, runner) in self.runners.iter().enumerate() {
+            s.runners[rename(old as RunnerId) as usize] = *runner;
+        }
+        for j in s.jobs.iter_mut() {
+            j.completed_by = j.completed_by.map(|(a, r)| (a, rename(r)));
+        }
+        for a in s.attempts.iter_mut() {
+            a.runner = rename(a.runner);
+        }
+        s.in_flight = self
+            .in_flight
+            .iter()
+            .map(|m| Message {
+                sender: rename(m.sender),
+                ..*m
+            })
+            .collect();
+        s
+    }
+}
+
+impl State {
+    /// `self.rename_runners(permutation).cmp(other)`, without building the renamed state unless
+    /// the comparison gets as far as the messages (it usually ends at the first attempt).
+    pub fn cmp_renamed_runners(&self, permutation: &[RunnerId], other: &State) -> Ordering {
+        let rename = |r: RunnerId| permutation.get(r as usize).copied().unwrap_or(r);
+        let jobs = self.jobs.iter().map(|j| Job {
+            completed_by: j.completed_by.map(|(a, r)| (a, rename(r))),
+            ..*j
+        });
+        let attempts = self.attempts.iter().map(|a| Attempt {
+            runner: rename(a.runner),
+            ..*a
+        });
         let mut runners = self.runners.clone();
         for (old, runner) in self.runners.iter().enumerate() {
-            runners[p.rewrite(&(old as RunnerId)) as usize] = runner.clone();
+            runners[rename(old as RunnerId) as usize] = *runner;
         }
-        State {
-            clock: self.clock,
-            jobs: self
-                .jobs
-                .iter()
-                .map(|j| Job {
-                    completed_by: j.completed_by.map(|(a, r)| (a, p.rewrite(&r))),
-                    ..j.clone()
-                })
-                .collect(),
-            attempts: self
-                .attempts
-                .iter()
-                .map(|a| Attempt {
-                    runner: p.rewrite(&a.runner),
-                    ..a.clone()
-                })
-                .collect(),
-            runners,
-            in_flight: self.in_flight.iter().map(|m| message(m, &p)).collect(),
-            targets: self.targets.clone(),
-        }
+        self.clock
+            .cmp(&other.clock)
+            .then_with(|| jobs.cmp(other.jobs.iter().copied()))
+            .then_with(|| attempts.cmp(other.attempts.iter().copied()))
+            .then_with(|| runners.cmp(&other.runners))
+            .then_with(|| {
+                let in_flight: MessageSet = self
+                    .in_flight
+                    .iter()
+                    .map(|m| Message {
+                        sender: rename(m.sender),
+                        ..*m
+                    })
+                    .collect();
+                in_flight.cmp(&other.in_flight)
+            })
+            .then_with(|| self.targets.cmp(&other.targets))
     }
 }
 
@@ -171,7 +187,7 @@ impl State {
             .iter()
             .map(|&old| Attempt {
                 lease: lease(s.attempts[old].lease),
-                ..s.attempts[old].clone()
+                ..s.attempts[old]
             })
             .collect();
         for j in s.jobs.iter_mut() {
@@ -199,8 +215,8 @@ impl State {
     pub fn rename_jobs(&self, permutation: &[JobId]) -> State {
         let mut s = self.clone();
         for (old, &new) in permutation.iter().enumerate() {
-            s.jobs[new as usize] = self.jobs[old].clone();
-            s.targets[new as usize] = self.targets[old].clone();
+            s.jobs[new as usize] = self.jobs[old];
+            s.targets[new as usize] = self.targets[old];
         }
         let rename = |j: JobId| permutation.get(j as usize).copied().unwrap_or(j);
         for a in s.attempts.iter_mut() {
@@ -217,22 +233,24 @@ impl State {
         s
     }
 
-    /// The job renamings that are symmetries of this state. Jobs differ only in their ids and in
-    /// claim order (a claim takes the lowest-numbered queued job), and only jobs that can still be
-    /// queued are ever claimed: a terminal job never changes again. So any renaming that keeps the
-    /// order of the non-terminal jobs is a symmetry here and in every later state.
-    fn job_permutations(&self) -> Vec<Vec<JobId>> {
-        let open: Vec<JobId> = (0..self.jobs.len() as JobId)
-            .filter(|&j| !self.jobs[j as usize].state.is_terminal())
-            .collect();
-        if open.len() == self.jobs.len() {
-            return vec![open];
+    /// Whether the job renaming `permutation` is a symmetry of this state. Jobs differ only in
+    /// their ids and in claim order (a claim takes the lowest-numbered queued job), and only jobs
+    /// that can still be queued are ever claimed: a terminal job never changes again. So any
+    /// renaming that keeps the order of the non-terminal jobs is a symmetry here and in every
+    /// later state.
+    fn keeps_claim_order(&self, permutation: &[JobId]) -> bool {
+        let mut last: Option<JobId> = None;
+        for (j, job) in self.jobs.iter().enumerate() {
+            if job.state.is_terminal() {
+                continue;
+            }
+            let renamed = permutation[j];
+            if last.is_some_and(|l| renamed < l) {
+                return false;
+            }
+            last = Some(renamed);
         }
-        cached_permutations(self.jobs.len() as u8)
-            .iter()
-            .filter(|p| open.windows(2).all(|w| p[w[0] as usize] < p[w[1] as usize]))
-            .cloned()
-            .collect()
+        true
     }
 }
 
@@ -248,18 +266,35 @@ impl Representative for State {
                 least = Some(candidate);
             }
         };
-        for jobs in self.job_permutations() {
-            let mut canonical = if is_identity(&jobs) {
+        let open = self.jobs.iter().filter(|j| !j.state.is_terminal()).count();
+        let job_permutations = cached_permutations(self.jobs.len() as u8);
+        // With every job open, only the identity (the first permutation) keeps claim order.
+        let candidates = if open == self.jobs.len() {
+            1
+        } else {
+            job_permutations.len()
+        };
+        for jobs in job_permutations
+            .iter()
+            .take(candidates)
+            .filter(|p| self.keeps_claim_order(p))
+        {
+            let mut canonical = if is_identity(jobs) {
                 self.clone()
             } else {
-                self.rename_jobs(&jobs)
+                self.rename_jobs(jobs)
             };
             canonical.canonicalize_attempts();
             canonical.canonicalize_outcomes();
+            // The least runner renaming of `canonical`, built only when it is the least so far.
+            let mut best: Option<State> = None;
             for runners in runner_permutations.iter().filter(|p| !is_identity(p)) {
-                consider(canonical.rename_runners(runners));
+                let so_far = best.as_ref().unwrap_or(&canonical);
+                if canonical.cmp_renamed_runners(runners, so_far) == Ordering::Less {
+                    best = Some(canonical.rename_runners(runners));
+                }
             }
-            consider(canonical);
+            consider(best.unwrap_or(canonical));
         }
         least.expect("at least the identity")
     }
