@@ -97,7 +97,7 @@ pub struct ConformArgs {
 
 impl ConformArgs {
     fn config(&self) -> Config {
-        let mut config = Config::default();
+        let mut config = Config::one_job();
         if let Some(jobs) = self.jobs {
             config.jobs = jobs;
         }

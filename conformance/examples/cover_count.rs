@@ -3,7 +3,7 @@ use leasewright_conformance::generate::transition_cover;
 use leasewright_model::{Config, LeaseModel};
 
 fn main() {
-    let base = Config::default();
+    let base = Config::one_job();
     let small = Config {
         disconnects: false,
         lease_ttl: 1,

@@ -446,7 +446,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_generates_the_same_paths_of_the_model() {
-        let model = Arc::new(LeaseModel::new(Config::default()));
+        let model = Arc::new(LeaseModel::new(Config::one_job()));
         let a = tree(&model, 7, 30).current();
         let b = tree(&model, 7, 30).current();
         assert_eq!(actions(&a), actions(&b));
@@ -459,7 +459,7 @@ mod tests {
 
     #[test]
     fn every_candidate_is_a_shorter_path_of_the_model() {
-        let model = Arc::new(LeaseModel::new(Config::default()));
+        let model = Arc::new(LeaseModel::new(Config::one_job()));
         let mut tree = (0..)
             .map(|seed| tree(&model, seed, 40))
             .find(|t| t.current().steps.len() >= 5)
@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_failing_candidate_is_kept_and_cut_after_its_divergent_step() {
-        let model = Arc::new(LeaseModel::new(Config::default()));
+        let model = Arc::new(LeaseModel::new(Config::one_job()));
         let diverged_at = Arc::new(AtomicUsize::new(0));
         let mut runner = TestRunner::new(RunnerConfig {
             rng_seed: RngSeed::Fixed(5),

@@ -168,7 +168,7 @@ fn shortest(
 pub fn stale_completion() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
     let config = Config {
         outsider: false,
-        ..Config::default()
+        ..Config::one_job()
     };
     let model = LeaseModel::new(config.clone());
     shortest(
@@ -198,7 +198,7 @@ pub fn ownership_tuple(outcome: Outcome) -> Result<(LeaseModel, Generated<LeaseM
         forgery: true,
         outsider: false,
         jobs: 1,
-        ..Config::default()
+        ..Config::one_job()
     };
     let mut s = Script::new(NAMES[1], config);
     s.take("runner 0 claims", Some(Expected::ACCEPTED), |a, _| {
@@ -266,7 +266,7 @@ pub fn fenced_target() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
         outsider: false,
         jobs: 1,
         target: TargetKind::Fenced,
-        ..Config::default()
+        ..Config::one_job()
     };
     shortest(NAMES[2], config, 18, |_, action, _, verdict| {
         matches!(action, Action::Deliver { message } if message.kind == MessageKind::TargetMutation)
@@ -283,7 +283,7 @@ pub fn unfenced_target_stays_reserved() -> Result<(LeaseModel, Generated<LeaseMo
         outsider: false,
         jobs: 1,
         target: TargetKind::Unfenced,
-        ..Config::default()
+        ..Config::one_job()
     };
     let (model, mut trace) = shortest(NAMES[3], config, 14, |_, _, after, _| {
         after.jobs[0].state == JobState::Uncertain
@@ -315,7 +315,7 @@ pub fn reconnect() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
     let config = Config {
         outsider: false,
         jobs: 1,
-        ..Config::default()
+        ..Config::one_job()
     };
     let ttl = config.lease_ttl;
     let mut s = Script::new(NAMES[4], config);

@@ -31,7 +31,7 @@ async fn the_named_scenarios_agree_with_the_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_random_walks_agree_with_the_model() {
     let (_db, driver) = driver().await;
-    let model = Arc::new(LeaseModel::new(Config::default()));
+    let model = Arc::new(LeaseModel::new(Config::one_job()));
     let traces = random_walks(model.as_ref(), 1, 600, 30);
     let outcome = suite::run(
         driver,

@@ -102,7 +102,7 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
         .into_iter()
         .map(|(model, trace)| (Arc::new(model), trace))
         .collect();
-    let model = Arc::new(LeaseModel::new(Config::default()));
+    let model = Arc::new(LeaseModel::new(Config::one_job()));
     for trace in random_walks(model.as_ref(), 1, 300, 30) {
         traces.push((Arc::clone(&model), trace));
     }

@@ -19,7 +19,7 @@ async fn pool() -> (TestDatabase, sqlx::PgPool) {
 async fn generated_paths_agree_with_the_model() {
     let (_db, pool) = pool().await;
     let driver = Arc::new(PgDriver::new(pool).await.expect("migrations"));
-    let model = Arc::new(LeaseModel::new(Config::default()));
+    let model = Arc::new(LeaseModel::new(Config::one_job()));
     let options = PropertyOptions {
         seed: 11,
         cases: 40,
@@ -102,7 +102,7 @@ mod mutants {
                 .expect("migrations")
                 .with_mutant(mutant),
         );
-        let model = Arc::new(LeaseModel::new(Config::default()));
+        let model = Arc::new(LeaseModel::new(Config::one_job()));
         let options = PropertyOptions {
             seed: 1,
             ..PropertyOptions::default()
@@ -184,7 +184,7 @@ mod mutants {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn expiry_that_requeues_shrinks_to_a_minimal_trace() {
         // The shortest there is: a claim, the lease's ticks, the sweep.
-        let lease_ttl = usize::from(Config::default().lease_ttl);
+        let lease_ttl = usize::from(Config::one_job().lease_ttl);
         assert_eq!(
             shrinks_to_a_minimal_trace(Mutant::ExpiryRequeues).await,
             lease_ttl + 2

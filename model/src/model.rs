@@ -59,6 +59,7 @@ impl LeaseModel {
             state: JobState::Queued,
             fence: 0,
             current: None,
+            attempts_left: c.attempts_per_job,
             cancel_requested: false,
             target_reserved: false,
             committed: None,
@@ -292,13 +293,16 @@ impl LeaseModel {
     }
 
     /// R1: the job a claim by `runner` takes, if any: the lowest-numbered `queued` job of the
-    /// runner's project whose target is free.
+    /// runner's project whose target is free (and which the model's bounds allow another attempt).
     pub fn claimable_job(&self, s: &State, runner: RunnerId) -> Option<JobId> {
         let r = s.runners.get(runner as usize)?;
         s.jobs
             .iter()
             .position(|j| {
-                j.project == r.project && j.state == JobState::Queued && !j.target_reserved
+                j.project == r.project
+                    && j.state == JobState::Queued
+                    && !j.target_reserved
+                    && j.attempts_left > 0
             })
             .map(|j| j as JobId)
     }
@@ -331,10 +335,6 @@ impl LeaseModel {
             Execution::Finished(Outcome::Passed) => Finding::ObservedPassed,
             Execution::Finished(Outcome::Failed) => Finding::ObservedFailed,
         }
-    }
-
-    fn attempts_of(&self, s: &State, job: JobId) -> usize {
-        s.attempts.iter().filter(|a| a.job == job).count()
     }
 
     /// The message of `kind` that `runner` sends about the attempt it holds (with runner time
@@ -454,6 +454,7 @@ impl LeaseModel {
         let a = s.attempts.len() as AttemptId;
         let j = &mut s.jobs[job as usize];
         j.fence += 1;
+        j.attempts_left = j.attempts_left.saturating_sub(1);
         j.current = Some(a);
         j.state = JobState::Running;
         j.target_reserved = true;
@@ -606,12 +607,8 @@ impl LeaseModel {
                     actions.push(Action::StopExecuting { runner });
                 }
                 None => {
-                    if r.connected {
-                        if let Some(job) = self.claimable_job(s, runner) {
-                            if self.attempts_of(s, job) < c.attempts_per_job as usize {
-                                actions.push(Action::Claim { runner });
-                            }
-                        }
+                    if r.connected && self.claimable_job(s, runner).is_some() {
+                        actions.push(Action::Claim { runner });
                     }
                     // A second, conflicting result after the runner reported its outcome.
                     if let Some(a) = r.holding.filter(|_| r.connected) {
@@ -718,7 +715,7 @@ impl LeaseModel {
                         decision: Decision::Abort,
                     });
                 }
-                let retry_left = self.attempts_of(s, j) < c.attempts_per_job as usize;
+                let retry_left = job.attempts_left > 0;
                 for decision in [Decision::Retry, Decision::Abort, Decision::Adopt] {
                     let offered = decision != Decision::Retry || retry_left;
                     if offered

@@ -33,16 +33,19 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// The default configuration (docs/model.md): 1 job, 2 runners (+ the outsider), 2 attempts
-    /// per job, two-tick leases, runner time 0, disconnects, fenced target, the protocol.
+    /// The default configuration (docs/model.md), what `leasewright check` checks: 2 jobs, 2
+    /// runners (+ the outsider), 2 attempts per job, one-tick leases, runner time 0, no
+    /// disconnects, fenced target, the protocol. Duplicate and late delivery are always on (the
+    /// set of messages in flight is never drained). Disconnects and rejoins are checked with one
+    /// job: [`Config::one_job`].
     fn default() -> Self {
         Config {
-            jobs: 1,
+            jobs: 2,
             runners: 2,
             attempts_per_job: 2,
-            lease_ttl: 2,
+            lease_ttl: 1,
             max_skew: 0,
-            disconnects: true,
+            disconnects: false,
             outsider: true,
             forgery: false,
             target: TargetKind::Fenced,
@@ -52,6 +55,18 @@ impl Default for Config {
 }
 
 impl Config {
+    /// One job with every feature: 2 runners (+ the outsider), 2 attempts, two-tick leases,
+    /// disconnects and rejoins, fenced target. The second configuration `leasewright check` is
+    /// run on in CI, and the base of the conformance suites (`leasewright conform`).
+    pub fn one_job() -> Self {
+        Config {
+            jobs: 1,
+            lease_ttl: 2,
+            disconnects: true,
+            ..Config::default()
+        }
+    }
+
     /// This configuration with `variant`, switching to the target kind the variant needs
     /// (`auto-retry-unfenced` needs `unfenced`).
     pub fn with_variant(mut self, variant: Variant) -> Self {
@@ -109,6 +124,10 @@ pub struct Job {
     pub fence: Fence,
     /// The current attempt.
     pub current: Option<AttemptId>,
+    /// How many more attempts the model's bounds allow (`Config::attempts_per_job` at first; one
+    /// less at every claim). Model bookkeeping, not protocol state: `claim` and a `retry` decision
+    /// are offered only while it is above 0.
+    pub attempts_left: u8,
     /// Set by `cancel` on a leased job, never cleared.
     pub cancel_requested: bool,
     /// The job's target slot is reserved (from claim until a reconciliation or a committed outcome).
@@ -459,6 +478,7 @@ impl std::hash::Hash for State {
                 state,
                 fence,
                 current,
+                attempts_left,
                 cancel_requested,
                 target_reserved,
                 committed,
@@ -474,6 +494,7 @@ impl std::hash::Hash for State {
                 fence,
                 current_tag,
                 current,
+                attempts_left,
                 cancel_requested as u8,
                 target_reserved as u8,
                 committed_tag,

@@ -233,18 +233,25 @@ impl State {
         s
     }
 
+    /// Whether the place of `job` among the jobs matters: a claim takes the lowest-numbered
+    /// queued job, so the order of the jobs that can still be claimed matters. A terminal job
+    /// never changes again, and one without attempts left is never claimed again.
+    pub fn claim_order_matters(&self, job: JobId) -> bool {
+        let j = &self.jobs[job as usize];
+        !j.state.is_terminal() && j.attempts_left > 0
+    }
+
     /// Whether the job renaming `permutation` is a symmetry of this state. Jobs differ only in
-    /// their ids and in claim order (a claim takes the lowest-numbered queued job), and only jobs
-    /// that can still be queued are ever claimed: a terminal job never changes again. So any
-    /// renaming that keeps the order of the non-terminal jobs is a symmetry here and in every
-    /// later state.
+    /// their ids and in claim order, so any renaming that keeps the order of the jobs whose
+    /// order matters ([`State::claim_order_matters`]) is a symmetry here and in every later
+    /// state (a job whose order stopped mattering never matters again).
     fn keeps_claim_order(&self, permutation: &[JobId]) -> bool {
         let mut last: Option<JobId> = None;
-        for (j, job) in self.jobs.iter().enumerate() {
-            if job.state.is_terminal() {
+        for j in 0..self.jobs.len() as JobId {
+            if !self.claim_order_matters(j) {
                 continue;
             }
-            let renamed = permutation[j];
+            let renamed = permutation[j as usize];
             if last.is_some_and(|l| renamed < l) {
                 return false;
             }
@@ -266,7 +273,9 @@ impl Representative for State {
                 least = Some(candidate);
             }
         };
-        let open = self.jobs.iter().filter(|j| !j.state.is_terminal()).count();
+        let open = (0..self.jobs.len() as JobId)
+            .filter(|&j| self.claim_order_matters(j))
+            .count();
         let job_permutations = cached_permutations(self.jobs.len() as u8);
         // With every job open, only the identity (the first permutation) keeps claim order.
         let candidates = if open == self.jobs.len() {
