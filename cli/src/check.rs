@@ -184,7 +184,17 @@ fn report<C: Checker<LeaseModel>>(
         failed |= !ok;
         results.push(json!({"property": property.name, "kind": kind, "verdict": verdict}));
         if kind == "always" {
-            if let Some(path) = found {
+            // Invariants that fail at the end of one counterexample share it: print it once.
+            let shared = found.is_some() && discoveries.get(property.name).is_none();
+            if let Some(c) = counterexamples
+                .iter_mut()
+                .find(|c: &&mut serde_json::Value| shared && c["shared"] == json!(true))
+            {
+                c["also"]
+                    .as_array_mut()
+                    .expect("an array")
+                    .push(json!(property.name));
+            } else if let Some(path) = found {
                 let path = path.clone().into_vec();
                 let trace_path = save_trace(args, &config, property.name, &path)?;
                 counterexamples.push(json!({
@@ -192,8 +202,15 @@ fn report<C: Checker<LeaseModel>>(
                     "steps": describe::steps(model, &path),
                     "mermaid": describe::mermaid(model, &path),
                     "trace": trace_path.display().to_string(),
+                    "also": [],
+                    "shared": shared,
                 }));
             }
+        }
+    }
+    for c in &mut counterexamples {
+        if let Some(fields) = c.as_object_mut() {
+            fields.remove("shared");
         }
     }
     let complete = !stopped_early;
@@ -237,10 +254,17 @@ fn report<C: Checker<LeaseModel>>(
             )?;
         }
         for c in &counterexamples {
+            let also: Vec<String> = c["also"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!(" and \"{}\"", p.as_str().unwrap_or("")))
+                .collect();
             writeln!(
                 out,
-                "\nCounterexample to \"{}\":",
-                c["property"].as_str().unwrap_or("")
+                "\nCounterexample to \"{}\"{}:",
+                c["property"].as_str().unwrap_or(""),
+                also.concat()
             )?;
             for step in c["steps"].as_array().into_iter().flatten() {
                 writeln!(out, "  {}", step.as_str().unwrap_or(""))?;
