@@ -185,7 +185,7 @@ fn report<C: Checker<LeaseModel>>(
         results.push(json!({"property": property.name, "kind": kind, "verdict": verdict}));
         if kind == "always" {
             // Invariants that fail at the end of one counterexample share it: print it once.
-            let shared = found.is_some() && discoveries.get(property.name).is_none();
+            let shared = found.is_some() && !discoveries.contains_key(property.name);
             if let Some(c) = counterexamples
                 .iter_mut()
                 .find(|c: &&mut serde_json::Value| shared && c["shared"] == json!(true))
