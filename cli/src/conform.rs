@@ -12,6 +12,7 @@ use leasewright_conformance::driver::Driver;
 use leasewright_conformance::generate::{random_walks, transition_cover, Generated};
 use leasewright_conformance::http::HttpDriver;
 use leasewright_conformance::pg::PgDriver;
+use leasewright_conformance::property::{self, PropertyOptions};
 use leasewright_conformance::replay::{action_key, Divergence};
 use leasewright_conformance::shard::Shard;
 use leasewright_conformance::suite::{self, RunOptions};
@@ -28,7 +29,10 @@ pub enum SuiteName {
     Random,
     /// The named scenarios of docs/protocol.md §10.
     Scenarios,
-    /// All of the above.
+    /// Property-based traces (proptest): `--cases` random paths of the model of up to
+    /// `--walk-len` steps from `--seed`; a divergent one is shrunk by proptest to a minimal trace.
+    Proptest,
+    /// All of the above (proptest in shard 1 only: it is one sequential run).
     All,
 }
 
@@ -53,9 +57,12 @@ pub struct ConformArgs {
     /// Random-walk steps in all.
     #[arg(long, default_value_t = 10_000)]
     steps: usize,
-    /// Steps per random walk.
+    /// Steps per random walk (for `--suite proptest`: the longest generated trace).
     #[arg(long, default_value_t = 40)]
     walk_len: usize,
+    /// `--suite proptest`: how many traces proptest generates and replays.
+    #[arg(long, default_value_t = 256)]
+    cases: u32,
     /// Where divergent traces are saved (ITF JSON).
     #[arg(long, default_value = "traces")]
     traces: PathBuf,
@@ -65,6 +72,10 @@ pub struct ConformArgs {
     /// Run the suite against every mutant of the implementation and print which are killed.
     #[arg(long)]
     mutants: bool,
+    /// Run against one mutant of the implementation (a divergence introduced on purpose, reported
+    /// like any other), for example `--mutant ConflictOverwrites`; names in docs/conformance.md.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["mutants", "http"])]
+    mutant: Option<String>,
     /// Run only shard I of N (I from 1).
     #[arg(long, default_value = "1/1")]
     shard: Shard,
@@ -133,7 +144,7 @@ pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     #[cfg(not(feature = "mutants"))]
-    if args.mutants {
+    if args.mutants || args.mutant.is_some() {
         return rerun_with_mutants();
     }
     if args.parallel == 0 {
@@ -174,18 +185,56 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    let driver = match pg_driver(&args, pool.clone()).await? {
+        Ok(driver) => Arc::new(driver),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(2);
+        }
+    };
     if let Some(file) = &args.replay {
-        let driver = Arc::new(PgDriver::new(pool).await?);
         return replay_file(&args, driver, file).await;
     }
     if args.mutants {
-        let batches = match generate_reporting(&args) {
-            Ok(batches) => batches,
-            Err(code) => return Ok(code),
+        let batches = if args.suite == SuiteName::Proptest {
+            Vec::new()
+        } else {
+            match generate_reporting(&args) {
+                Ok(batches) => batches,
+                Err(code) => return Ok(code),
+            }
         };
         return mutants(&args, pool, &batches).await;
     }
-    run_suite(&args, Arc::new(PgDriver::new(pool).await?)).await
+    run_suite(&args, driver).await
+}
+
+/// The in-process driver, against `--mutant NAME` if given.
+async fn pg_driver(
+    args: &ConformArgs,
+    pool: sqlx::PgPool,
+) -> anyhow::Result<Result<PgDriver, String>> {
+    let driver = PgDriver::new(pool).await?;
+    let Some(name) = &args.mutant else {
+        return Ok(Ok(driver));
+    };
+    #[cfg(feature = "mutants")]
+    {
+        use leasewright_impl::mutants::Mutant;
+        Ok(Mutant::ALL
+            .into_iter()
+            .find(|m| format!("{m:?}") == *name)
+            .map(|m| driver.with_mutant(m))
+            .ok_or_else(|| {
+                let names: Vec<String> = Mutant::ALL.iter().map(|m| format!("{m:?}")).collect();
+                format!("no mutant named {name}; the mutants: {}", names.join(", "))
+            }))
+    }
+    #[cfg(not(feature = "mutants"))]
+    {
+        let _ = driver;
+        unreachable!("a build without mutants re-runs itself from the mutants build first ({name})")
+    }
 }
 
 /// A driver of the suite: the in-process one or the HTTP one.
@@ -198,6 +247,9 @@ trait SuiteDriver: Driver + 'static {
     fn parallel(&self, asked: usize) -> usize;
     /// Whether it can replay traces of `model`.
     fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
+    /// How many times each of the implementation's SQL statements has run, when the
+    /// implementation runs in this process (`None`: it runs in another one).
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
 }
 
 impl SuiteDriver for PgDriver {
@@ -205,6 +257,10 @@ impl SuiteDriver for PgDriver {
         "conformance: model against PostgreSQL (in-process driver)".into()
     }
     fn replay_options(&self) -> String {
+        #[cfg(feature = "mutants")]
+        if let Some(mutant) = self.mutant() {
+            return format!(" --mutant {mutant:?}");
+        }
         String::new()
     }
     fn parallel(&self, asked: usize) -> usize {
@@ -212,6 +268,9 @@ impl SuiteDriver for PgDriver {
     }
     fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
         Ok(())
+    }
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
+        Some(leasewright_impl::statement_counts())
     }
 }
 
@@ -235,6 +294,29 @@ impl SuiteDriver for HttpDriver {
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
+        // The statements run in the server's process.
+        None
+    }
+}
+
+/// The SQL statements a run executed: each statement's executions during the run, every
+/// statement listed (`None`: over --http, where they run in the server's process).
+type StatementCoverage = Option<Vec<(&'static str, u64)>>;
+
+/// Executions of each statement between two snapshots of [`SuiteDriver::statement_counts`].
+fn statement_delta(
+    before: Option<Vec<(&'static str, u64)>>,
+    after: Option<Vec<(&'static str, u64)>>,
+) -> StatementCoverage {
+    let (before, after) = (before?, after?);
+    Some(
+        after
+            .into_iter()
+            .zip(before)
+            .map(|((name, after), (_, before))| (name, after.saturating_sub(before)))
+            .collect(),
+    )
 }
 
 /// Generates the suite and says so; `Err(2)` on bad arguments.
@@ -258,30 +340,185 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
     Ok(batches)
 }
 
-/// Replays the suite on `driver`, prints the summary, reports the first divergence.
+/// Replays the suite on `driver`, prints the summary, reports the first divergence. `all` runs
+/// the property suite after the generated traces (in shard 1 only: it is one sequential run).
 async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow::Result<i32> {
-    let batches = match generate_reporting(args) {
-        Ok(batches) => batches,
-        Err(code) => return Ok(code),
+    let with_property = match args.suite {
+        SuiteName::Proptest => true,
+        SuiteName::All => args.shard.index == 1,
+        _ => false,
     };
-    for batch in &batches {
-        if let Err(error) = driver.accepts(&batch.model) {
+    if with_property && (args.cases == 0 || args.walk_len == 0) {
+        eprintln!("error: the proptest suite needs --cases and --walk-len of at least 1");
+        return Ok(2);
+    }
+    if args.suite == SuiteName::Proptest && args.shard != Shard::ALL {
+        eprintln!(
+            "error: --shard does not apply to --suite proptest (run another --seed on each machine)"
+        );
+        return Ok(2);
+    }
+    let batches = if args.suite == SuiteName::Proptest {
+        Vec::new()
+    } else {
+        match generate_reporting(args) {
+            Ok(batches) => batches,
+            Err(code) => return Ok(code),
+        }
+    };
+    let property_model = Arc::new(LeaseModel::new(args.config()));
+    let models = batches
+        .iter()
+        .map(|b| b.model.as_ref())
+        .chain(with_property.then_some(property_model.as_ref()));
+    for model in models {
+        if let Err(error) = driver.accepts(model) {
             eprintln!("error: {error}");
             return Ok(2);
         }
     }
-    let report = run_batches(args, Arc::clone(&driver), &batches, false, true).await;
-    print_summary(args, &driver.heading(), &driver.name(), &report, &batches);
+    let counts_before = driver.statement_counts();
+    let mut report = run_batches(args, Arc::clone(&driver), &batches, false, true).await;
+    let first_generated = report.divergences.first().cloned();
+    let property = if with_property {
+        eprintln!(
+            "proptest: {} cases of up to {} steps from seed {}",
+            args.cases, args.walk_len, args.seed
+        );
+        let outcome =
+            run_property_outcome(args, Arc::clone(&driver), Arc::clone(&property_model), true)
+                .await;
+        if let Some(reason) = &outcome.aborted {
+            eprintln!("error: proptest gave up: {reason}");
+            return Ok(2);
+        }
+        report.traces += outcome.cases;
+        report.tally.absorb(&outcome.tally);
+        report.cases.extend(outcome.junit.iter().cloned());
+        report.divergences.extend(
+            outcome
+                .failure
+                .iter()
+                .map(|failure| failure.divergence.clone()),
+        );
+        report.elapsed += outcome.elapsed;
+        Some(outcome)
+    } else {
+        None
+    };
+    let statements = statement_delta(counts_before, driver.statement_counts());
+    print_summary(
+        args,
+        &driver.heading(),
+        &driver.name(),
+        &report,
+        &batches,
+        &statements,
+    );
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::render(&report.cases))
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("JUnit report: {}", path.display());
     }
-    if let Some(first) = report.divergences.first() {
+    if let Some(first) = &first_generated {
         report_divergence(args, driver.as_ref(), first, &batches).await?;
         return Ok(1);
     }
+    if let Some(failure) = property.as_ref().and_then(|p| p.failure.as_ref()) {
+        report_property_failure(args, driver.as_ref(), &property_model, failure)?;
+        return Ok(1);
+    }
     Ok(0)
+}
+
+/// The property suite's options from the command line.
+fn property_options(args: &ConformArgs) -> PropertyOptions {
+    PropertyOptions {
+        seed: args.seed,
+        cases: args.cases,
+        max_len: args.walk_len,
+        ..PropertyOptions::default()
+    }
+}
+
+/// Prints the property suite's divergence as found and as shrunk by proptest, saves the minimal
+/// trace and prints the commands that replay it and generate it again.
+fn report_property_failure<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: &D,
+    model: &LeaseModel,
+    failure: &property::PropertyFailure,
+) -> anyhow::Result<()> {
+    eprintln!("{}", failure.original_divergence.render());
+    eprintln!(
+        "proptest shrank it from {} steps (divergent at step {}) to {} ({} replays); the minimal \
+         divergence:\n{}",
+        failure.original.steps.len(),
+        failure.original_divergence.step,
+        failure.minimal.steps.len(),
+        failure.shrink_replays,
+        failure.divergence.render()
+    );
+    save_divergent(args, driver, model, &failure.minimal)?;
+    eprintln!(
+        "generate it again: cargo run --release -- conform{} --suite proptest --seed {} \
+         --cases {} --walk-len {}",
+        driver.replay_options(),
+        args.seed,
+        args.cases,
+        args.walk_len
+    );
+    Ok(())
+}
+
+/// Runs the property suite on `driver`, with a progress bar if `show_progress`.
+async fn run_property_outcome<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: Arc<D>,
+    model: Arc<LeaseModel>,
+    show_progress: bool,
+) -> property::PropertyOutcome {
+    let bar = if show_progress {
+        ProgressBar::new(u64::from(args.cases))
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {pos}/{len} proptest cases, {per_sec}, eta {eta}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(driver.name());
+    let progress = {
+        let bar = bar.clone();
+        move |done: u64| bar.set_position(done)
+    };
+    let outcome = property::run(driver, model, property_options(args), progress).await;
+    bar.finish_and_clear();
+    outcome
+}
+
+/// Saves `trace` (of `model`) where divergent traces go and prints how to replay it.
+fn save_divergent<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: &D,
+    model: &LeaseModel,
+    trace: &Generated<LeaseModel>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.traces)
+        .with_context(|| format!("creating {}", args.traces.display()))?;
+    let path = args.traces.join(format!("{}.itf.json", trace.name));
+    std::fs::write(&path, traces::to_itf(model, trace))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("saved trace: {}", path.display());
+    eprintln!(
+        "replay it:   cargo run --release -- conform{} --replay {}",
+        driver.replay_options(),
+        path.display()
+    );
+    Ok(())
 }
 
 /// Connects to `--database-url`, $DATABASE_URL, or a throwaway cluster (kept alive by the
@@ -441,6 +678,7 @@ fn print_summary(
     driver: &str,
     report: &suite::Outcome,
     batches: &[Batch],
+    statements: &StatementCoverage,
 ) {
     let seconds = report.elapsed.as_secs_f64().max(1e-9);
     let reasons_hit: BTreeSet<String> = report
@@ -454,6 +692,8 @@ fn print_summary(
         .map(|r| r.as_str())
         .filter(|r| !reasons_hit.contains(*r))
         .collect();
+    // The kinds the generated traces contain (the property suite keeps no traces: the kinds its
+    // agreeing cases exercised).
     let action_kinds: BTreeSet<String> = batches
         .iter()
         .flat_map(|b| {
@@ -461,13 +701,26 @@ fn print_summary(
                 .iter()
                 .flat_map(|t| t.steps.iter().map(|(a, _)| action_key(a)))
         })
+        .chain(report.tally.actions.keys().cloned())
         .collect();
+    let statements_never: Option<Vec<&str>> = statements.as_ref().map(|counts| {
+        counts
+            .iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(name, _)| *name)
+            .collect()
+    });
     if args.json {
         let doc = json!({
             "driver": driver,
             "suite": format!("{:?}", args.suite).to_lowercase(),
             "seed": args.seed,
             "shard": args.shard.to_string(),
+            "proptest_cases": match args.suite {
+                SuiteName::Proptest => Some(args.cases),
+                SuiteName::All if args.shard.index == 1 => Some(args.cases),
+                _ => None,
+            },
             "config": args.config(),
             "traces": report.traces,
             "steps": report.tally.steps,
@@ -477,6 +730,12 @@ fn print_summary(
             "verdicts": report.tally.verdicts,
             "actions": report.tally.actions,
             "reasons_never_hit": reasons_never,
+            "sql_statements": statements.as_ref().map(|counts| json!({
+                "hit": counts.iter().filter(|(_, n)| *n > 0).count(),
+                "total": counts.len(),
+                "never_hit": statements_never,
+                "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            })).unwrap_or_else(|| json!("not available over --http")),
             "divergences": report.divergences.len(),
             "first_divergence": report.divergences.first().map(Divergence::render),
         });
@@ -491,10 +750,22 @@ fn print_summary(
     {
         println!("  cover config    {}", describe_config(&cover.model.config));
     }
-    println!(
-        "  suite           {:?} (seed {}, shard {})",
-        args.suite, args.seed, args.shard
-    );
+    if args.suite == SuiteName::Proptest {
+        println!(
+            "  suite           Proptest (seed {}, {} cases of up to {} steps)",
+            args.seed, args.cases, args.walk_len
+        );
+    } else if args.suite == SuiteName::All && args.shard.index == 1 {
+        println!(
+            "  suite           All (seed {}, shard {}; proptest: {} cases of up to {} steps)",
+            args.seed, args.shard, args.cases, args.walk_len
+        );
+    } else {
+        println!(
+            "  suite           {:?} (seed {}, shard {})",
+            args.suite, args.seed, args.shard
+        );
+    }
     println!("  traces          {}", report.traces);
     println!("  steps           {}", report.tally.steps);
     println!(
@@ -517,6 +788,24 @@ fn print_summary(
             "  rejection reasons never hit: {}",
             reasons_never.join(", ")
         );
+    }
+    match (statements, &statements_never) {
+        (Some(counts), Some(never)) => {
+            println!(
+                "  SQL statements hit: {}/{}",
+                counts.len() - never.len(),
+                counts.len()
+            );
+            if never.is_empty() {
+                println!("  SQL statements never hit: none");
+            } else {
+                println!("  SQL statements never hit: {}", never.join(", "));
+            }
+        }
+        _ => println!(
+            "  SQL statement coverage: not available over --http (the statements run in the \
+             server's process)"
+        ),
     }
     println!("  divergences     {}", report.divergences.len());
 }
@@ -557,11 +846,6 @@ async fn report_divergence<D: SuiteDriver>(
         .context("the divergent trace is in the suite")?;
     eprintln!("{}", first.render());
     let (shrunk, divergence) = minimize::shrink(&batch.model, driver, trace).await;
-    std::fs::create_dir_all(&args.traces)
-        .with_context(|| format!("creating {}", args.traces.display()))?;
-    let path = args.traces.join(format!("{}.itf.json", shrunk.name));
-    std::fs::write(&path, traces::to_itf(&batch.model, &shrunk))
-        .with_context(|| format!("writing {}", path.display()))?;
     if shrunk.steps.len() < trace.steps.len() {
         eprintln!(
             "shrunk from {} to {} steps; the minimal divergence:\n{}",
@@ -570,13 +854,7 @@ async fn report_divergence<D: SuiteDriver>(
             divergence.map(|d| d.render()).unwrap_or_default()
         );
     }
-    eprintln!("saved trace: {}", path.display());
-    eprintln!(
-        "replay it:   cargo run --release -- conform{} --replay {}",
-        driver.replay_options(),
-        path.display()
-    );
-    Ok(())
+    save_divergent(args, driver, &batch.model, &shrunk)
 }
 
 async fn replay_file<D: SuiteDriver>(
@@ -631,6 +909,9 @@ async fn mutants(args: &ConformArgs, pool: sqlx::PgPool, batches: &[Batch]) -> a
     #[cfg(feature = "mutants")]
     {
         use leasewright_impl::mutants::Mutant;
+        if args.suite == SuiteName::Proptest {
+            return property_mutants(args, pool).await;
+        }
         println!("{:<34} {:<9} first failing trace", "mutant", "verdict");
         let mut survived = 0;
         // The unmutated implementation first: a mutant only counts as killed if the real one passes.
@@ -679,6 +960,70 @@ async fn mutants(args: &ConformArgs, pool: sqlx::PgPool, batches: &[Batch]) -> a
         let _ = (args, pool, batches);
         unreachable!("a build without mutants re-runs itself from the mutants build first")
     }
+}
+
+/// `--mutants --suite proptest`: the property suite against the unmutated implementation, then
+/// against each mutant; a kill is reported with the minimal trace proptest shrank it to.
+#[cfg(feature = "mutants")]
+async fn property_mutants(args: &ConformArgs, pool: sqlx::PgPool) -> anyhow::Result<i32> {
+    use leasewright_impl::mutants::Mutant;
+    if args.shard != Shard::ALL || args.cases == 0 || args.walk_len == 0 {
+        eprintln!(
+            "error: --suite proptest takes no --shard, and --cases and --walk-len of at least 1"
+        );
+        return Ok(2);
+    }
+    let model = Arc::new(LeaseModel::new(args.config()));
+    let clean = run_property_outcome(
+        args,
+        Arc::new(PgDriver::new(pool.clone()).await?),
+        Arc::clone(&model),
+        true,
+    )
+    .await;
+    if let Some(failure) = &clean.failure {
+        eprintln!(
+            "the unmutated implementation already diverges:\n{}",
+            failure.divergence.render()
+        );
+        return Ok(1);
+    }
+    println!(
+        "{:<34} {:<9} minimal trace (proptest, seed {}, {} cases)",
+        "mutant", "verdict", args.seed, args.cases
+    );
+    let mut survived = 0;
+    for mutant in Mutant::ALL {
+        let driver = Arc::new(PgDriver::new(pool.clone()).await?.with_mutant(mutant));
+        let outcome = run_property_outcome(args, driver, Arc::clone(&model), true).await;
+        let name = format!("{mutant:?}");
+        match &outcome.failure {
+            Some(failure) => println!(
+                "{name:<34} {:<9} {} ({} steps, shrunk from {}; step {}: {})",
+                "killed",
+                failure.minimal.name,
+                failure.minimal.steps.len(),
+                failure.original.steps.len(),
+                failure.divergence.step,
+                failure
+                    .divergence
+                    .differences
+                    .first()
+                    .map(String::as_str)
+                    .unwrap_or("")
+            ),
+            None => {
+                survived += 1;
+                println!("{name:<34} {:<9} -", "SURVIVED");
+            }
+        }
+    }
+    println!(
+        "{} mutants, {} killed, {survived} survived",
+        Mutant::ALL.len(),
+        Mutant::ALL.len() - survived
+    );
+    Ok(if survived == 0 { 0 } else { 1 })
 }
 
 /// On a normal build, `--mutants` re-runs the same command from a separate build with the
