@@ -8,66 +8,75 @@ use crate::types::{AttemptId, AttemptState, JobId, JobState, LeaseId, Outcome, R
 use stateright::Representative;
 use std::cmp::Ordering;
 
-impl State {
-    /// This state with every runner id `r` renamed to `permutation[r]` (ids beyond the
-    /// permutation, e.g. the outsider, are kept).
-    pub fn rename_runners(&self, permutation: &[RunnerId]) -> State {
-        let rename = |r: RunnerId| permutation.get(r as usize).copied().unwrap_or(r);
-        let mut s = self.clone();
-        for (old, runner) in self.runners.iter().enumerate() {
-            s.runners[rename(old as RunnerId) as usize] = *runner;
+/// A renaming of the runners of project 0, part by part: what [`State::rename_runners`] builds
+/// and [`State::cmp_renamed_runners`] compares lazily.
+struct RunnerRenaming<'a>(&'a [RunnerId]);
+
+impl RunnerRenaming<'_> {
+    fn id(&self, r: RunnerId) -> RunnerId {
+        self.0.get(r as usize).copied().unwrap_or(r)
+    }
+
+    fn job(&self, j: &Job) -> Job {
+        Job {
+            completed_by: j.completed_by.map(|(a, r)| (a, self.id(r))),
+            ..*j
         }
-        for j in s.jobs.iter_mut() {
-            j.completed_by = j.completed_by.map(|(a, r)| (a, rename(r)));
+    }
+
+    fn attempt(&self, a: &Attempt) -> Attempt {
+        Attempt {
+            runner: self.id(a.runner),
+            ..*a
         }
-        for a in s.attempts.iter_mut() {
-            a.runner = rename(a.runner);
+    }
+
+    fn runners(&self, runners: &Runners) -> Runners {
+        let mut renamed = runners.clone();
+        for (old, runner) in runners.iter().enumerate() {
+            renamed[self.id(old as RunnerId) as usize] = *runner;
         }
-        s.in_flight = self
-            .in_flight
+        renamed
+    }
+
+    fn in_flight(&self, in_flight: &MessageSet) -> MessageSet {
+        in_flight
             .iter()
             .map(|m| Message {
-                sender: rename(m.sender),
+                sender: self.id(m.sender),
                 ..*m
             })
-            .collect();
-        s
+            .collect()
     }
 }
 
 impl State {
+    /// This state with every runner id `r` renamed to `permutation[r]` (ids beyond the
+    /// permutation, e.g. the outsider, are kept).
+    pub fn rename_runners(&self, permutation: &[RunnerId]) -> State {
+        let p = RunnerRenaming(permutation);
+        State {
+            clock: self.clock,
+            jobs: self.jobs.iter().map(|j| p.job(j)).collect(),
+            attempts: self.attempts.iter().map(|a| p.attempt(a)).collect(),
+            runners: p.runners(&self.runners),
+            in_flight: p.in_flight(&self.in_flight),
+            targets: self.targets.clone(),
+        }
+    }
+
     /// `self.rename_runners(permutation).cmp(other)`, without building the renamed state unless
     /// the comparison gets as far as the messages (it usually ends at the first attempt).
     pub fn cmp_renamed_runners(&self, permutation: &[RunnerId], other: &State) -> Ordering {
-        let rename = |r: RunnerId| permutation.get(r as usize).copied().unwrap_or(r);
-        let jobs = self.jobs.iter().map(|j| Job {
-            completed_by: j.completed_by.map(|(a, r)| (a, rename(r))),
-            ..*j
-        });
-        let attempts = self.attempts.iter().map(|a| Attempt {
-            runner: rename(a.runner),
-            ..*a
-        });
-        let mut runners = self.runners.clone();
-        for (old, runner) in self.runners.iter().enumerate() {
-            runners[rename(old as RunnerId) as usize] = *runner;
-        }
+        let p = RunnerRenaming(permutation);
+        let jobs = self.jobs.iter().map(|j| p.job(j));
+        let attempts = self.attempts.iter().map(|a| p.attempt(a));
         self.clock
             .cmp(&other.clock)
             .then_with(|| jobs.cmp(other.jobs.iter().copied()))
             .then_with(|| attempts.cmp(other.attempts.iter().copied()))
-            .then_with(|| runners.cmp(&other.runners))
-            .then_with(|| {
-                let in_flight: MessageSet = self
-                    .in_flight
-                    .iter()
-                    .map(|m| Message {
-                        sender: rename(m.sender),
-                        ..*m
-                    })
-                    .collect();
-                in_flight.cmp(&other.in_flight)
-            })
+            .then_with(|| p.runners(&self.runners).cmp(&other.runners))
+            .then_with(|| p.in_flight(&self.in_flight).cmp(&other.in_flight))
             .then_with(|| self.targets.cmp(&other.targets))
     }
 }
