@@ -382,7 +382,8 @@ async fn no_token_appears_in_the_logs_at_trace_level() {
 //
 // 1. The SQL text given to sqlx (`query`, `query_as`, `query_scalar`, their `_with` forms,
 //    `raw_sql`) is a string literal, a constant (SCREAMING_CASE path: a `const` cannot hold a
-//    run-time value), a statement loaded from impl/sql (`self.sql(..)`, `sql::NAME.text`), or a
+//    run-time value), a statement loaded from impl/sql (`self.sql(..)`, `sql::NAME.text`,
+//    `sql::NAME.issue()`), or a
 //    local variable bound only to those. Never `format!`, concatenation, or any other expression.
 // 2. No `format!`-family macro, and no `+` concatenation, builds text from a literal that holds an
 //    SQL keyword (so a query cannot be assembled in a variable and passed later), and no executor
@@ -554,7 +555,11 @@ fn static_sql_argument(source: &str, literals: &[(usize, usize)], arg: &str) -> 
         return is_constant_path(inner)
             || (is_identifier(inner) && bound_statically(source, literals, inner));
     }
-    if let Some(path) = arg.strip_suffix(".text") {
+    // `sql::NAME.text`, or `sql::NAME.issue()` (the same text, counted as executed).
+    if let Some(path) = arg
+        .strip_suffix(".text")
+        .or_else(|| arg.strip_suffix(".issue()"))
+    {
         return is_constant_path(path);
     }
     is_identifier(arg) && bound_statically(source, literals, arg)
@@ -869,6 +874,7 @@ fn the_bound_parameter_check_fails_on_sql_built_from_values() {
         r#"async fn f(n: &str) { let mut q = QueryBuilder::new("SELECT 1"); q.push(n); }"#,
         r#"async fn f(w: &str) { let q = sql::JOB_LOCK.text.to_owned() + w; sqlx::query(&q); }"#,
         r#"use sqlx::query; async fn f(q: String) { query(&q).execute(&pool).await; }"#,
+        r#"async fn f(s: Statement) { sqlx::query(s.issue()).execute(&pool).await; }"#,
     ];
     for snippet in bad {
         assert!(
@@ -880,6 +886,7 @@ fn the_bound_parameter_check_fails_on_sql_built_from_values() {
         r#"async fn f(id: Uuid) { sqlx::query("SELECT * FROM jobs WHERE id = $1").bind(id).execute(&pool).await; }"#,
         r#"async fn f(&self) { sqlx::query(self.sql(sql::JOB_LOCK)).bind(1).fetch_one(&mut *tx).await; }"#,
         r#"async fn f() { sqlx::query(sql::TARGET_LOCK.text).bind(slot).fetch_one(conn).await; }"#,
+        r#"async fn f() { sqlx::query(sql::TARGET_LOCK.issue()).bind(slot).fetch_one(conn).await; }"#,
         r#"async fn f(&self, retry: bool) { let statement = if retry { sql::A } else { sql::B }; sqlx::query_scalar::<_, Uuid>(self.sql(statement)).bind(1); }"#,
         r#"const SCHEMA: &str = "CREATE TABLE t (x int)"; async fn f() { sqlx::raw_sql(SCHEMA).execute(&pool).await; }"#,
         r#"fn message(x: u32) -> String { format!("selected {x} rows") }"#,
