@@ -948,12 +948,7 @@ async fn mutants(args: &ConformArgs, pool: sqlx::PgPool, batches: &[Batch]) -> a
                 }
             }
         }
-        println!(
-            "{} mutants, {} killed, {survived} survived",
-            Mutant::ALL.len(),
-            Mutant::ALL.len() - survived
-        );
-        Ok(if survived == 0 { 0 } else { 1 })
+        Ok(mutants_total(survived))
     }
     #[cfg(not(feature = "mutants"))]
     {
@@ -1018,12 +1013,23 @@ async fn property_mutants(args: &ConformArgs, pool: sqlx::PgPool) -> anyhow::Res
             }
         }
     }
+    Ok(mutants_total(survived))
+}
+
+/// Prints the last line of a mutant table; the exit code: 0 when every mutant was killed.
+#[cfg(feature = "mutants")]
+fn mutants_total(survived: usize) -> i32 {
+    use leasewright_impl::mutants::Mutant;
     println!(
         "{} mutants, {} killed, {survived} survived",
         Mutant::ALL.len(),
         Mutant::ALL.len() - survived
     );
-    Ok(if survived == 0 { 0 } else { 1 })
+    if survived == 0 {
+        0
+    } else {
+        1
+    }
 }
 
 /// On a normal build, `--mutants` re-runs the same command from a separate build with the

@@ -37,7 +37,7 @@ use crate::driver::Driver;
 use crate::generate::{walk_by, Generated, SplitMix64};
 use crate::junit;
 use crate::minimize::rebuild;
-use crate::replay::{replay, Divergence, Tally};
+use crate::replay::{replay_fresh, Divergence, Tally};
 
 /// The generator's name, in trace names (`proptest-<seed>-<case>`), ITF files and reports.
 pub const GENERATOR: &str = "proptest";
@@ -335,18 +335,7 @@ fn run_blocking<D: Driver>(
     let mut runner = TestRunner::new(config);
     let record = Mutex::new(Record::default());
     let replay_one = |trace: &Generated<LeaseModel>| -> Result<Tally, Divergence> {
-        handle.block_on(async {
-            match driver.open(model, &trace.name).await {
-                Ok(mut session) => replay(model, &mut session, trace).await,
-                Err(error) => Err(Divergence {
-                    trace: trace.name.clone(),
-                    step: 0,
-                    prefix: Vec::new(),
-                    kind: "driver",
-                    differences: vec![format!("the driver could not open a namespace: {error}")],
-                }),
-            }
-        })
+        handle.block_on(replay_fresh(driver, model, trace))
     };
     let result = runner.run(&strategy, |trace| {
         let t0 = Instant::now();

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use leasewright_model::{describe, Action, Expected, LeaseModel};
 use serde_json::Value;
 
-use crate::driver::{project_model, DriverError, Session};
+use crate::driver::{project_model, Driver, DriverError, Session};
 use crate::generate::Generated;
 
 /// What a trace exercised, for the suite's summary and coverage.
@@ -104,6 +104,25 @@ impl Compare {
         } else {
             Compare::EveryStep
         }
+    }
+}
+
+/// Replays `trace` in a fresh namespace of `driver`: a namespace that cannot be opened is a
+/// divergence at step 0 (kind `driver`), so that every suite reports it the same way.
+pub async fn replay_fresh<D: Driver>(
+    driver: &D,
+    model: &LeaseModel,
+    trace: &Generated<LeaseModel>,
+) -> Result<Tally, Divergence> {
+    match driver.open(model, &trace.name).await {
+        Ok(mut session) => replay(model, &mut session, trace).await,
+        Err(error) => Err(Divergence {
+            trace: trace.name.clone(),
+            step: 0,
+            prefix: Vec::new(),
+            kind: "driver",
+            differences: vec![format!("the driver could not open a namespace: {error}")],
+        }),
     }
 }
 

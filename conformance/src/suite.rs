@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 use crate::driver::Driver;
 use crate::generate::Generated;
 use crate::junit;
-use crate::replay::{replay, Divergence, Tally};
+use crate::replay::{replay_fresh, Divergence, Tally};
 
 /// How to run a suite.
 #[derive(Clone, Debug)]
@@ -74,16 +74,7 @@ where
         tasks.spawn(async move {
             let _permit = permit;
             let t0 = Instant::now();
-            let result = match driver.open(&model, &trace.name).await {
-                Ok(mut session) => replay(&model, &mut session, &trace).await,
-                Err(error) => Err(Divergence {
-                    trace: trace.name.clone(),
-                    step: 0,
-                    prefix: Vec::new(),
-                    kind: "driver",
-                    differences: vec![format!("the driver could not open a namespace: {error}")],
-                }),
-            };
+            let result = replay_fresh(driver.as_ref(), &model, &trace).await;
             if result.is_err() && stop_at_first {
                 stop.store(true, Ordering::Relaxed);
             }

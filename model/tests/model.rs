@@ -407,15 +407,20 @@ fn every_variant_is_caught_by_some_always_property_in_the_small_configuration() 
     }
 }
 
-/// Exhaustive DFS with symmetry reduction: every `always` holds, every `sometimes` is reached, and
-/// the number of unique states is pinned (a change to it is a change to the model: say why).
-fn assert_checks(config: &Config, unique_states: usize) {
-    let checker = LeaseModel::for_checking(config.clone())
+/// Exhaustive DFS with symmetry reduction, as `leasewright check` runs it.
+fn check(config: &Config) -> impl Checker<LeaseModel> {
+    LeaseModel::for_checking(config.clone())
         .checker()
         .symmetry()
         .threads(2)
         .spawn_dfs()
-        .join();
+        .join()
+}
+
+/// Exhaustive DFS with symmetry reduction: every `always` holds, every `sometimes` is reached, and
+/// the number of unique states is pinned (a change to it is a change to the model: say why).
+fn assert_checks(config: &Config, unique_states: usize) {
+    let checker = check(config);
     checker.assert_properties();
     assert_eq!(checker.unique_state_count(), unique_states, "{config:?}");
 }
@@ -458,12 +463,7 @@ fn the_protocol_satisfies_every_invariant_with_two_jobs_of_one_attempt() {
         ..Config::default()
     };
     assert_eq!(config.jobs, 2);
-    let checker = LeaseModel::for_checking(config.clone())
-        .checker()
-        .symmetry()
-        .threads(2)
-        .spawn_dfs()
-        .join();
+    let checker = check(&config);
     assert!(
         checker.discovery(properties::EVERY_INVARIANT).is_none(),
         "{config:?}"
