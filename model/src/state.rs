@@ -299,11 +299,6 @@ impl MessageSet {
         self.0.clear();
     }
 
-    /// Keeps only the messages for which `keep` holds.
-    pub fn retain(&mut self, mut keep: impl FnMut(&Message) -> bool) {
-        self.0.retain(|m| keep(m));
-    }
-
     /// The messages in `self` and not in `other`, ascending.
     pub fn difference<'a>(&'a self, other: &'a MessageSet) -> impl Iterator<Item = &'a Message> {
         self.iter().filter(move |m| !other.contains(m))
