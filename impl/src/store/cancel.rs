@@ -1,0 +1,55 @@
+//! Rule R6 `cancel` by an operator (docs/protocol.md §6.3).
+
+use super::Store;
+use crate::error::Error;
+use crate::sql;
+use crate::types::*;
+
+impl Store {
+    /// Rule R6 `cancel` by an operator of `project` (§6.3): `queued` → `cancelled`; `running` →
+    /// `cancelling` with `cancel requested`; `cancelling` again is `acknowledged`.
+    pub async fn cancel(&self, project: ProjectId, job: JobId) -> Result<Verdict<()>, Error> {
+        let now = self.now();
+        let mut tx = self.begin().await?;
+        let locked = self.lock_job(&mut tx, job).await?;
+        let cancelled = sqlx::query(self.sql(sql::JOB_CANCEL_IF_QUEUED))
+            .bind(job.0)
+            .bind(project.0)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let verdict = if cancelled.is_some() {
+            Verdict::Accepted(())
+        } else {
+            let requested = sqlx::query(self.sql(sql::JOB_REQUEST_CANCEL_IF_RUNNING))
+                .bind(job.0)
+                .bind(project.0)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if requested.is_some() {
+                Verdict::Accepted(())
+            } else {
+                match locked {
+                    None => Verdict::Rejected(Reason::UnknownJob),
+                    Some(locked) if locked.project != project => {
+                        Verdict::Rejected(Reason::WrongProject)
+                    }
+                    Some(locked) if locked.state.is_terminal() => {
+                        Verdict::Rejected(Reason::JobFinished)
+                    }
+                    Some(locked) if locked.state == JobState::Uncertain => {
+                        Verdict::Rejected(Reason::ReconcileRequired)
+                    }
+                    Some(locked) if locked.state == JobState::Cancelling => Verdict::Acknowledged,
+                    Some(_) => {
+                        return Err(Error::Invariant(
+                            "a cancel matched no row but passed every check",
+                        ))
+                    }
+                }
+            }
+        };
+        tx.commit().await?;
+        Ok(verdict)
+    }
+}

@@ -1,0 +1,215 @@
+//! The store: every rule of docs/protocol.md §7 as exactly one PostgreSQL transaction.
+//!
+//! The shape of every rule that a runner message triggers:
+//!
+//! 1. `job_lock` locks the named job's row (rules on one job are serialized; lock order is always
+//!    jobs, then attempts);
+//! 2. one conditional statement, named after the rule, carries every check as a predicate;
+//! 3. if it touched zero rows, the same transaction walks the precedence of §6 to name the first
+//!    failing check (it never retries the statement without its predicates);
+//! 4. the message is recorded as an observation, attributed to the attempt it names when §6.1
+//!    checks 1-5 pass;
+//! 5. commit.
+
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::sql::Statement;
+use crate::types::*;
+use chrono::{DateTime, SubsecRound, Utc};
+use sha2::{Digest, Sha256};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::sync::Arc;
+use std::time::Duration;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+mod cancel;
+mod claim;
+mod heartbeat;
+mod precedence;
+mod reads;
+mod reconcile;
+mod rejoin;
+mod result;
+mod setup;
+mod side_effects;
+mod sweep;
+
+/// How a [`Store`] behaves.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// `lease_expiry = now + lease_ttl` at claim and at every accepted heartbeat.
+    pub lease_ttl: Duration,
+    /// The size of the connection pool [`Store::connect`] opens.
+    pub max_connections: u32,
+    /// How long [`Store::connect`] and every operation wait for a database connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(30),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The PostgreSQL implementation of the protocol. Cheap to clone (a pool and a clock).
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    clock: Arc<dyn Clock>,
+    lease_ttl: chrono::Duration,
+    #[cfg(feature = "mutants")]
+    mutant: Option<crate::mutants::Mutant>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("lease_ttl", &self.lease_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse<T>(code: &str, from_code: fn(&str) -> Option<T>) -> Result<T, Error> {
+    from_code(code).ok_or(Error::Invariant(
+        "a state name in the database is not the spec's",
+    ))
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A zero-row conditional statement can only be rejected (or, for a result, acknowledged).
+fn not_accepted<T>(verdict: Verdict<()>) -> Result<Verdict<T>, Error> {
+    match verdict {
+        Verdict::Accepted(()) => Err(Error::Invariant(
+            "a conditional statement matched no row but every check passed",
+        )),
+        Verdict::Acknowledged => Ok(Verdict::Acknowledged),
+        Verdict::Rejected(reason) => Ok(Verdict::Rejected(reason)),
+    }
+}
+
+impl Store {
+    /// Connect to `database_url`, apply the migrations of impl/migrations (safe when many stores
+    /// connect at once: the migrator holds an advisory lock) and return the store.
+    pub async fn connect(
+        database_url: &str,
+        clock: Arc<dyn Clock>,
+        config: StoreConfig,
+    ) -> Result<Store, Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            .connect(database_url)
+            .await?;
+        Self::from_pool(pool, clock, config).await
+    }
+
+    /// A store over an existing pool; applies the migrations.
+    pub async fn from_pool(
+        pool: PgPool,
+        clock: Arc<dyn Clock>,
+        config: StoreConfig,
+    ) -> Result<Store, Error> {
+        MIGRATOR.run(&pool).await?;
+        let lease_ttl = chrono::Duration::from_std(config.lease_ttl)
+            .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
+        if lease_ttl <= chrono::Duration::zero() {
+            return Err(Error::InvalidArgument("lease_ttl must be positive"));
+        }
+        Ok(Store {
+            pool,
+            clock,
+            lease_ttl,
+            #[cfg(feature = "mutants")]
+            mutant: None,
+        })
+    }
+
+    /// The same database and pool with another clock and lease ttl (no migrations are run): for
+    /// callers that replay many independent histories on one database, each with its own time.
+    pub fn with_clock(&self, clock: Arc<dyn Clock>, lease_ttl: Duration) -> Result<Store, Error> {
+        let lease_ttl = chrono::Duration::from_std(lease_ttl)
+            .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
+        if lease_ttl <= chrono::Duration::zero() {
+            return Err(Error::InvalidArgument("lease_ttl must be positive"));
+        }
+        Ok(Store {
+            clock,
+            lease_ttl,
+            ..self.clone()
+        })
+    }
+
+    /// The same store with one rule deliberately broken (feature `mutants` only).
+    #[cfg(feature = "mutants")]
+    pub fn with_mutant(mut self, mutant: crate::mutants::Mutant) -> Store {
+        self.mutant = Some(mutant);
+        self
+    }
+
+    /// The connection pool (for read-only inspection in tests and tools).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The lease time-to-live.
+    pub fn lease_ttl(&self) -> chrono::Duration {
+        self.lease_ttl
+    }
+
+    /// Close the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The server's receipt time, at the database's precision (microseconds).
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now().trunc_subsecs(6)
+    }
+
+    /// The statement's text (with one guard removed under a mutant), counted as one execution
+    /// ([`crate::statement_counts`]): call it where the statement is sent.
+    #[cfg(not(feature = "mutants"))]
+    fn sql(&self, statement: Statement) -> &'static str {
+        statement.issue()
+    }
+
+    #[cfg(feature = "mutants")]
+    fn sql(&self, statement: Statement) -> &'static str {
+        statement.count();
+        crate::mutants::statement_text(self.mutant, statement)
+    }
+
+    /// The time a lease is judged by: the server's receipt time.
+    #[cfg(not(feature = "mutants"))]
+    fn judge_time(&self, now: DateTime<Utc>, _runner_time: Option<DateTime<Utc>>) -> DateTime<Utc> {
+        now
+    }
+
+    #[cfg(feature = "mutants")]
+    fn judge_time(&self, now: DateTime<Utc>, runner_time: Option<DateTime<Utc>>) -> DateTime<Utc> {
+        match (self.mutant, runner_time) {
+            (Some(crate::mutants::Mutant::RunnerClockDecidesExpiry), Some(runner_time)) => {
+                runner_time.trunc_subsecs(6)
+            }
+            _ => now,
+        }
+    }
+
+    #[cfg(feature = "mutants")]
+    fn mutant_is(&self, mutant: crate::mutants::Mutant) -> bool {
+        self.mutant == Some(mutant)
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
+        Ok(self.pool.begin().await?)
+    }
+}

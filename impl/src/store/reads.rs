@@ -1,0 +1,200 @@
+//! Read views: jobs, attempts, ledgers, reconciliations, logs, target reservations, and the
+//! demonstration targets.
+
+use super::parse;
+use super::Store;
+use crate::error::Error;
+use crate::sql;
+use crate::types::*;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+impl Store {
+    /// The job, if it exists.
+    pub async fn job(&self, job: JobId) -> Result<Option<JobView>, Error> {
+        let Some(row) = sqlx::query(self.sql(sql::JOB_SELECT_VIEW))
+            .bind(job.0)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(JobView {
+            id: JobId(row.try_get("id")?),
+            project: ProjectId(row.try_get("project_id")?),
+            state: parse(row.try_get("state")?, JobState::from_code)?,
+            current_attempt: row
+                .try_get::<Option<Uuid>, _>("current_attempt_id")?
+                .map(AttemptId),
+            fence: row.try_get("fence")?,
+            cancel_requested: row.try_get("cancel_requested")?,
+            outcome: match row.try_get::<Option<&str>, _>("outcome")? {
+                Some(code) => Some(parse(code, JobState::from_code)?),
+                None => None,
+            },
+            result_digest: row.try_get("result_digest")?,
+            source_revision: row.try_get("source_revision")?,
+            source_digest: row.try_get("source_digest")?,
+            command: row.try_get("command")?,
+            target: row.try_get("target")?,
+            target_kind: parse(row.try_get("target_kind")?, TargetKind::from_code)?,
+            submitted_at: row.try_get("submitted_at")?,
+            finished_at: row.try_get("finished_at")?,
+        }))
+    }
+
+    /// The job's attempts, in fence order.
+    pub async fn attempts(&self, job: JobId) -> Result<Vec<AttemptView>, Error> {
+        let rows = sqlx::query(self.sql(sql::ATTEMPT_SELECT_VIEWS_OF_JOB))
+            .bind(job.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(attempt_view).collect()
+    }
+
+    /// Every observation that named the job (attributed to one of its attempts or not), in the
+    /// order received.
+    pub async fn observations(&self, job: JobId) -> Result<Vec<ObservationView>, Error> {
+        let rows = sqlx::query(self.sql(sql::OBSERVATION_SELECT_OF_JOB))
+            .bind(job.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(observation_view).collect()
+    }
+
+    /// The attempt's ledger: the observations attributed to it, in the order received.
+    pub async fn attempt_observations(
+        &self,
+        attempt: AttemptId,
+    ) -> Result<Vec<ObservationView>, Error> {
+        let rows = sqlx::query(self.sql(sql::OBSERVATION_SELECT_OF_ATTEMPT))
+            .bind(attempt.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(observation_view).collect()
+    }
+
+    /// The reconciliations asked for the job, in order.
+    pub async fn reconciliations(&self, job: JobId) -> Result<Vec<ReconciliationView>, Error> {
+        let rows = sqlx::query(self.sql(sql::RECONCILIATION_SELECT_OF_JOB))
+            .bind(job.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let verdict = match row.try_get::<&str, _>("verdict")? {
+                    "accepted" => Verdict::Accepted(()),
+                    _ => Verdict::Rejected(parse(row.try_get("reason")?, Reason::from_code)?),
+                };
+                Ok(ReconciliationView {
+                    id: row.try_get("id")?,
+                    project: ProjectId(row.try_get("project_id")?),
+                    job: JobId(row.try_get("job_id")?),
+                    attempt: row.try_get::<Option<Uuid>, _>("attempt_id")?.map(AttemptId),
+                    finding: parse(row.try_get("finding")?, Finding::from_code)?,
+                    decision: parse(row.try_get("decision")?, Decision::from_code)?,
+                    verdict,
+                    decided_at: row.try_get("decided_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The attempt's log chunks, in sequence order.
+    pub async fn logs(&self, attempt: AttemptId) -> Result<Vec<(i64, Vec<u8>)>, Error> {
+        let rows = sqlx::query(self.sql(sql::LOG_SELECT_OF_ATTEMPT))
+            .bind(attempt.0)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("seq")?, row.try_get("content")?)))
+            .collect()
+    }
+
+    /// The job's target reservation: the target and the attempt holding it.
+    pub async fn target_reservation(
+        &self,
+        job: JobId,
+    ) -> Result<Option<(String, AttemptId)>, Error> {
+        let row = sqlx::query(self.sql(sql::TARGET_RESERVATION_SELECT_OF_JOB))
+            .bind(job.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(row) => Ok(Some((
+                row.try_get("target")?,
+                AttemptId(row.try_get("attempt_id")?),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// A demonstration deployment target of `kind` in slot `slot` (docs/protocol.md §8), backed
+    /// by this store's database. A slot keeps the kind it was first created with.
+    pub async fn demo_target(
+        &self,
+        kind: TargetKind,
+        slot: &str,
+    ) -> Result<crate::target::DemoTarget, Error> {
+        sqlx::query(self.sql(sql::TARGET_ENSURE))
+            .bind(slot)
+            .bind(kind.as_str())
+            .execute(&self.pool)
+            .await?;
+        crate::target::DemoTarget::open(
+            self.pool.clone(),
+            self.clock.clone(),
+            slot.to_owned(),
+            kind,
+        )
+        .await
+    }
+}
+
+fn attempt_view(row: &PgRow) -> Result<AttemptView, Error> {
+    Ok(AttemptView {
+        id: AttemptId(row.try_get("id")?),
+        job: JobId(row.try_get("job_id")?),
+        runner: RunnerId(row.try_get("runner_id")?),
+        lease_id: LeaseId(row.try_get("lease_id")?),
+        fence: row.try_get("fence")?,
+        state: parse(row.try_get("state")?, AttemptState::from_code)?,
+        lease_expiry: row.try_get("lease_expiry")?,
+        outcome: match row.try_get::<Option<&str>, _>("outcome")? {
+            Some(code) => Some(parse(code, Outcome::from_code)?),
+            None => None,
+        },
+        result_digest: row.try_get("result_digest")?,
+        claimed_at: row.try_get("claimed_at")?,
+        ended_at: row.try_get("ended_at")?,
+    })
+}
+
+fn observation_view(row: &PgRow) -> Result<ObservationView, Error> {
+    let verdict = match row.try_get::<&str, _>("verdict")? {
+        "accepted" => Verdict::Accepted(()),
+        "acknowledged" => Verdict::Acknowledged,
+        _ => Verdict::Rejected(parse(row.try_get("reason")?, Reason::from_code)?),
+    };
+    Ok(ObservationView {
+        id: row.try_get("id")?,
+        kind: parse(row.try_get("kind")?, MessageKind::from_code)?,
+        named: Tuple {
+            runner: RunnerId(row.try_get("sender_runner_id")?),
+            job: JobId(row.try_get("named_job_id")?),
+            attempt: AttemptId(row.try_get("named_attempt_id")?),
+            lease_id: LeaseId(row.try_get("named_lease_id")?),
+            fence: row.try_get("named_fence")?,
+        },
+        attempt: row.try_get::<Option<Uuid>, _>("attempt_id")?.map(AttemptId),
+        received_at: row.try_get("received_at")?,
+        runner_time: row.try_get("runner_time")?,
+        verdict,
+        outcome: match row.try_get::<Option<&str>, _>("outcome")? {
+            Some(code) => Some(parse(code, Outcome::from_code)?),
+            None => None,
+        },
+        payload_sha256: row.try_get("payload_sha256")?,
+    })
+}

@@ -1,0 +1,120 @@
+//! Setup: projects, runners (and their bearer tokens), job submission.
+
+use super::Store;
+use crate::error::Error;
+use crate::sql;
+use crate::types::*;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+impl Store {
+    /// Create a project.
+    pub async fn create_project(&self, name: &str) -> Result<ProjectId, Error> {
+        let id = ProjectId::new_random();
+        sqlx::query(self.sql(sql::PROJECT_INSERT))
+            .bind(id.0)
+            .bind(name)
+            .bind(self.now())
+            .execute(&self.pool)
+            .await?;
+        Ok(id)
+    }
+
+    /// Create a runner of `project`. Returns its id and its bearer token; only the token's
+    /// SHA-256 is stored, so the token cannot be recovered later.
+    pub async fn create_runner(
+        &self,
+        project: ProjectId,
+        name: &str,
+    ) -> Result<(RunnerId, String), Error> {
+        let id = RunnerId::new_random();
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|_| Error::Invariant("no system randomness"))?;
+        let token = format!("lw_{}_{}", id.0.simple(), hex::encode(secret));
+        let token_sha256 = Sha256::digest(token.as_bytes()).to_vec();
+        sqlx::query(self.sql(sql::RUNNER_INSERT))
+            .bind(id.0)
+            .bind(project.0)
+            .bind(name)
+            .bind(token_sha256)
+            .bind(self.now())
+            .execute(&self.pool)
+            .await?;
+        Ok((id, token))
+    }
+
+    /// The runner a bearer token authenticates, if any. The token's hash is compared with the
+    /// stored hash in constant time. Authentication is not ownership.
+    pub async fn authenticate(&self, token: &str) -> Result<Option<RunnerId>, Error> {
+        let Some(rest) = token.strip_prefix("lw_") else {
+            return Ok(None);
+        };
+        let Some((id, _secret)) = rest.split_once('_') else {
+            return Ok(None);
+        };
+        let Ok(id) = Uuid::try_parse(id) else {
+            return Ok(None);
+        };
+        let stored: Option<Vec<u8>> = sqlx::query_scalar(self.sql(sql::RUNNER_SELECT_TOKEN_HASH))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let presented = Sha256::digest(token.as_bytes());
+        Ok(match stored {
+            Some(stored) if constant_time_eq(&stored, presented.as_slice()) => Some(RunnerId(id)),
+            _ => None,
+        })
+    }
+
+    /// Submit a job to `project`: `queued`, fence 0, no attempt.
+    pub async fn submit_job(&self, project: ProjectId, job: NewJob) -> Result<JobId, Error> {
+        let id = JobId::new_random();
+        let target = job.target.unwrap_or_else(|| id.0.to_string());
+        sqlx::query(self.sql(sql::JOB_INSERT))
+            .bind(id.0)
+            .bind(project.0)
+            .bind(self.now())
+            .bind(&job.source_revision)
+            .bind(&job.source_digest)
+            .bind(&job.command)
+            .bind(&target)
+            .bind(job.target_kind.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok(id)
+    }
+}
+
+/// Whether two byte strings are equal, in a time that depends only on their lengths (public:
+/// both are SHA-256 digests), never on where they differ. `subtle` keeps the optimizer from
+/// turning the comparison into an early exit.
+fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    left.ct_eq(right).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn token_hashes_are_equal_only_when_every_byte_is() {
+        let hash: [u8; 32] = Sha256::digest(b"lw_token").into();
+        assert!(constant_time_eq(&hash, &hash.clone()));
+        assert!(constant_time_eq(b"", b""));
+        // A difference anywhere (first, middle, last byte, a single bit) is a difference.
+        for at in [0, 15, 31] {
+            for bit in [0x01, 0x80] {
+                let mut other = hash;
+                other[at] ^= bit;
+                assert!(!constant_time_eq(&hash, &other), "byte {at} bit {bit:#x}");
+            }
+        }
+        // Other lengths (a prefix, a longer string) are never equal.
+        assert!(!constant_time_eq(&hash, &hash[..31]));
+        assert!(!constant_time_eq(&hash[..31], &hash));
+        assert!(!constant_time_eq(&hash, &[hash.as_slice(), &[0]].concat()));
+        assert!(!constant_time_eq(&hash, b""));
+    }
+}
