@@ -1,6 +1,9 @@
 //! `leasewright conform`: replay model traces against the implementation, step by step.
 
-use std::collections::BTreeSet;
+//!
+//! The harness (suite selection, running, the summary, mutant runs) lives in
+//! leasewright-conformance; this module parses the command line, calls it and prints.
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,17 +11,17 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use leasewright_conformance::driver::Driver;
-use leasewright_conformance::generate::{random_walks, transition_cover, Generated};
+use leasewright_conformance::generate::Generated;
 use leasewright_conformance::http::HttpDriver;
 use leasewright_conformance::pg::PgDriver;
-use leasewright_conformance::property::{self, PropertyOptions};
-use leasewright_conformance::replay::{action_key, Divergence};
+use leasewright_conformance::property;
+use leasewright_conformance::replay::Divergence;
+use leasewright_conformance::select::{self, Batch, Selection, Suite};
 use leasewright_conformance::shard::Shard;
-use leasewright_conformance::suite::{self, RunOptions};
-use leasewright_conformance::{junit, minimize, scenarios, traces};
-use leasewright_model::{Config, LeaseModel, Reason, TargetKind};
-use serde_json::json;
+use leasewright_conformance::suite::{self, run_batches, SuiteDriver};
+use leasewright_conformance::summary::{statement_delta, Summary};
+use leasewright_conformance::{junit, minimize, traces};
+use leasewright_model::{Config, LeaseModel, TargetKind};
 
 /// Which traces to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -123,12 +126,26 @@ impl ConformArgs {
         }
         config
     }
-}
 
-/// One suite's traces, all of one model.
-struct Batch {
-    model: Arc<LeaseModel>,
-    traces: Vec<Generated<LeaseModel>>,
+    /// Which traces this command replays.
+    fn selection(&self) -> Selection {
+        Selection {
+            suite: match self.suite {
+                SuiteName::Cover => Suite::Cover,
+                SuiteName::Random => Suite::Random,
+                SuiteName::Scenarios => Suite::Scenarios,
+                SuiteName::Proptest => Suite::Proptest,
+                SuiteName::All => Suite::All,
+            },
+            config: self.config(),
+            seed: self.seed,
+            steps: self.steps,
+            walk_len: self.walk_len,
+            cases: self.cases,
+            shard: self.shard,
+            cover_full: self.cover_full,
+        }
+    }
 }
 
 pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
@@ -196,13 +213,9 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         return replay_file(&args, driver, file).await;
     }
     if args.mutants {
-        let batches = if args.suite == SuiteName::Proptest {
-            Vec::new()
-        } else {
-            match generate_reporting(&args) {
-                Ok(batches) => batches,
-                Err(code) => return Ok(code),
-            }
+        let batches = match generate_reporting(&args) {
+            Ok(batches) => batches,
+            Err(code) => return Ok(code),
         };
         return mutants(&args, pool, &batches).await;
     }
@@ -220,15 +233,7 @@ async fn pg_driver(
     };
     #[cfg(feature = "mutants")]
     {
-        use leasewright_impl::mutants::Mutant;
-        Ok(Mutant::ALL
-            .into_iter()
-            .find(|m| format!("{m:?}") == *name)
-            .map(|m| driver.with_mutant(m))
-            .ok_or_else(|| {
-                let names: Vec<String> = Mutant::ALL.iter().map(|m| format!("{m:?}")).collect();
-                format!("no mutant named {name}; the mutants: {}", names.join(", "))
-            }))
+        Ok(leasewright_conformance::mutants::named(name).map(|m| driver.with_mutant(m)))
     }
     #[cfg(not(feature = "mutants"))]
     {
@@ -237,92 +242,14 @@ async fn pg_driver(
     }
 }
 
-/// A driver of the suite: the in-process one or the HTTP one.
-trait SuiteDriver: Driver + 'static {
-    /// The summary's first line.
-    fn heading(&self) -> String;
-    /// Options of `conform` that select this driver, for replay commands.
-    fn replay_options(&self) -> String;
-    /// How many traces may run at once.
-    fn parallel(&self, asked: usize) -> usize;
-    /// Whether it can replay traces of `model`.
-    fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
-    /// How many times each of the implementation's SQL statements has run, when the
-    /// implementation runs in this process (`None`: it runs in another one).
-    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
-}
-
-impl SuiteDriver for PgDriver {
-    fn heading(&self) -> String {
-        "conformance: model against PostgreSQL (in-process driver)".into()
-    }
-    fn replay_options(&self) -> String {
-        #[cfg(feature = "mutants")]
-        if let Some(mutant) = self.mutant() {
-            return format!(" --mutant {mutant:?}");
-        }
-        String::new()
-    }
-    fn parallel(&self, asked: usize) -> usize {
-        asked
-    }
-    fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
-        Ok(())
-    }
-    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
-        Some(leasewright_impl::statement_counts())
-    }
-}
-
-impl SuiteDriver for HttpDriver {
-    fn heading(&self) -> String {
-        format!(
-            "conformance: model against the HTTP server at {} (HTTP driver)",
-            self.url()
-        )
-    }
-    fn replay_options(&self) -> String {
-        // The token is never printed.
-        format!(" --http {} --operator-token <OPERATOR_TOKEN>", self.url())
-    }
-    fn parallel(&self, _: usize) -> usize {
-        // The server's clock is global: one trace at a time (the driver enforces it anyway).
-        1
-    }
-    fn accepts(&self, model: &LeaseModel) -> Result<(), String> {
-        self.tick_ms(model.config.lease_ttl)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
-        // The statements run in the server's process.
-        None
-    }
-}
-
-/// The SQL statements a run executed: each statement's executions during the run, every
-/// statement listed (`None`: over --http, where they run in the server's process).
-type StatementCoverage = Option<Vec<(&'static str, u64)>>;
-
-/// Executions of each statement between two snapshots of [`SuiteDriver::statement_counts`].
-fn statement_delta(
-    before: Option<Vec<(&'static str, u64)>>,
-    after: Option<Vec<(&'static str, u64)>>,
-) -> StatementCoverage {
-    let (before, after) = (before?, after?);
-    Some(
-        after
-            .into_iter()
-            .zip(before)
-            .map(|((name, after), (_, before))| (name, after.saturating_sub(before)))
-            .collect(),
-    )
-}
-
-/// Generates the suite and says so; `Err(2)` on bad arguments.
+/// Generates the suite and says so (the property suite generates its own traces as it runs);
+/// `Err(2)` on bad arguments.
 fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
+    if args.suite == SuiteName::Proptest {
+        return Ok(Vec::new());
+    }
     let started = Instant::now();
-    let batches = match generate(args) {
+    let batches = match select::generate(&args.selection()) {
         Ok(batches) => batches,
         Err(error) => {
             eprintln!("error: {error}");
@@ -343,11 +270,8 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
 /// Replays the suite on `driver`, prints the summary, reports the first divergence. `all` runs
 /// the property suite after the generated traces (in shard 1 only: it is one sequential run).
 async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow::Result<i32> {
-    let with_property = match args.suite {
-        SuiteName::Proptest => true,
-        SuiteName::All => args.shard.index == 1,
-        _ => false,
-    };
+    let selection = args.selection();
+    let with_property = selection.with_property();
     if with_property && (args.cases == 0 || args.walk_len == 0) {
         eprintln!("error: the proptest suite needs --cases and --walk-len of at least 1");
         return Ok(2);
@@ -358,13 +282,9 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         );
         return Ok(2);
     }
-    let batches = if args.suite == SuiteName::Proptest {
-        Vec::new()
-    } else {
-        match generate_reporting(args) {
-            Ok(batches) => batches,
-            Err(code) => return Ok(code),
-        }
+    let batches = match generate_reporting(args) {
+        Ok(batches) => batches,
+        Err(code) => return Ok(code),
     };
     let property_model = Arc::new(LeaseModel::new(args.config()));
     let models = batches
@@ -378,7 +298,7 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         }
     }
     let counts_before = driver.statement_counts();
-    let mut report = run_batches(args, Arc::clone(&driver), &batches, false, true).await;
+    let mut report = replay_batches(args, Arc::clone(&driver), &batches, false, true).await;
     let first_generated = report.divergences.first().cloned();
     let property = if with_property {
         eprintln!(
@@ -407,14 +327,18 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         None
     };
     let statements = statement_delta(counts_before, driver.statement_counts());
-    print_summary(
-        args,
-        &driver.heading(),
-        &driver.name(),
-        &report,
-        &batches,
-        &statements,
-    );
+    let summary = Summary {
+        selection: &selection,
+        report: &report,
+        batches: &batches,
+        statements: &statements,
+    };
+    if args.json {
+        let doc = summary.to_json(&driver.name());
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        print!("{}", summary.render(&driver.heading()));
+    }
     if let Some(path) = &args.junit {
         std::fs::write(path, junit::render(&report.cases))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -429,16 +353,6 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         return Ok(1);
     }
     Ok(0)
-}
-
-/// The property suite's options from the command line.
-fn property_options(args: &ConformArgs) -> PropertyOptions {
-    PropertyOptions {
-        seed: args.seed,
-        cases: args.cases,
-        max_len: args.walk_len,
-        ..PropertyOptions::default()
-    }
 }
 
 /// Prints the property suite's divergence as found and as shrunk by proptest, saves the minimal
@@ -471,6 +385,24 @@ fn report_property_failure<D: SuiteDriver>(
     Ok(())
 }
 
+/// A progress bar of `total` items counted in `unit`, hidden unless `show`.
+fn progress_bar(total: u64, unit: &str, message: String, show: bool) -> ProgressBar {
+    let bar = if show {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit}, {{per_sec}}, eta {{eta}}"
+        ))
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(message);
+    bar
+}
+
 /// Runs the property suite on `driver`, with a progress bar if `show_progress`.
 async fn run_property_outcome<D: SuiteDriver>(
     args: &ConformArgs,
@@ -478,26 +410,60 @@ async fn run_property_outcome<D: SuiteDriver>(
     model: Arc<LeaseModel>,
     show_progress: bool,
 ) -> property::PropertyOutcome {
-    let bar = if show_progress {
-        ProgressBar::new(u64::from(args.cases))
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:30}] {pos}/{len} proptest cases, {per_sec}, eta {eta}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
+    let bar = progress_bar(
+        u64::from(args.cases),
+        "proptest cases",
+        driver.name(),
+        show_progress,
     );
-    bar.set_message(driver.name());
     let progress = {
         let bar = bar.clone();
         move |done: u64| bar.set_position(done)
     };
-    let outcome = property::run(driver, model, property_options(args), progress).await;
+    let outcome = property::run(driver, model, args.selection().property_options(), progress).await;
     bar.finish_and_clear();
     outcome
+}
+
+/// Replays `batches` on `driver`, with a progress bar if `show_progress`.
+async fn replay_batches<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: Arc<D>,
+    batches: &[Batch],
+    stop_at_first: bool,
+    show_progress: bool,
+) -> suite::Outcome {
+    let total: u64 = batches.iter().map(|b| b.traces.len() as u64).sum();
+    let bar = progress_bar(total, "traces", driver.name(), show_progress);
+    let progress = {
+        let bar = bar.clone();
+        move |done: u64| bar.set_position(done)
+    };
+    let outcome = run_batches(driver, batches, args.parallel, stop_at_first, progress).await;
+    bar.finish_and_clear();
+    outcome
+}
+
+/// Shrinks the first divergence, saves it, and prints how to replay it.
+async fn report_divergence<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: &D,
+    first: &Divergence,
+    batches: &[Batch],
+) -> anyhow::Result<()> {
+    let (batch, trace) =
+        select::find(batches, &first.trace).context("the divergent trace is in the suite")?;
+    eprintln!("{}", first.render());
+    let (shrunk, divergence) = minimize::shrink(&batch.model, driver, trace).await;
+    if shrunk.steps.len() < trace.steps.len() {
+        eprintln!(
+            "shrunk from {} to {} steps; the minimal divergence:\n{}",
+            trace.steps.len(),
+            shrunk.steps.len(),
+            divergence.map(|d| d.render()).unwrap_or_default()
+        );
+    }
+    save_divergent(args, driver, &batch.model, &shrunk)
 }
 
 /// Saves `trace` (of `model`) where divergent traces go and prints how to replay it.
@@ -507,11 +473,7 @@ fn save_divergent<D: SuiteDriver>(
     model: &LeaseModel,
     trace: &Generated<LeaseModel>,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.traces)
-        .with_context(|| format!("creating {}", args.traces.display()))?;
-    let path = args.traces.join(format!("{}.itf.json", trace.name));
-    std::fs::write(&path, traces::to_itf(model, trace))
-        .with_context(|| format!("writing {}", path.display()))?;
+    let path = traces::save(&args.traces, model, trace).map_err(anyhow::Error::msg)?;
     eprintln!("saved trace: {}", path.display());
     eprintln!(
         "replay it:   cargo run --release -- conform{} --replay {}",
@@ -519,6 +481,54 @@ fn save_divergent<D: SuiteDriver>(
         path.display()
     );
     Ok(())
+}
+
+async fn replay_file<D: SuiteDriver>(
+    args: &ConformArgs,
+    driver: Arc<D>,
+    file: &PathBuf,
+) -> anyhow::Result<i32> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: cannot read {}: {error}", file.display());
+            return Ok(2);
+        }
+    };
+    let (model, trace) = match traces::from_itf(&text) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!(
+                "error: {} is not a trace of this model: {error}",
+                file.display()
+            );
+            return Ok(2);
+        }
+    };
+    if let Err(error) = driver.accepts(&model) {
+        eprintln!("error: {error}");
+        return Ok(2);
+    }
+    let model = Arc::new(model);
+    let batches = [Batch {
+        model,
+        traces: vec![trace],
+    }];
+    let report = replay_batches(args, driver, &batches, true, false).await;
+    match report.divergences.first() {
+        Some(d) => {
+            println!("{}", d.render());
+            Ok(1)
+        }
+        None => {
+            println!(
+                "{}: {} steps, the implementation agrees with the model",
+                file.display(),
+                report.tally.steps
+            );
+            Ok(0)
+        }
+    }
 }
 
 /// Connects to `--database-url`, $DATABASE_URL, or a throwaway cluster (kept alive by the
@@ -559,461 +569,104 @@ async fn connect(
     Ok((pool, guard))
 }
 
-/// The configuration the transition cover runs on by default: the suite's configuration (two
-/// runners, the outsider, two attempts, the fenced target) without disconnects and with one-tick
-/// leases. Its cover is 16,752 traces (208,046 steps), which replays in minutes; the cover of the
-/// model's default configuration is 110,489 traces (1.9 million steps). The random walks and the
-/// scenarios run on the full configuration, disconnects and two-tick leases included.
-pub fn cover_config(base: &Config) -> Config {
-    Config {
-        disconnects: false,
-        lease_ttl: 1,
-        ..base.clone()
-    }
-}
-
-fn generate(args: &ConformArgs) -> Result<Vec<Batch>, String> {
-    let config = args.config();
-    let model = Arc::new(LeaseModel::new(config));
-    let mut batches = Vec::new();
-    let wants = |s: SuiteName| args.suite == s || args.suite == SuiteName::All;
-    if wants(SuiteName::Scenarios) {
-        for (model, trace) in scenarios::all()? {
-            batches.push(Batch {
-                model: Arc::new(model),
-                traces: vec![trace],
-            });
-        }
-    }
-    if wants(SuiteName::Cover) {
-        let cover_model = if args.cover_full {
-            Arc::clone(&model)
-        } else {
-            Arc::new(LeaseModel::new(cover_config(&model.config)))
-        };
-        let traces = transition_cover((*cover_model).clone(), true);
-        batches.push(Batch {
-            model: cover_model,
-            traces,
-        });
-    }
-    if wants(SuiteName::Random) {
-        let traces = random_walks(model.as_ref(), args.seed, args.steps, args.walk_len);
-        batches.push(Batch {
-            model: Arc::clone(&model),
-            traces,
-        });
-    }
-    // Shard by position in the whole, stable list.
-    let mut position = 0usize;
-    for batch in &mut batches {
-        batch.traces.retain(|_| {
-            let keep = args.shard.contains(position);
-            position += 1;
-            keep
-        });
-    }
-    batches.retain(|b| !b.traces.is_empty());
-    Ok(batches)
-}
-
-async fn run_batches<D: SuiteDriver>(
-    args: &ConformArgs,
-    driver: Arc<D>,
-    batches: &[Batch],
-    stop_at_first: bool,
-    show_progress: bool,
-) -> suite::Outcome {
-    let total: u64 = batches.iter().map(|b| b.traces.len() as u64).sum();
-    let bar = if show_progress {
-        ProgressBar::new(total)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:30}] {pos}/{len} traces, {per_sec}, eta {eta}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
-    bar.set_message(driver.name());
-    let mut all = suite::Outcome::default();
-    let options = RunOptions {
-        parallel: driver.parallel(args.parallel),
-        stop_at_first,
-    };
-    let started = Instant::now();
-    for batch in batches {
-        let offset = bar.position();
-        let progress = {
-            let bar = bar.clone();
-            move |done: u64| bar.set_position(offset + done)
-        };
-        let outcome = suite::run(
-            Arc::clone(&driver),
-            Arc::clone(&batch.model),
-            batch.traces.clone(),
-            &options,
-            progress,
-        )
-        .await;
-        all.traces += outcome.traces;
-        all.tally.absorb(&outcome.tally);
-        all.divergences.extend(outcome.divergences);
-        all.cases.extend(outcome.cases);
-        if stop_at_first && !all.divergences.is_empty() {
-            break;
-        }
-    }
-    bar.finish_and_clear();
-    all.divergences.sort_by_key(|d| (d.step, d.trace.clone()));
-    all.elapsed = started.elapsed();
-    all
-}
-
-fn print_summary(
-    args: &ConformArgs,
-    heading: &str,
-    driver: &str,
-    report: &suite::Outcome,
-    batches: &[Batch],
-    statements: &StatementCoverage,
-) {
-    let seconds = report.elapsed.as_secs_f64().max(1e-9);
-    let reasons_hit: BTreeSet<String> = report
-        .tally
-        .verdicts
-        .keys()
-        .filter_map(|k| k.strip_prefix("rejected:").map(str::to_string))
-        .collect();
-    let reasons_never: Vec<&str> = Reason::ALL
-        .iter()
-        .map(|r| r.as_str())
-        .filter(|r| !reasons_hit.contains(*r))
-        .collect();
-    // The kinds the generated traces contain (the property suite keeps no traces: the kinds its
-    // agreeing cases exercised).
-    let action_kinds: BTreeSet<String> = batches
-        .iter()
-        .flat_map(|b| {
-            b.traces
-                .iter()
-                .flat_map(|t| t.steps.iter().map(|(a, _)| action_key(a)))
-        })
-        .chain(report.tally.actions.keys().cloned())
-        .collect();
-    let statements_never: Option<Vec<&str>> = statements.as_ref().map(|counts| {
-        counts
-            .iter()
-            .filter(|(_, n)| *n == 0)
-            .map(|(name, _)| *name)
-            .collect()
-    });
-    if args.json {
-        let doc = json!({
-            "driver": driver,
-            "suite": format!("{:?}", args.suite).to_lowercase(),
-            "seed": args.seed,
-            "shard": args.shard.to_string(),
-            "proptest_cases": match args.suite {
-                SuiteName::Proptest => Some(args.cases),
-                SuiteName::All if args.shard.index == 1 => Some(args.cases),
-                _ => None,
-            },
-            "config": args.config(),
-            "traces": report.traces,
-            "steps": report.tally.steps,
-            "seconds": report.elapsed.as_secs_f64(),
-            "traces_per_second": report.traces as f64 / seconds,
-            "steps_per_second": report.tally.steps as f64 / seconds,
-            "verdicts": report.tally.verdicts,
-            "actions": report.tally.actions,
-            "reasons_never_hit": reasons_never,
-            "sql_statements": statements.as_ref().map(|counts| json!({
-                "hit": counts.iter().filter(|(_, n)| *n > 0).count(),
-                "total": counts.len(),
-                "never_hit": statements_never,
-                "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            })).unwrap_or_else(|| json!("not available over --http")),
-            "divergences": report.divergences.len(),
-            "first_divergence": report.divergences.first().map(Divergence::render),
-        });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
-        return;
-    }
-    println!("{heading}");
-    println!("  configuration   {}", describe_config(&args.config()));
-    if let Some(cover) = batches
-        .iter()
-        .find(|b| b.traces.iter().any(|t| t.generator == "cover"))
-    {
-        println!("  cover config    {}", describe_config(&cover.model.config));
-    }
-    if args.suite == SuiteName::Proptest {
-        println!(
-            "  suite           Proptest (seed {}, {} cases of up to {} steps)",
-            args.seed, args.cases, args.walk_len
-        );
-    } else if args.suite == SuiteName::All && args.shard.index == 1 {
-        println!(
-            "  suite           All (seed {}, shard {}; proptest: {} cases of up to {} steps)",
-            args.seed, args.shard, args.cases, args.walk_len
-        );
-    } else {
-        println!(
-            "  suite           {:?} (seed {}, shard {})",
-            args.suite, args.seed, args.shard
-        );
-    }
-    println!("  traces          {}", report.traces);
-    println!("  steps           {}", report.tally.steps);
-    println!(
-        "  time            {:.1} s ({:.0} traces/s, {:.0} steps/s)",
-        report.elapsed.as_secs_f64(),
-        report.traces as f64 / seconds,
-        report.tally.steps as f64 / seconds
-    );
-    println!("  verdicts");
-    print_counts(&report.tally.verdicts);
-    println!(
-        "  transitions by action kind ({} kinds)",
-        action_kinds.len()
-    );
-    print_counts(&report.tally.actions);
-    if reasons_never.is_empty() {
-        println!("  rejection reasons never hit: none");
-    } else {
-        println!(
-            "  rejection reasons never hit: {}",
-            reasons_never.join(", ")
-        );
-    }
-    match (statements, &statements_never) {
-        (Some(counts), Some(never)) => {
-            println!(
-                "  SQL statements hit: {}/{}",
-                counts.len() - never.len(),
-                counts.len()
-            );
-            if never.is_empty() {
-                println!("  SQL statements never hit: none");
-            } else {
-                println!("  SQL statements never hit: {}", never.join(", "));
-            }
-        }
-        _ => println!(
-            "  SQL statement coverage: not available over --http (the statements run in the \
-             server's process)"
-        ),
-    }
-    println!("  divergences     {}", report.divergences.len());
-}
-
-fn print_counts(counts: &std::collections::BTreeMap<String, u64>) {
-    for (k, v) in counts {
-        println!("    {k:<28} {v:>9}");
-    }
-}
-
-fn describe_config(c: &Config) -> String {
-    format!(
-        "{} jobs, {} runners{}, {} attempts/job, lease ttl {} ticks, {} target",
-        c.jobs,
-        c.runners,
-        if c.outsider { " + outsider" } else { "" },
-        c.attempts_per_job,
-        c.lease_ttl,
-        c.target
-    )
-}
-
-/// Shrinks the first divergence, saves it, and prints how to replay it.
-async fn report_divergence<D: SuiteDriver>(
-    args: &ConformArgs,
-    driver: &D,
-    first: &Divergence,
-    batches: &[Batch],
-) -> anyhow::Result<()> {
-    let (batch, trace) = batches
-        .iter()
-        .find_map(|b| {
-            b.traces
-                .iter()
-                .find(|t| t.name == first.trace)
-                .map(|t| (b, t))
-        })
-        .context("the divergent trace is in the suite")?;
-    eprintln!("{}", first.render());
-    let (shrunk, divergence) = minimize::shrink(&batch.model, driver, trace).await;
-    if shrunk.steps.len() < trace.steps.len() {
-        eprintln!(
-            "shrunk from {} to {} steps; the minimal divergence:\n{}",
-            trace.steps.len(),
-            shrunk.steps.len(),
-            divergence.map(|d| d.render()).unwrap_or_default()
-        );
-    }
-    save_divergent(args, driver, &batch.model, &shrunk)
-}
-
-async fn replay_file<D: SuiteDriver>(
-    args: &ConformArgs,
-    driver: Arc<D>,
-    file: &PathBuf,
-) -> anyhow::Result<i32> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(error) => {
-            eprintln!("error: cannot read {}: {error}", file.display());
-            return Ok(2);
-        }
-    };
-    let (model, trace) = match traces::from_itf(&text) {
-        Ok(parsed) => parsed,
-        Err(error) => {
-            eprintln!(
-                "error: {} is not a trace of this model: {error}",
-                file.display()
-            );
-            return Ok(2);
-        }
-    };
-    if let Err(error) = driver.accepts(&model) {
-        eprintln!("error: {error}");
-        return Ok(2);
-    }
-    let model = Arc::new(model);
-    let batches = [Batch {
-        model,
-        traces: vec![trace],
-    }];
-    let report = run_batches(args, driver, &batches, true, false).await;
-    match report.divergences.first() {
-        Some(d) => {
-            println!("{}", d.render());
-            Ok(1)
-        }
-        None => {
-            println!(
-                "{}: {} steps, the implementation agrees with the model",
-                file.display(),
-                report.tally.steps
-            );
-            Ok(0)
-        }
-    }
-}
-
+/// `--mutants`: the suite against the unmutated implementation, then each mutant; prints which
+/// are killed.
 async fn mutants(args: &ConformArgs, pool: sqlx::PgPool, batches: &[Batch]) -> anyhow::Result<i32> {
     #[cfg(feature = "mutants")]
     {
-        use leasewright_impl::mutants::Mutant;
-        if args.suite == SuiteName::Proptest {
-            return property_mutants(args, pool).await;
-        }
-        println!("{:<34} {:<9} first failing trace", "mutant", "verdict");
-        let mut survived = 0;
-        // The unmutated implementation first: a mutant only counts as killed if the real one passes.
-        let clean = run_batches(
-            args,
-            Arc::new(PgDriver::new(pool.clone()).await?),
-            batches,
-            true,
-            true,
-        )
-        .await;
-        if let Some(d) = clean.divergences.first() {
-            eprintln!(
-                "the unmutated implementation already diverges:\n{}",
-                d.render()
-            );
-            return Ok(1);
-        }
-        for mutant in Mutant::ALL {
-            let driver = Arc::new(PgDriver::new(pool.clone()).await?.with_mutant(mutant));
-            let report = run_batches(args, driver, batches, true, true).await;
-            let name = format!("{mutant:?}");
-            match report.divergences.first() {
-                Some(d) => println!(
-                    "{name:<34} {:<9} {} (step {}: {})",
-                    "killed",
-                    d.trace,
-                    d.step,
-                    d.differences.first().map(String::as_str).unwrap_or("")
-                ),
-                None => {
-                    survived += 1;
-                    println!("{name:<34} {:<9} -", "SURVIVED");
-                }
+        use leasewright_conformance::mutants::{self, Table};
+        let table = if args.suite == SuiteName::Proptest {
+            if args.shard != Shard::ALL || args.cases == 0 || args.walk_len == 0 {
+                eprintln!(
+                    "error: --suite proptest takes no --shard, and --cases and --walk-len of at \
+                     least 1"
+                );
+                return Ok(2);
             }
+            let bar = progress_bar(
+                u64::from(args.cases),
+                "proptest cases",
+                "postgres".into(),
+                true,
+            );
+            let progress = {
+                let bar = bar.clone();
+                move |done: u64| bar.set_position(done)
+            };
+            let mut header = Some(format!(
+                "{:<34} {:<9} minimal trace (proptest, seed {}, {} cases)",
+                "mutant", "verdict", args.seed, args.cases
+            ));
+            let table = mutants::property(
+                &pool,
+                Arc::new(LeaseModel::new(args.config())),
+                args.selection().property_options(),
+                progress,
+                |mutant, failure| {
+                    if let Some(header) = header.take() {
+                        bar.suspend(|| println!("{header}"));
+                    }
+                    let name = format!("{mutant:?}");
+                    bar.suspend(|| match failure {
+                        Some(failure) => println!(
+                            "{name:<34} {:<9} {} ({} steps, shrunk from {}; step {}: {})",
+                            "killed",
+                            failure.minimal.name,
+                            failure.minimal.steps.len(),
+                            failure.original.steps.len(),
+                            failure.divergence.step,
+                            failure
+                                .divergence
+                                .differences
+                                .first()
+                                .map(String::as_str)
+                                .unwrap_or("")
+                        ),
+                        None => println!("{name:<34} {:<9} -", "SURVIVED"),
+                    });
+                },
+            )
+            .await?;
+            bar.finish_and_clear();
+            table
+        } else {
+            println!("{:<34} {:<9} first failing trace", "mutant", "verdict");
+            let total: u64 = batches.iter().map(|b| b.traces.len() as u64).sum();
+            let bar = progress_bar(total, "traces", "postgres".into(), true);
+            let progress = {
+                let bar = bar.clone();
+                move |done: u64| bar.set_position(done)
+            };
+            let table = mutants::generated(&pool, batches, args.parallel, progress, |mutant, d| {
+                let name = format!("{mutant:?}");
+                bar.suspend(|| match d {
+                    Some(d) => println!(
+                        "{name:<34} {:<9} {} (step {}: {})",
+                        "killed",
+                        d.trace,
+                        d.step,
+                        d.differences.first().map(String::as_str).unwrap_or("")
+                    ),
+                    None => println!("{name:<34} {:<9} -", "SURVIVED"),
+                });
+            })
+            .await?;
+            bar.finish_and_clear();
+            table
+        };
+        match table {
+            Table::CleanDiverges(render) => {
+                eprintln!("the unmutated implementation already diverges:\n{render}");
+                Ok(1)
+            }
+            Table::Judged { survived } => Ok(mutants_total(survived)),
         }
-        Ok(mutants_total(survived))
     }
     #[cfg(not(feature = "mutants"))]
     {
         let _ = (args, pool, batches);
         unreachable!("a build without mutants re-runs itself from the mutants build first")
     }
-}
-
-/// `--mutants --suite proptest`: the property suite against the unmutated implementation, then
-/// against each mutant; a kill is reported with the minimal trace proptest shrank it to.
-#[cfg(feature = "mutants")]
-async fn property_mutants(args: &ConformArgs, pool: sqlx::PgPool) -> anyhow::Result<i32> {
-    use leasewright_impl::mutants::Mutant;
-    if args.shard != Shard::ALL || args.cases == 0 || args.walk_len == 0 {
-        eprintln!(
-            "error: --suite proptest takes no --shard, and --cases and --walk-len of at least 1"
-        );
-        return Ok(2);
-    }
-    let model = Arc::new(LeaseModel::new(args.config()));
-    let clean = run_property_outcome(
-        args,
-        Arc::new(PgDriver::new(pool.clone()).await?),
-        Arc::clone(&model),
-        true,
-    )
-    .await;
-    if let Some(failure) = &clean.failure {
-        eprintln!(
-            "the unmutated implementation already diverges:\n{}",
-            failure.divergence.render()
-        );
-        return Ok(1);
-    }
-    println!(
-        "{:<34} {:<9} minimal trace (proptest, seed {}, {} cases)",
-        "mutant", "verdict", args.seed, args.cases
-    );
-    let mut survived = 0;
-    for mutant in Mutant::ALL {
-        let driver = Arc::new(PgDriver::new(pool.clone()).await?.with_mutant(mutant));
-        let outcome = run_property_outcome(args, driver, Arc::clone(&model), true).await;
-        let name = format!("{mutant:?}");
-        match &outcome.failure {
-            Some(failure) => println!(
-                "{name:<34} {:<9} {} ({} steps, shrunk from {}; step {}: {})",
-                "killed",
-                failure.minimal.name,
-                failure.minimal.steps.len(),
-                failure.original.steps.len(),
-                failure.divergence.step,
-                failure
-                    .divergence
-                    .differences
-                    .first()
-                    .map(String::as_str)
-                    .unwrap_or("")
-            ),
-            None => {
-                survived += 1;
-                println!("{name:<34} {:<9} -", "SURVIVED");
-            }
-        }
-    }
-    Ok(mutants_total(survived))
 }
 
 /// Prints the last line of a mutant table; the exit code: 0 when every mutant was killed.

@@ -7,10 +7,14 @@ pub mod history;
 pub mod http;
 pub mod junit;
 pub mod minimize;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 pub mod pg;
 pub mod property;
 pub mod replay;
 pub mod scenarios;
+pub mod select;
 pub mod shard;
 pub mod suite;
+pub mod summary;
 pub mod traces;

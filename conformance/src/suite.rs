@@ -9,8 +9,11 @@ use tokio::sync::Semaphore;
 
 use crate::driver::Driver;
 use crate::generate::Generated;
+use crate::http::HttpDriver;
 use crate::junit;
+use crate::pg::PgDriver;
 use crate::replay::{replay_fresh, Divergence, Tally};
+use crate::select::Batch;
 
 /// How to run a suite.
 #[derive(Clone, Debug)]
@@ -115,4 +118,110 @@ where
         .sort_by_key(|d| (d.step, d.trace.clone()));
     outcome.elapsed = started.elapsed();
     outcome
+}
+
+/// A driver of the suite: the in-process one or the HTTP one.
+pub trait SuiteDriver: Driver + 'static {
+    /// The summary's first line.
+    fn heading(&self) -> String;
+    /// Options of `conform` that select this driver, for replay commands.
+    fn replay_options(&self) -> String;
+    /// How many traces may run at once.
+    fn parallel(&self, asked: usize) -> usize;
+    /// Whether it can replay traces of `model`.
+    fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
+    /// How many times each of the implementation's SQL statements has run, when the
+    /// implementation runs in this process (`None`: it runs in another one).
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
+}
+
+impl SuiteDriver for PgDriver {
+    fn heading(&self) -> String {
+        "conformance: model against PostgreSQL (in-process driver)".into()
+    }
+    fn replay_options(&self) -> String {
+        #[cfg(feature = "mutants")]
+        if let Some(mutant) = self.mutant() {
+            return format!(" --mutant {mutant:?}");
+        }
+        String::new()
+    }
+    fn parallel(&self, asked: usize) -> usize {
+        asked
+    }
+    fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
+        Ok(())
+    }
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
+        Some(leasewright_impl::statement_counts())
+    }
+}
+
+impl SuiteDriver for HttpDriver {
+    fn heading(&self) -> String {
+        format!(
+            "conformance: model against the HTTP server at {} (HTTP driver)",
+            self.url()
+        )
+    }
+    fn replay_options(&self) -> String {
+        // The token is never printed.
+        format!(" --http {} --operator-token <OPERATOR_TOKEN>", self.url())
+    }
+    fn parallel(&self, _: usize) -> usize {
+        // The server's clock is global: one trace at a time (the driver enforces it anyway).
+        1
+    }
+    fn accepts(&self, model: &LeaseModel) -> Result<(), String> {
+        self.tick_ms(model.config.lease_ttl)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
+        // The statements run in the server's process.
+        None
+    }
+}
+
+/// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`
+/// is called with the number of traces done over all batches.
+pub async fn run_batches<D: SuiteDriver>(
+    driver: Arc<D>,
+    batches: &[Batch],
+    parallel: usize,
+    stop_at_first: bool,
+    progress: impl Fn(u64) + Clone + Send + Sync + 'static,
+) -> Outcome {
+    let mut all = Outcome::default();
+    let options = RunOptions {
+        parallel: driver.parallel(parallel),
+        stop_at_first,
+    };
+    let started = Instant::now();
+    let mut offset = 0u64;
+    for batch in batches {
+        let batch_progress = {
+            let progress = progress.clone();
+            move |done: u64| progress(offset + done)
+        };
+        let outcome = run(
+            Arc::clone(&driver),
+            Arc::clone(&batch.model),
+            batch.traces.clone(),
+            &options,
+            batch_progress,
+        )
+        .await;
+        offset += batch.traces.len() as u64;
+        all.traces += outcome.traces;
+        all.tally.absorb(&outcome.tally);
+        all.divergences.extend(outcome.divergences);
+        all.cases.extend(outcome.cases);
+        if stop_at_first && !all.divergences.is_empty() {
+            break;
+        }
+    }
+    all.divergences.sort_by_key(|d| (d.step, d.trace.clone()));
+    all.elapsed = started.elapsed();
+    all
 }

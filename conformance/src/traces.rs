@@ -31,6 +31,19 @@ pub fn to_itf(model: &LeaseModel, trace: &Generated<LeaseModel>) -> String {
     serde_json::to_string_pretty(&doc).expect("a trace serializes")
 }
 
+/// Saves `trace` (of `model`) as `DIR/NAME.itf.json`, creating `dir`; returns the file's path.
+pub fn save(
+    dir: &std::path::Path,
+    model: &LeaseModel,
+    trace: &Generated<LeaseModel>,
+) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let path = dir.join(format!("{}.itf.json", trace.name));
+    std::fs::write(&path, to_itf(model, trace))
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    Ok(path)
+}
+
 /// Reads an ITF document written by [`to_itf`] or by `leasewright check`.
 pub fn from_itf(text: &str) -> Result<(LeaseModel, Generated<LeaseModel>), String> {
     let doc: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
