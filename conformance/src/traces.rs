@@ -8,7 +8,7 @@
 //! must equal the rebuilt one, so a trace edited into something the model cannot do is refused.
 
 use leasewright_model::trace::{self, STATE_VARS};
-use leasewright_model::{Action, Config, LeaseModel};
+use leasewright_model::{Config, LeaseModel};
 use serde_json::Value;
 
 use crate::generate::Generated;
@@ -48,9 +48,7 @@ pub fn save(
 pub fn from_itf(text: &str) -> Result<(LeaseModel, Generated<LeaseModel>), String> {
     let doc: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let meta = doc.get("#meta").ok_or("no #meta")?;
-    let config: Config =
-        serde_json::from_value(meta.get("config").cloned().ok_or("no #meta.config")?)
-            .map_err(|e| format!("#meta.config: {e}"))?;
+    let config: Config = trace::meta_config(meta).map_err(|e| e.to_string())?;
     if let Some(hash) = meta.get("model_hash").and_then(Value::as_str) {
         if hash != trace::model_hash(&config) {
             return Err(format!(
@@ -65,14 +63,7 @@ pub fn from_itf(text: &str) -> Result<(LeaseModel, Generated<LeaseModel>), Strin
         .ok_or("no states")?;
     let mut actions = Vec::new();
     for (i, s) in states.iter().enumerate().skip(1) {
-        let action = s
-            .get("leasewright::action")
-            .and_then(|a| a.get("value"))
-            .ok_or_else(|| format!("state {i} has no leasewright::action"))?;
-        actions.push(
-            serde_json::from_value::<Action>(action.clone())
-                .map_err(|e| format!("state {i}: not an action of the model: {e}"))?,
-        );
+        actions.push(trace::stored_action(s, i).map_err(|e| e.to_string())?);
     }
     let model = LeaseModel::new(config);
     let init = model.init_state();
@@ -94,7 +85,10 @@ pub fn from_itf(text: &str) -> Result<(LeaseModel, Generated<LeaseModel>), Strin
     let trace = Generated {
         name,
         generator: "file",
-        seed: meta.get("seed").and_then(Value::as_u64),
+        seed: meta.get("seed").and_then(|s| match s {
+            Value::String(text) => text.parse().ok(),
+            other => other.as_u64(),
+        }),
         init,
         steps,
     };

@@ -10,6 +10,7 @@
 //! - [`describe`]: human-readable steps and Mermaid sequence diagrams.
 
 pub mod describe;
+pub mod itf;
 mod model;
 pub mod properties;
 mod state;

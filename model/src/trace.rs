@@ -2,21 +2,24 @@
 //! module builds and reads `serde_json::Value`s and strings; it never touches files.
 //!
 //! ```text
-//! { "#meta":  { "format": "ITF", "source": "leasewright", "generator": "check", "seed": 0,
-//!               "config": {..}, "model_hash": "fnv1a64:..", "description": ".." },
+//! { "#meta":  { "format": "ITF", "source": "leasewright", "generator": "check", "seed": "0",
+//!               "config": "{..}", "model_hash": "fnv1a64:..", "description": ".." },
 //!   "vars":   [ "clock", "jobs", "attempts", "runners", "in_flight", "targets",
 //!               "mbt::actionTaken", "mbt::nondetPicks", "leasewright::expected",
 //!               "leasewright::action" ],
 //!   "states": [ { "#meta": { "index": 0 }, "clock": 0, .., "mbt::actionTaken": "init", .. }, .. ] }
 //! ```
 //!
-//! Values follow ITF: integers are JSON numbers, records are objects, lists are arrays, sets are
-//! `{"#set": [..]}`, tuples `{"#tup": [..]}`, an absent optional value is Quint's
-//! `{"tag": "None", "value": {"#tup": []}}` and a present one `{"tag": "Some", "value": v}`.
+//! Values follow ITF in Quint's conventions ([`crate::itf`]): integers are JSON numbers, records
+//! are objects, lists are arrays, sets are `{"#set": [..]}`, tuples `{"#tup": [..]}`, every enum a
+//! sum type `{"tag": "variant", "value": ..}` (a unit variant's value is `{}`, as Quint writes
+//! it), an absent optional value `{"tag": "None", "value": {}}` and a present one
+//! `{"tag": "Some", "value": v}`. `#meta` holds strings only (the configuration as a string of
+//! JSON), as the `itf` crate requires.
 //! State `i > 0` carries the action that led to it: its name as `mbt::actionTaken`, its arguments
 //! as `mbt::nondetPicks` (each `{"tag": "Some", "value": ..}`), the verdict the model expects for it
 //! (`leasewright::expected`: `{"verdict": "..", "reason": ".."}` or `None`), and the exact action
-//! as serde JSON (`leasewright::action`), from which [`parse`] rebuilds the trace through the model.
+//! as an ITF value (`leasewright::action`), from which [`parse`] rebuilds the trace through the model.
 //!
 //! The same shape is written by the conformance suite (conformance/src/traces.rs), with the same
 //! [`model_hash`], so either side reads the other's files.
@@ -71,7 +74,7 @@ pub fn model_hash(config: &Config) -> String {
 }
 
 fn none() -> Value {
-    json!({"tag": "None", "value": {"#tup": []}})
+    crate::itf::to_itf(&None::<()>)
 }
 
 fn some(v: Value) -> Value {
@@ -81,25 +84,15 @@ fn some(v: Value) -> Value {
     Value::Object(map)
 }
 
-/// A serde value as an ITF value: `null` becomes Quint's `None`; a present optional value stays
-/// as it is (serde does not mark it), which ITF readers accept as the value itself.
-fn itf(v: Value) -> Value {
-    match v {
-        Value::Null => none(),
-        Value::Array(items) => Value::Array(items.into_iter().map(itf).collect()),
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, itf(v))).collect()),
-        other => other,
-    }
-}
-
-/// The state's variables as ITF values (`in_flight` as a set).
+/// The state's variables as ITF values (crate::itf: options and variants tagged as Quint's sum
+/// types, tuples as `#tup`), `in_flight` as a set.
 pub fn state_vars(state: &State) -> Map<String, Value> {
-    let Value::Object(fields) = serde_json::to_value(state).expect("a state serializes") else {
+    let Value::Object(fields) = crate::itf::to_itf(state) else {
         unreachable!("a state is a record")
     };
     let mut out = Map::new();
     for (name, value) in fields {
-        let value = match (name.as_str(), itf(value)) {
+        let value = match (name.as_str(), value) {
             ("in_flight", Value::Array(items)) => json!({ "#set": items }),
             (_, other) => other,
         };
@@ -111,16 +104,38 @@ pub fn state_vars(state: &State) -> Map<String, Value> {
 /// The action's arguments as Quint's `mbt::nondetPicks`.
 pub fn nondet_picks(action: &Action) -> Value {
     let mut picks = Map::new();
-    if let Value::Object(map) = serde_json::to_value(action).expect("an action serializes") {
-        for (_, args) in map {
-            if let Value::Object(args) = args {
-                for (k, v) in args {
-                    picks.insert(k, some(itf(v)));
-                }
+    if let Some(Value::Object(args)) = crate::itf::to_itf(action).get("value") {
+        for (k, v) in args {
+            if !k.starts_with('#') {
+                picks.insert(k.clone(), some(v.clone()));
             }
         }
     }
     Value::Object(picks)
+}
+
+/// The configuration stored in a trace's `#meta.config`: a string of JSON (ITF readers want
+/// `#meta` to hold strings only), or, in files written before that, the object itself.
+pub fn meta_config(meta: &Value) -> Result<Config, TraceError> {
+    let parsed = match meta.get("config") {
+        Some(Value::String(text)) => serde_json::from_str(text),
+        Some(object) => serde_json::from_value(object.clone()),
+        None => return err("no #meta.config"),
+    };
+    parsed.map_err(|e| TraceError(format!("#meta.config: {e}")))
+}
+
+/// The exact action a stored state names in `leasewright::action` (an ITF value, or in files
+/// written before that, serde JSON).
+pub fn stored_action(stored: &Value, i: usize) -> Result<Action, TraceError> {
+    let Some(value) = stored
+        .get("leasewright::action")
+        .and_then(|a| a.get("value"))
+    else {
+        return err(format!("state {i} has no leasewright::action"));
+    };
+    serde_json::from_value(crate::itf::to_serde(value))
+        .map_err(|e| TraceError(format!("state {i}: not an action of the model: {e}")))
 }
 
 fn expected_value(e: Option<Expected>) -> Value {
@@ -164,7 +179,7 @@ pub fn build(
         );
         s.insert(
             "leasewright::action".into(),
-            some(serde_json::to_value(action).expect("an action serializes")),
+            some(crate::itf::to_itf(action)),
         );
         states.push(Value::Object(s));
         before = after;
@@ -182,8 +197,8 @@ pub fn build(
             "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
             "source": "leasewright",
             "generator": generator,
-            "seed": seed,
-            "config": config,
+            "seed": seed.to_string(),
+            "config": serde_json::to_string(config).expect("a configuration serializes"),
             "model_hash": model_hash(config),
             "description": description,
         },
@@ -225,11 +240,7 @@ pub fn parse(doc: &Value) -> Result<Parsed, TraceError> {
     let Some(meta) = doc.get("#meta") else {
         return err("no #meta");
     };
-    let config: Config = match meta.get("config") {
-        Some(c) => serde_json::from_value(c.clone())
-            .map_err(|e| TraceError(format!("#meta.config: {e}")))?,
-        None => return err("no #meta.config"),
-    };
+    let config = meta_config(meta)?;
     if let Some(hash) = meta.get("model_hash").and_then(Value::as_str) {
         if hash != model_hash(&config) {
             return err(format!(
@@ -247,14 +258,7 @@ pub fn parse(doc: &Value) -> Result<Parsed, TraceError> {
     let mut expected = Vec::new();
     for (i, stored) in states.iter().enumerate() {
         if i > 0 {
-            let Some(value) = stored
-                .get("leasewright::action")
-                .and_then(|a| a.get("value"))
-            else {
-                return err(format!("state {i} has no leasewright::action"));
-            };
-            let action: Action = serde_json::from_value(value.clone())
-                .map_err(|e| TraceError(format!("state {i}: not an action of the model: {e}")))?;
+            let action = stored_action(stored, i)?;
             let mut enabled = Vec::new();
             model.actions(&state, &mut enabled);
             if !enabled.contains(&action) {
