@@ -1,7 +1,7 @@
 //! Bad input on every HTTP route (issue 7, item 3), generated with proptest.
 //!
 //! [`ROUTES`] (server/tests/common/mod.rs) is every route of the router; the first test checks it
-//! against server/src/app.rs's `router` and docs/http.md, so a route added without a row here
+//! against server/src/app/mod.rs's `router` and docs/http.md, so a route added without a row here
 //! fails. Every other test builds a [`World`] (two projects, jobs in every interesting state, on a
 //! manual clock that never moves) and sends, for every route a family applies to, one request of
 //! each family and then `CASES` generated ones (default 64, `PROPTEST_CASES` overrides) drawn over
@@ -45,10 +45,12 @@ const MAX_IDENT_BYTES: usize = leasewright_server::app::MAX_IDENTIFIER_BYTES;
 // -------------------------------------------------------------------------------------------
 // The route table is the router's and the docs'.
 
-/// `METHOD path` of every `.route(...)` in server/src/app.rs's `router`.
+/// `METHOD path` of every `.route(...)` in server/src/app/mod.rs's `router`.
 fn router_routes() -> BTreeSet<String> {
-    let source = include_str!("../src/app.rs");
-    let start = source.find("pub fn router(").expect("fn router in app.rs");
+    let source = include_str!("../src/app/mod.rs");
+    let start = source
+        .find("pub fn router(")
+        .expect("fn router in app/mod.rs");
     let body = &source[start..];
     let body = &body[..body.find("\n}\n").expect("the end of fn router")];
     let mut routes = BTreeSet::new();
@@ -132,7 +134,7 @@ fn the_route_table_is_exactly_the_routers_routes_and_the_documented_routes() {
     );
     assert_eq!(
         table, router,
-        "ROUTES (server/tests/common/mod.rs) must list every route of server/src/app.rs's router, \
+        "ROUTES (server/tests/common/mod.rs) must list every route of server/src/app/mod.rs's router, \
          with its bad-input cases"
     );
     assert_eq!(

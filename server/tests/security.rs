@@ -2,7 +2,7 @@
 //! logged, SQL only with bound parameters, and a test clock no request can turn on.
 //!
 //! The constant-time comparison of tokens has unit tests next to the two functions that compare
-//! (impl/src/store/setup.rs `authenticate`, server/src/app.rs `OperatorAuth`).
+//! (impl/src/store/setup.rs `authenticate`, server/src/app/extract.rs `OperatorAuth`).
 
 mod common;
 

@@ -130,7 +130,7 @@ pub fn b64(bytes: &[u8]) -> String {
 }
 
 // -------------------------------------------------------------------------------------------
-// Every route of the router (server/src/app.rs), with what it takes. server/tests/bad_input.rs
+// Every route of the router (server/src/app/mod.rs), with what it takes. server/tests/bad_input.rs
 // checks that this table is exactly the router's routes and docs/http.md's.
 
 /// Who a route authenticates.

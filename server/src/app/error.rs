@@ -1,0 +1,177 @@
+//! Errors: the JSON error body, the rejection of a protocol message (409 with its reason code), and
+//! the mapping of the Store's typed errors to statuses (docs/http.md). Database internals never
+//! reach a caller.
+
+use super::AppState;
+use crate::wire::{ErrorBody, ErrorDetail, VerdictResponse};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use leasewright_impl::{MessageKind, Reason, Verdict};
+
+/// A non-2xx answer: `{"error": {"code", "message"}}` (docs/http.md).
+#[derive(Debug)]
+pub struct ApiError {
+    pub(super) status: StatusCode,
+    pub(super) code: String,
+    pub(super) message: String,
+    pub(super) rejected: bool,
+    pub(super) instruction: Option<&'static str>,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code: code.to_owned(),
+            message: message.into(),
+            rejected: false,
+            instruction: None,
+        }
+    }
+
+    pub(super) fn rejected(reason: Reason) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            code: reason.as_str().to_owned(),
+            message: format!("rejected: {}", reason_message(reason)),
+            rejected: true,
+            instruction: None,
+        }
+    }
+
+    pub(super) fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or unknown bearer token",
+        )
+    }
+
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(super) fn not_found(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+}
+
+pub(super) fn reason_message(reason: Reason) -> &'static str {
+    match reason {
+        Reason::UnknownRunner => "the sending runner does not exist",
+        Reason::UnknownJob => "no job has the named id",
+        Reason::WrongProject => "the job belongs to another project",
+        Reason::UnknownAttempt => "the named attempt is not an attempt of this job",
+        Reason::RunnerMismatch => "the attempt was claimed by another runner",
+        Reason::LeaseMismatch => "the lease id is not the attempt's lease id",
+        Reason::FenceMismatch => "the fence is not the attempt's fence",
+        Reason::NotCurrent => "the attempt is not the job's current attempt (late report)",
+        Reason::ConflictingResult => "the attempt holds another committed outcome",
+        Reason::JobFinished => "the job is terminal",
+        Reason::LeaseExpired => "the lease expired",
+        Reason::CancelRequested => "the job is being cancelled",
+        Reason::CancelNotRequested => "a cancelled result while no cancel was requested",
+        Reason::SequenceConflict => "this log sequence number holds other content",
+        Reason::NotFound => "no such artifact or cache entry",
+        Reason::NoQueuedJob => "no queued job whose target is free",
+        Reason::ReconcileRequired => "the job is uncertain: reconcile it",
+        Reason::NotUncertain => "the job is not uncertain",
+        Reason::ExecutionNotStopped => "nothing may be decided about an execution still running",
+        Reason::NothingToAdopt => "no outcome was observed to adopt",
+        Reason::StaleFence => "the target has applied a higher fence",
+    }
+}
+
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(db_error)`
+pub(super) fn db_error(error: sqlx::Error) -> ApiError {
+    tracing::error!(%error, "database error");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "database_unavailable",
+        "the database is unavailable",
+    )
+}
+
+impl From<leasewright_impl::Error> for ApiError {
+    fn from(error: leasewright_impl::Error) -> Self {
+        use leasewright_impl::Error as E;
+        match &error {
+            E::Database(_) | E::Migration(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                error.to_string(),
+            ),
+            E::ProjectNameTaken => ApiError::new(
+                StatusCode::CONFLICT,
+                "project_name_taken",
+                error.to_string(),
+            ),
+            E::RunnerNameTaken => {
+                ApiError::new(StatusCode::CONFLICT, "runner_name_taken", error.to_string())
+            }
+            E::UnknownProject => ApiError::not_found("unknown_project", error.to_string()),
+            E::InvalidArgument(_) => ApiError::bad_request(error.to_string()),
+            E::Constraint { .. } | E::Invariant(_) => {
+                tracing::error!(%error, "internal error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    error.to_string(),
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+            verdict: self.rejected.then(|| "rejected".to_owned()),
+            instruction: self.instruction.map(str::to_owned),
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+pub(super) type ApiResult = Result<Response, ApiError>;
+
+pub(super) fn ok<T: serde::Serialize>(body: T) -> ApiResult {
+    Ok(Json(body).into_response())
+}
+
+pub(super) fn created<T: serde::Serialize>(body: T) -> ApiResult {
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+impl AppState {
+    /// A rejection, counted.
+    pub(super) fn reject(&self, kind: &str, reason: Reason) -> ApiError {
+        self.0.metrics.rejection(kind, reason.as_str());
+        ApiError::rejected(reason)
+    }
+
+    /// The answer to a verdict: accepted/acknowledged → 200 via `accepted`; rejected → 409.
+    pub(super) fn answer<T>(
+        &self,
+        kind: MessageKind,
+        verdict: Verdict<T>,
+        accepted: impl FnOnce(Option<T>, &'static str) -> ApiResult,
+    ) -> ApiResult {
+        match verdict {
+            Verdict::Accepted(value) => accepted(Some(value), "accepted"),
+            Verdict::Acknowledged => accepted(None, "acknowledged"),
+            Verdict::Rejected(reason) => Err(self.reject(kind.as_str(), reason)),
+        }
+    }
+}
+
+pub(super) fn plain_verdict<T>(_: Option<T>, verdict: &'static str) -> ApiResult {
+    ok(VerdictResponse {
+        verdict: verdict.to_owned(),
+    })
+}

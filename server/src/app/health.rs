@@ -1,0 +1,58 @@
+//! Health, metrics, the fallbacks and the request-tracking middleware.
+
+use super::error::{db_error, ok, ApiError, ApiResult};
+use super::AppState;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::time::Instant;
+
+pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
+    sqlx::query("SELECT 1")
+        .execute(state.0.store.pool())
+        .await
+        .map_err(db_error)?;
+    ok(serde_json::json!({"status": "ok"}))
+}
+
+pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
+    let uncertain: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'uncertain'")
+        .fetch_one(state.0.store.pool())
+        .await
+        .map_err(db_error)?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.0.metrics.render(uncertain),
+    )
+        .into_response())
+}
+
+pub(super) async fn fallback() -> ApiError {
+    ApiError::not_found("not_found", "no such route")
+}
+
+pub(super) async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take this method",
+    )
+}
+
+pub(super) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    state.0.metrics.request(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}

@@ -1,0 +1,369 @@
+//! The operator routes of jobs: submission, the views (job, attempts, observations,
+//! reconciliations, logs, artifacts), cancel and reconcile.
+
+use super::error::{created, db_error, ok, plain_verdict, ApiError, ApiResult};
+use super::extract::{
+    decode, identifier, parse_uuid, JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, Segments,
+};
+use super::projects::project_exists;
+use super::runner::job_spec;
+use super::AppState;
+use crate::source;
+use crate::wire::*;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use chrono::Utc;
+use leasewright_impl::{
+    AttemptId, AttemptView, Decision, Finding, JobId, JobView, NewJob, ObservationView, ProjectId,
+    TargetKind, Verdict,
+};
+use serde::Deserialize;
+use uuid::Uuid;
+
+pub(super) async fn submit_job(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments(project): Segments<String>,
+    JsonBody(body): JsonBody<SubmitJobRequest>,
+) -> ApiResult {
+    let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
+    let kind = match body.target_kind.as_deref() {
+        None => TargetKind::Unfenced,
+        Some(code) => TargetKind::from_code(code).ok_or_else(|| {
+            ApiError::bad_request("target_kind must be fenced, idempotent or unfenced")
+        })?,
+    };
+    if body.command.is_empty() {
+        return Err(ApiError::bad_request("command must not be empty"));
+    }
+    if let Some(target) = &body.target {
+        identifier(target, "target")?;
+    }
+    let archive = decode(&body.source_archive_base64)?;
+    let limits = state.0.source_limits;
+    // Re-read under the extraction rules and re-snapshot deterministically: what is stored is
+    // always a canonical snapshot, whatever the client sent.
+    let snapshot = tokio::task::spawn_blocking(move || {
+        source::read_archive(&archive, limits).and_then(source::build_snapshot)
+    })
+    .await
+    .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "task failed"))?
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_source",
+            e.to_string(),
+        )
+    })?;
+    let pool = state.0.store.pool();
+    sqlx::query(
+        "INSERT INTO server_source_blobs (sha256, manifest_digest, content, stored_at) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (sha256) DO NOTHING",
+    )
+    .bind(&snapshot.blob_sha256)
+    .bind(&snapshot.manifest_digest)
+    .bind(&snapshot.archive)
+    .bind(Utc::now())
+    .execute(pool)
+    .await
+    .map_err(db_error)?;
+    let job = state
+        .0
+        .store
+        .submit_job(
+            project,
+            NewJob {
+                source_revision: body.source_revision.clone(),
+                source_digest: snapshot.manifest_digest.clone(),
+                command: body.command,
+                target: body.target,
+                target_kind: kind,
+            },
+        )
+        .await?;
+    sqlx::query(
+        "INSERT INTO server_job_specs (job_id, blob_sha256, artifacts) VALUES ($1, $2, $3)",
+    )
+    .bind(job.0)
+    .bind(&snapshot.blob_sha256)
+    .bind(&body.artifacts)
+    .execute(pool)
+    .await
+    .map_err(db_error)?;
+    created(SubmitJobResponse {
+        job: job.0,
+        source_revision: body.source_revision,
+        source_digest: snapshot.manifest_digest,
+        source_blob_sha256: snapshot.blob_sha256,
+        file_count: snapshot.file_count,
+    })
+}
+
+pub(super) async fn job_body(state: &AppState, view: JobView) -> Result<JobBody, ApiError> {
+    let spec = job_spec(state, view.id.0).await?;
+    let reservation = state.0.store.target_reservation(view.id).await?;
+    let (blob, artifacts) = spec.map_or((None, Vec::new()), |(b, a)| (Some(b), a));
+    Ok(JobBody {
+        job: view.id.0,
+        project: view.project.0,
+        state: view.state.as_str().into(),
+        current_attempt: view.current_attempt.map(|a| a.0),
+        fence: view.fence,
+        cancel_requested: view.cancel_requested,
+        outcome: view.outcome.map(|o| o.as_str().into()),
+        result_digest: view.result_digest,
+        source_revision: view.source_revision,
+        source_digest: view.source_digest,
+        source_blob_sha256: blob,
+        command: view.command,
+        artifacts,
+        target: view.target,
+        target_kind: view.target_kind.as_str().into(),
+        target_reserved_by: reservation.map(|(_, attempt)| attempt.0),
+        submitted_at: view.submitted_at,
+        finished_at: view.finished_at,
+    })
+}
+
+/// The job, if it belongs to `project` (another project's job is `unknown_job` here).
+pub(super) async fn project_job(
+    state: &AppState,
+    project: &str,
+    job: &str,
+) -> Result<JobView, ApiError> {
+    let project = parse_uuid(project, "project")?;
+    let job = parse_uuid(job, "job")?;
+    match state.0.store.job(JobId(job)).await? {
+        Some(view) if view.project.0 == project => Ok(view),
+        _ => Err(ApiError::not_found(
+            "unknown_job",
+            "no such job in this project",
+        )),
+    }
+}
+
+pub(super) async fn list_jobs(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments(project): Segments<String>,
+) -> ApiResult {
+    let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
+    let ids: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE project_id = $1 ORDER BY submitted_seq")
+            .bind(project.0)
+            .fetch_all(state.0.store.pool())
+            .await
+            .map_err(db_error)?;
+    let mut jobs = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(view) = state.0.store.job(JobId(id)).await? {
+            jobs.push(job_body(&state, view).await?);
+        }
+    }
+    ok(JobList { jobs })
+}
+
+pub(super) async fn get_job(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    ok(job_body(&state, view).await?)
+}
+
+pub(super) fn attempt_body(a: AttemptView) -> AttemptBody {
+    AttemptBody {
+        attempt: a.id.0,
+        job: a.job.0,
+        runner: a.runner.0,
+        lease_id: a.lease_id.0,
+        fence: a.fence,
+        state: a.state.as_str().into(),
+        lease_expiry: a.lease_expiry,
+        outcome: a.outcome.map(|o| o.as_str().into()),
+        result_digest: a.result_digest,
+        claimed_at: a.claimed_at,
+        ended_at: a.ended_at,
+    }
+}
+
+pub(super) async fn get_attempts(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    let attempts = state.0.store.attempts(view.id).await?;
+    ok(AttemptList {
+        attempts: attempts.into_iter().map(attempt_body).collect(),
+    })
+}
+
+pub(super) fn observation_body(o: ObservationView) -> ObservationBody {
+    ObservationBody {
+        id: o.id,
+        kind: o.kind.as_str().into(),
+        runner: o.named.runner.0,
+        named_attempt: o.named.attempt.0,
+        named_lease_id: o.named.lease_id.0,
+        named_fence: o.named.fence,
+        attempt: o.attempt.map(|a| a.0),
+        received_at: o.received_at,
+        runner_time: o.runner_time,
+        verdict: o.verdict.as_str().into(),
+        reason: o.verdict.reason().map(|r| r.as_str().into()),
+        outcome: o.outcome.map(|x| x.as_str().into()),
+        payload_sha256: o.payload_sha256,
+    }
+}
+
+pub(super) async fn get_observations(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    let observations = state.0.store.observations(view.id).await?;
+    ok(ObservationList {
+        observations: observations.into_iter().map(observation_body).collect(),
+    })
+}
+
+pub(super) async fn get_reconciliations(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    let list = state.0.store.reconciliations(view.id).await?;
+    ok(ReconciliationList {
+        reconciliations: list
+            .into_iter()
+            .map(|r| ReconciliationBody {
+                id: r.id,
+                attempt: r.attempt.map(|a| a.0),
+                finding: r.finding.as_str().into(),
+                decision: r.decision.as_str().into(),
+                verdict: r.verdict.as_str().into(),
+                reason: r.verdict.reason().map(|x| x.as_str().into()),
+                decided_at: r.decided_at,
+            })
+            .collect(),
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct AttemptQuery {
+    attempt: Option<String>,
+}
+
+/// The attempt a log or artifact read means: the one named, else the current one, else the
+/// latest.
+pub(super) async fn chosen_attempt(
+    state: &AppState,
+    view: &JobView,
+    query: &AttemptQuery,
+) -> Result<AttemptId, ApiError> {
+    let attempts = state.0.store.attempts(view.id).await?;
+    let chosen = match &query.attempt {
+        Some(text) => {
+            let id = AttemptId(parse_uuid(text, "attempt")?);
+            attempts.iter().find(|a| a.id == id).map(|a| a.id)
+        }
+        None => view
+            .current_attempt
+            .or_else(|| attempts.last().map(|a| a.id)),
+    };
+    chosen.ok_or_else(|| ApiError::not_found("unknown_attempt", "the job has no such attempt"))
+}
+
+pub(super) async fn get_logs(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<AttemptQuery>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    let attempt = chosen_attempt(&state, &view, &query).await?;
+    let chunks = state.0.store.logs(attempt).await?;
+    let mut text = Vec::new();
+    for (_, chunk) in chunks {
+        text.extend_from_slice(&chunk);
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+pub(super) async fn get_artifact(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job, name)): Segments<(String, String, String)>,
+    QueryParams(query): QueryParams<AttemptQuery>,
+) -> ApiResult {
+    identifier(&name, "the artifact name")?;
+    let view = project_job(&state, &project, &job).await?;
+    let attempt = chosen_attempt(&state, &view, &query).await?;
+    let content: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT content FROM artifacts WHERE attempt_id = $1 AND name = $2")
+            .bind(attempt.0)
+            .bind(&name)
+            .fetch_optional(state.0.store.pool())
+            .await
+            .map_err(db_error)?;
+    match content {
+        Some(content) => Ok((
+            [(header::CONTENT_TYPE, "application/octet-stream")],
+            content,
+        )
+            .into_response()),
+        None => Err(ApiError::not_found("not_found", "no such artifact")),
+    }
+}
+
+/// A body that carries nothing: `{}` (or no body at all).
+#[derive(Default, Deserialize)]
+pub(super) struct EmptyRequest {}
+
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+    OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
+) -> ApiResult {
+    let project = parse_uuid(&project, "project")?;
+    let job = parse_uuid(&job, "job")?;
+    let verdict = state.0.store.cancel(ProjectId(project), JobId(job)).await?;
+    match verdict {
+        Verdict::Accepted(()) => plain_verdict(Some(()), "accepted"),
+        Verdict::Acknowledged => plain_verdict(None::<()>, "acknowledged"),
+        Verdict::Rejected(reason) => Err(state.reject("cancel", reason)),
+    }
+}
+
+pub(super) async fn reconcile(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+    JsonBody(body): JsonBody<ReconcileRequest>,
+) -> ApiResult {
+    let project = parse_uuid(&project, "project")?;
+    let job = parse_uuid(&job, "job")?;
+    let finding = Finding::from_code(&body.finding).ok_or_else(|| {
+        ApiError::bad_request(
+            "finding must be one of stopped, still_running, observed_passed, observed_failed",
+        )
+    })?;
+    let decision = Decision::from_code(&body.decision)
+        .ok_or_else(|| ApiError::bad_request("decision must be one of retry, abort, adopt"))?;
+    let verdict = state
+        .0
+        .store
+        .reconcile(ProjectId(project), JobId(job), finding, decision)
+        .await?;
+    match verdict {
+        Verdict::Accepted(()) => plain_verdict(Some(()), "accepted"),
+        Verdict::Acknowledged => plain_verdict(None::<()>, "acknowledged"),
+        Verdict::Rejected(reason) => Err(state.reject("reconcile", reason)),
+    }
+}

@@ -1,0 +1,371 @@
+//! The HTTP control plane (docs/http.md). Every protocol decision comes from the impl
+//! [`Store`]; this module only authenticates, translates JSON to the Store's API and back, and
+//! keeps the content-addressed source store.
+
+mod error;
+mod extract;
+mod health;
+mod jobs;
+mod projects;
+mod runner;
+mod targets;
+mod time;
+
+pub use error::ApiError;
+pub use extract::{
+    JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
+    MAX_IDENTIFIER_BYTES,
+};
+
+use crate::metrics::Metrics;
+use crate::source::Limits;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use chrono::Utc;
+use error::db_error;
+use extract::digest32;
+use leasewright_impl::{Clock, ManualClock, ProjectId, Store, SweepVerdict};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The control routes' body limit (tuples, names, small JSON).
+const CONTROL_BODY_LIMIT: usize = 64 * 1024;
+
+/// How the HTTP server behaves (no `Debug`: it holds the operator token).
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The operator token; generated when `None`.
+    pub operator_token: Option<String>,
+    /// Whether `POST /v1/test/clock` exists (the server then runs on a manual clock).
+    pub manual_clock: bool,
+    /// How often the expiry sweep runs; `None`: never by itself (only `POST /v1/sweep`).
+    pub sweep_interval: Option<Duration>,
+    /// The body limit of the payload routes (source submission, logs, artifacts, cache).
+    pub max_payload_bytes: usize,
+    /// Limits of a submitted source archive.
+    pub source_limits: Limits,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            operator_token: None,
+            manual_clock: false,
+            sweep_interval: Some(Duration::from_secs(1)),
+            max_payload_bytes: 64 * 1024 * 1024,
+            source_limits: Limits::default(),
+        }
+    }
+}
+
+struct Inner {
+    store: Store,
+    manual_clock: Option<ManualClock>,
+    operator_token_sha256: [u8; 32],
+    metrics: Metrics,
+    source_limits: Limits,
+}
+
+/// The shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+/// A fresh random token.
+pub fn random_token(prefix: &str) -> anyhow::Result<String> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|_| anyhow::anyhow!("no system randomness"))?;
+    Ok(format!("{prefix}{}", hex::encode(secret)))
+}
+
+/// The server's own tables (the content-addressed source store and the job specs). Created if
+/// missing; the protocol's tables belong to impl/migrations.
+const SERVER_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS server_source_blobs (
+    sha256          text        PRIMARY KEY,
+    manifest_digest text        NOT NULL,
+    content         bytea       NOT NULL,
+    stored_at       timestamptz NOT NULL,
+    CONSTRAINT server_source_blobs_sha256_is_hex CHECK (sha256 ~ '^[0-9a-f]{64}$')
+);
+CREATE INDEX IF NOT EXISTS server_source_blobs_by_manifest ON server_source_blobs (manifest_digest);
+CREATE TABLE IF NOT EXISTS server_job_specs (
+    job_id      uuid   PRIMARY KEY REFERENCES jobs (id),
+    blob_sha256 text   NOT NULL,
+    artifacts   text[] NOT NULL
+);
+"#;
+
+/// Create the server's tables (serialized by an advisory lock when several servers start).
+pub async fn ensure_schema(store: &Store) -> Result<(), ApiError> {
+    let mut tx = store.pool().begin().await.map_err(db_error)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(7406041988)")
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    sqlx::raw_sql(SERVER_SCHEMA)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    tx.commit().await.map_err(db_error)?;
+    Ok(())
+}
+
+impl AppState {
+    /// The state over `store`. `manual_clock` must be the clock the store reads, if any.
+    pub fn new(
+        store: Store,
+        manual_clock: Option<ManualClock>,
+        operator_token: &str,
+        source_limits: Limits,
+    ) -> Self {
+        AppState(Arc::new(Inner {
+            store,
+            manual_clock,
+            operator_token_sha256: digest32(operator_token.as_bytes()),
+            metrics: Metrics::default(),
+            source_limits,
+        }))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.0.store
+    }
+
+    /// Run the expiry sweep once (rule R4).
+    pub async fn sweep(&self) -> Result<SweepVerdict, ApiError> {
+        self.sweep_in(None).await
+    }
+
+    /// Run the expiry sweep once over the jobs of `project` (`None`: every project).
+    pub async fn sweep_in(&self, project: Option<ProjectId>) -> Result<SweepVerdict, ApiError> {
+        let verdict = self.0.store.sweep_expired_in(project).await?;
+        let expired = match &verdict {
+            SweepVerdict::Uncertain(jobs) => jobs.len(),
+            SweepVerdict::Accepted => 0,
+        };
+        if expired > 0 {
+            tracing::info!(expired, "expiry sweep: jobs became uncertain");
+        }
+        self.0.metrics.sweep(expired);
+        Ok(verdict)
+    }
+}
+
+/// The router. The `POST /v1/test/clock` route exists only when the state has a manual clock,
+/// which only the process's command line can give it.
+pub fn router(state: AppState, max_payload_bytes: usize) -> Router {
+    let control = DefaultBodyLimit::max(CONTROL_BODY_LIMIT);
+    let payload = DefaultBodyLimit::max(max_payload_bytes);
+    let mut router = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/runner/claim", post(runner::claim).layer(control))
+        .route(
+            "/v1/runner/heartbeat",
+            post(runner::heartbeat).layer(control),
+        )
+        .route("/v1/runner/rejoin", post(runner::rejoin).layer(control))
+        .route("/v1/runner/source", post(runner::source).layer(control))
+        .route("/v1/runner/logs", post(runner::logs).layer(payload))
+        .route(
+            "/v1/runner/artifacts/put",
+            post(runner::artifact_put).layer(payload),
+        )
+        .route(
+            "/v1/runner/artifacts/get",
+            post(runner::artifact_get).layer(control),
+        )
+        .route(
+            "/v1/runner/cache/put",
+            post(runner::cache_put).layer(payload),
+        )
+        .route(
+            "/v1/runner/cache/get",
+            post(runner::cache_get).layer(control),
+        )
+        .route("/v1/runner/result", post(runner::result).layer(control))
+        .route(
+            "/v1/targets/{slot}/deploy",
+            post(targets::target_deploy).layer(control),
+        )
+        .route("/v1/targets/{slot}", get(targets::target_get))
+        .route(
+            "/v1/projects",
+            post(projects::create_project).layer(control),
+        )
+        .route(
+            "/v1/projects/{project}/runners",
+            post(projects::create_runner).layer(control),
+        )
+        .route(
+            "/v1/projects/{project}/jobs",
+            post(jobs::submit_job).layer(payload).get(jobs::list_jobs),
+        )
+        .route("/v1/projects/{project}/jobs/{job}", get(jobs::get_job))
+        .route(
+            "/v1/projects/{project}/jobs/{job}/attempts",
+            get(jobs::get_attempts),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/observations",
+            get(jobs::get_observations),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/reconciliations",
+            get(jobs::get_reconciliations),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/logs",
+            get(jobs::get_logs),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/artifacts/{name}",
+            get(jobs::get_artifact),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/cancel",
+            post(jobs::cancel).layer(control),
+        )
+        .route(
+            "/v1/projects/{project}/jobs/{job}/reconcile",
+            post(jobs::reconcile).layer(control),
+        )
+        .route("/v1/sweep", post(time::sweep).layer(control));
+    if state.0.manual_clock.is_some() {
+        router = router.route("/v1/test/clock", post(time::test_clock).layer(control));
+    }
+    router
+        .fallback(health::fallback)
+        .method_not_allowed_fallback(health::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            health::track,
+        ))
+        .with_state(state)
+}
+
+/// A running server (in-process).
+pub struct Server {
+    pub addr: std::net::SocketAddr,
+    pub state: AppState,
+    pub manual_clock: Option<ManualClock>,
+    pub operator_token: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    sweeper: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        self.state.store()
+    }
+
+    /// Stop serving and wait for the server to finish.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(sweeper) = self.sweeper.take() {
+            sweeper.abort();
+        }
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+
+    /// Wait until the server stops (it stops on its own only on an I/O error).
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(sweeper) = self.sweeper.take() {
+            sweeper.abort();
+        }
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Connect a store to `database_url` and serve on `listener`.
+pub async fn start(
+    database_url: &str,
+    lease_ttl: Duration,
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+) -> anyhow::Result<Server> {
+    let manual_clock = config.manual_clock.then(|| ManualClock::new(Utc::now()));
+    let clock: Arc<dyn Clock> = match &manual_clock {
+        Some(manual) => Arc::new(manual.clone()),
+        None => Arc::new(leasewright_impl::SystemClock),
+    };
+    let store = Store::connect(
+        database_url,
+        clock,
+        leasewright_impl::StoreConfig {
+            lease_ttl,
+            ..Default::default()
+        },
+    )
+    .await?;
+    ensure_schema(&store)
+        .await
+        .map_err(|e| anyhow::anyhow!("creating the server's tables: {}", e.message))?;
+    let operator_token = match &config.operator_token {
+        Some(token) => token.clone(),
+        None => random_token("lwop_")?,
+    };
+    let state = AppState::new(
+        store,
+        manual_clock.clone(),
+        &operator_token,
+        config.source_limits,
+    );
+    let app = router(state.clone(), config.max_payload_bytes);
+    let addr = listener.local_addr()?;
+    let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    let sweeper = config.sweep_interval.map(|interval| {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if let Err(error) = state.sweep().await {
+                    tracing::warn!(code = %error.code, "expiry sweep failed");
+                }
+            }
+        })
+    });
+    Ok(Server {
+        addr,
+        state,
+        manual_clock,
+        operator_token,
+        shutdown: Some(shutdown),
+        task: Some(task),
+        sweeper,
+    })
+}

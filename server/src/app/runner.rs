@@ -1,0 +1,314 @@
+//! The runner routes (`/v1/runner/*`): every message names its tuple and the Store decides it.
+
+use super::error::{db_error, ok, plain_verdict, ApiError, ApiResult};
+use super::extract::{decode, identifier, tuple, JsonBody, RunnerAuth, B64};
+use super::AppState;
+use crate::wire::*;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use base64::Engine as _;
+use leasewright_impl::{MessageKind, Outcome, RejoinAnswer, Verdict};
+use sqlx::Row;
+use std::time::Duration;
+use uuid::Uuid;
+
+pub(super) async fn job_spec(
+    state: &AppState,
+    job: Uuid,
+) -> Result<Option<(String, Vec<String>)>, ApiError> {
+    let row = sqlx::query("SELECT blob_sha256, artifacts FROM server_job_specs WHERE job_id = $1")
+        .bind(job)
+        .fetch_optional(state.0.store.pool())
+        .await
+        .map_err(db_error)?;
+    match row {
+        Some(row) => Ok(Some((
+            row.try_get("blob_sha256").map_err(db_error)?,
+            row.try_get("artifacts").map_err(db_error)?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+pub(super) async fn claim(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<ClaimRequest>,
+) -> ApiResult {
+    let capacity = body.capacity.unwrap_or(1).clamp(1, 64) as usize;
+    let store = &state.0.store;
+    let verdict = store
+        .claim_batch(runner, capacity, body.runner_time)
+        .await?;
+    let leases = match verdict {
+        Verdict::Accepted(leases) => leases,
+        Verdict::Acknowledged => Vec::new(),
+        Verdict::Rejected(reason) => return Err(state.reject("claim", reason)),
+    };
+    state.0.metrics.claim(leases.len());
+    let ttl_ms = store.lease_ttl().num_milliseconds().max(0) as u64;
+    let mut bodies = Vec::with_capacity(leases.len());
+    for lease in leases {
+        // The spec row is written right after the job row at submission: wait for it briefly.
+        let mut spec = job_spec(&state, lease.tuple.job.0).await?;
+        for _ in 0..40 {
+            if spec.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            spec = job_spec(&state, lease.tuple.job.0).await?;
+        }
+        let view = store.job(lease.tuple.job).await?;
+        let (blob, artifacts) = spec.map_or((None, Vec::new()), |(b, a)| (Some(b), a));
+        bodies.push(LeaseBody {
+            job: lease.tuple.job.0,
+            attempt: lease.tuple.attempt.0,
+            lease_id: lease.tuple.lease_id.0,
+            fence: lease.tuple.fence,
+            lease_expiry: lease.lease_expiry,
+            lease_ttl_ms: ttl_ms,
+            source_revision: lease.source_revision,
+            source_digest: lease.source_digest,
+            source_blob_sha256: blob,
+            command: lease.command,
+            artifacts,
+            target: view.as_ref().map(|v| v.target.clone()).unwrap_or_default(),
+            target_kind: view
+                .map(|v| v.target_kind.as_str().to_owned())
+                .unwrap_or_default(),
+        });
+    }
+    ok(ClaimResponse {
+        verdict: "accepted".into(),
+        leases: bodies,
+    })
+}
+
+pub(super) async fn heartbeat(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<TupleBody>,
+) -> ApiResult {
+    let verdict = state
+        .0
+        .store
+        .heartbeat(&tuple(runner, &body), body.runner_time)
+        .await?;
+    state.answer(MessageKind::Heartbeat, verdict, |answer, verdict| {
+        let answer = answer.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "heartbeat acknowledged",
+            )
+        })?;
+        ok(HeartbeatResponse {
+            verdict: verdict.into(),
+            lease_expiry: answer.lease_expiry,
+            cancel_requested: answer.cancel_requested,
+        })
+    })
+}
+
+pub(super) async fn rejoin(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<TupleBody>,
+) -> ApiResult {
+    let answer = state
+        .0
+        .store
+        .rejoin(&tuple(runner, &body), body.runner_time)
+        .await?;
+    match answer {
+        RejoinAnswer::Continue => ok(RejoinResponse {
+            verdict: "accepted".into(),
+            instruction: "continue".into(),
+        }),
+        RejoinAnswer::Cancel => ok(RejoinResponse {
+            verdict: "accepted".into(),
+            instruction: "cancel".into(),
+        }),
+        RejoinAnswer::Stop(reason) => {
+            let mut error = state.reject("rejoin", reason);
+            error.instruction = Some("stop");
+            Err(error)
+        }
+    }
+}
+
+pub(super) async fn source(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<TupleBody>,
+) -> ApiResult {
+    let verdict = state
+        .0
+        .store
+        .fetch_source(&tuple(runner, &body), body.runner_time)
+        .await?;
+    let identity = match verdict {
+        Verdict::Accepted(identity) => identity,
+        Verdict::Acknowledged => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "source fetch acknowledged",
+            ))
+        }
+        Verdict::Rejected(reason) => return Err(state.reject("source_fetch", reason)),
+    };
+    let (blob_sha256, _) = job_spec(&state, body.job)
+        .await?
+        .ok_or_else(|| ApiError::not_found("source_not_stored", "the job has no stored source"))?;
+    let content: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT content FROM server_source_blobs WHERE sha256 = $1")
+            .bind(&blob_sha256)
+            .fetch_optional(state.0.store.pool())
+            .await
+            .map_err(db_error)?;
+    let content = content
+        .ok_or_else(|| ApiError::not_found("source_not_stored", "the source blob is missing"))?;
+    let mut response = content.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/gzip"),
+    );
+    for (name, value) in [
+        ("x-leasewright-source-revision", identity.source_revision),
+        ("x-leasewright-source-digest", identity.source_digest),
+        ("x-leasewright-blob-sha256", blob_sha256),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    Ok(response)
+}
+
+pub(super) async fn logs(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<LogAppendRequest>,
+) -> ApiResult {
+    let content = decode(&body.content_base64)?;
+    if body.seq < 0 {
+        return Err(ApiError::bad_request("seq must not be negative"));
+    }
+    let verdict = state
+        .0
+        .store
+        .append_log(
+            &tuple(runner, &body.tuple),
+            body.seq,
+            &content,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::LogAppend, verdict, plain_verdict)
+}
+
+pub(super) async fn artifact_put(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<PutRequest>,
+) -> ApiResult {
+    let content = decode(&body.content_base64)?;
+    identifier(&body.name, "name")?;
+    let verdict = state
+        .0
+        .store
+        .put_artifact(
+            &tuple(runner, &body.tuple),
+            &body.name,
+            &content,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::ArtifactPut, verdict, plain_verdict)
+}
+
+pub(super) fn content_answer(content: Option<Vec<u8>>, verdict: &'static str) -> ApiResult {
+    ok(GetResponse {
+        verdict: verdict.into(),
+        content_base64: B64.encode(content.unwrap_or_default()),
+    })
+}
+
+pub(super) async fn artifact_get(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<GetRequest>,
+) -> ApiResult {
+    identifier(&body.name, "name")?;
+    let verdict = state
+        .0
+        .store
+        .get_artifact(
+            &tuple(runner, &body.tuple),
+            &body.name,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::ArtifactGet, verdict, content_answer)
+}
+
+pub(super) async fn cache_put(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<PutRequest>,
+) -> ApiResult {
+    let content = decode(&body.content_base64)?;
+    identifier(&body.name, "name")?;
+    let verdict = state
+        .0
+        .store
+        .cache_put(
+            &tuple(runner, &body.tuple),
+            &body.name,
+            &content,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::CachePut, verdict, plain_verdict)
+}
+
+pub(super) async fn cache_get(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<GetRequest>,
+) -> ApiResult {
+    identifier(&body.name, "name")?;
+    let verdict = state
+        .0
+        .store
+        .cache_get(
+            &tuple(runner, &body.tuple),
+            &body.name,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::CacheGet, verdict, content_answer)
+}
+
+pub(super) async fn result(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<ResultRequest>,
+) -> ApiResult {
+    let outcome = Outcome::from_code(&body.outcome)
+        .ok_or_else(|| ApiError::bad_request("outcome must be one of passed, failed, cancelled"))?;
+    let verdict = state
+        .0
+        .store
+        .report_result(
+            &tuple(runner, &body.tuple),
+            outcome,
+            &body.result_digest,
+            body.tuple.runner_time,
+        )
+        .await?;
+    state.answer(MessageKind::Result, verdict, plain_verdict)
+}
