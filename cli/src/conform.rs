@@ -11,6 +11,8 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use leasewright_conformance::driver_cmd::{self, CmdDriver};
+use leasewright_conformance::export;
 use leasewright_conformance::generate::Generated;
 use leasewright_conformance::http::HttpDriver;
 use leasewright_conformance::pg::PgDriver;
@@ -51,6 +53,15 @@ pub struct ConformArgs {
     /// The operator token of the server given by --http.
     #[arg(long, requires = "http")]
     operator_token: Option<String>,
+    /// Replay against any implementation, in any language, behind this command: it is started
+    /// (through `sh -c`) and speaks the driver protocol (one JSON object per line on its stdin and
+    /// stdout; docs/conformance.md, "The driver protocol").
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["database_url", "http", "mutants", "mutant"])]
+    driver_cmd: Option<String>,
+    /// Write the selected suite's traces as ITF files under DIR, with DIR/manifest.json, and exit
+    /// (no implementation is run): the corpus for other tooling.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["database_url", "http", "driver_cmd", "mutants", "mutant", "replay"])]
+    export: Option<PathBuf>,
     /// Which traces to replay.
     #[arg(long, value_enum, default_value_t = SuiteName::All)]
     suite: SuiteName,
@@ -160,6 +171,9 @@ pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
         eprintln!("error: --http needs --operator-token (the token the server was started with)");
         return Ok(2);
     }
+    if let Some(dir) = &args.export {
+        return Ok(export(&args, dir));
+    }
     #[cfg(not(feature = "mutants"))]
     if args.mutants || args.mutant.is_some() {
         return rerun_with_mutants();
@@ -176,7 +190,77 @@ pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
     runtime.block_on(conform(args))
 }
 
+/// `--export DIR`: the selected suite's traces as ITF files and a manifest.
+fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
+    if args.suite == SuiteName::Proptest {
+        eprintln!(
+            "error: --export writes generated suites (cover, scenarios, random); proptest \
+             generates its cases while it runs"
+        );
+        return 2;
+    }
+    let batches = match generate_reporting(args) {
+        Ok(batches) => batches,
+        Err(code) => return code,
+    };
+    let suites: Vec<export::Suite<'_>> = batches
+        .iter()
+        .map(|b| export::Suite {
+            model: &b.model,
+            traces: &b.traces,
+        })
+        .collect();
+    match export::write(dir, &suites) {
+        Ok(manifest) => {
+            if args.json {
+                let summary = serde_json::json!({
+                    "schema_version": manifest["schema_version"],
+                    "directory": dir.display().to_string(),
+                    "traces": manifest["traces"],
+                    "steps": manifest["steps"],
+                    "suites": manifest["suites"],
+                });
+                println!("{}", serde_json::to_string_pretty(&summary).expect("JSON"));
+            } else {
+                println!(
+                    "exported {} traces ({} steps) to {}; manifest: {}",
+                    manifest["traces"],
+                    manifest["steps"],
+                    dir.display(),
+                    dir.join("manifest.json").display()
+                );
+            }
+            0
+        }
+        Err(error) => {
+            eprintln!(
+                "error: cannot write the corpus to {}: {error}",
+                dir.display()
+            );
+            2
+        }
+    }
+}
+
 async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
+    if let Some(command) = &args.driver_cmd {
+        let driver = match CmdDriver::connect(command).await {
+            Ok(driver) => Arc::new(driver),
+            Err(error) => {
+                eprintln!("error: {error}");
+                return Ok(2);
+            }
+        };
+        eprintln!(
+            "replaying against `{command}` ({}, driver protocol v{})",
+            driver.implementation(),
+            driver_cmd::VERSION
+        );
+        if let Some(file) = &args.replay {
+            return replay_file(&args, driver, file).await;
+        }
+        return run_suite(&args, driver).await;
+    }
     if let (Some(url), Some(token)) = (&args.http, &args.operator_token) {
         let driver = match HttpDriver::connect(url, token).await {
             Ok(driver) => Arc::new(driver),

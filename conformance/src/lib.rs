@@ -2,6 +2,8 @@
 //! step, comparing verdicts, reasons and the projected state. See docs/conformance.md.
 
 pub mod driver;
+pub mod driver_cmd;
+pub mod export;
 pub mod generate;
 pub mod history;
 pub mod http;

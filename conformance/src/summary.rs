@@ -111,7 +111,7 @@ impl Summary<'_> {
                 "total": counts.len(),
                 "never_hit": self.statements_never(),
                 "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            })).unwrap_or_else(|| json!("not available over --http")),
+            })).unwrap_or_else(|| json!("not available: the implementation runs in another process")),
             "divergences": report.divergences.len(),
             "first_divergence": report.divergences.first().map(Divergence::render),
         })
@@ -202,8 +202,8 @@ impl Summary<'_> {
             _ => {
                 let _ = writeln!(
                     out,
-                    "  SQL statement coverage: not available over --http (the statements run in \
-                     the server's process)"
+                    "  SQL statement coverage: not available (the implementation runs in \
+                     another process: --http, --driver-cmd)"
                 );
             }
         }

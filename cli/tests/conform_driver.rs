@@ -1,0 +1,141 @@
+//! `leasewright conform --driver-cmd` and `--export` as a user runs them: the Python example of
+//! examples/python passes; its seeded bug is exit 1 with a shrunk, saved trace whose replay
+//! command reproduces it; a command that is not a driver is exit 2; the exported corpus has its
+//! manifest. Needs `python3`.
+
+use std::path::Path;
+use std::process::Command;
+
+use leasewright_conformance::driver_cmd::{python_example, shell_quote};
+use serde_json::Value;
+
+fn example() -> String {
+    python_example()
+}
+
+fn conform(args: &[&str], traces: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .arg("conform")
+        .args(args)
+        .arg("--traces")
+        .arg(traces)
+        .output()
+        .expect("runs leasewright");
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8(out.stdout).expect("utf-8"),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+#[test]
+fn the_python_example_passes_the_scenarios() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = conform(
+        &["--driver-cmd", &example(), "--suite", "scenarios", "--json"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["driver"], "driver-cmd (python-example)", "{doc}");
+    assert_eq!(doc["divergences"], 0);
+    assert_eq!(doc["traces"], 5);
+}
+
+#[test]
+fn the_seeded_bug_is_exit_1_with_a_replayable_shrunk_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let buggy = format!(
+        "LEASEWRIGHT_EXAMPLE_BUG=expired-before-not-current {}",
+        example()
+    );
+    let (code, out, err) = conform(
+        &[
+            "--driver-cmd",
+            &buggy,
+            "--suite",
+            "random",
+            "--steps",
+            "2000",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("expected rejected (not_current), observed rejected (lease_expired)"),
+        "{err}"
+    );
+    assert!(err.contains("shrunk from"), "{err}");
+    let saved = err
+        .lines()
+        .find_map(|l| l.strip_prefix("saved trace: "))
+        .expect("the saved trace is named");
+    assert!(
+        err.contains(&format!(
+            "--driver-cmd {} --replay {saved}",
+            shell_quote(&buggy)
+        )),
+        "{err}"
+    );
+    let (code, out, _) = conform(&["--driver-cmd", &buggy, "--replay", saved], dir.path());
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("observed rejected (lease_expired)"), "{out}");
+    let (code, out, err) = conform(&["--driver-cmd", &example(), "--replay", saved], dir.path());
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn a_command_that_is_not_a_driver_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = conform(
+        &["--driver-cmd", "echo hello", "--suite", "scenarios"],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("did not answer the protocol's hello"), "{err}");
+    let (code, _, err) = conform(
+        &["--driver-cmd", &example(), "--http", "http://127.0.0.1:9"],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn export_writes_the_corpus_and_its_manifest_without_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus");
+    let (code, out, err) = conform(
+        &[
+            "--export",
+            corpus.to_str().unwrap(),
+            "--suite",
+            "random",
+            "--steps",
+            "200",
+            "--seed",
+            "5",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("PostgreSQL"), "{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["schema_version"], 1);
+    assert_eq!(summary["steps"], 200);
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(corpus.join("manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["suites"]["random"]["steps"], 200);
+    assert_eq!(manifest["suites"]["random"]["seeds"][0], 5);
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(files.len() as u64, manifest["traces"].as_u64().unwrap());
+    for f in files {
+        assert!(corpus.join(f["path"].as_str().unwrap()).is_file(), "{f}");
+    }
+    let (code, _, err) = conform(
+        &["--export", corpus.to_str().unwrap(), "--suite", "proptest"],
+        dir.path(),
+    );
+    assert_eq!(code, 2, "{err}");
+}

@@ -1,0 +1,663 @@
+//! The command driver: any implementation, in any language, behind a child process that speaks the
+//! language-neutral driver protocol (docs/conformance.md, "The driver protocol"; one JSON Schema
+//! per message in docs/conformance-driver/).
+//!
+//! `leasewright conform --driver-cmd "CMD"` starts CMD (through `sh -c`) and speaks one JSON object
+//! per line over its stdin and stdout, in the manner of Jepsen's Maelstrom: the harness asks, the
+//! driver answers each request with exactly one line before the next request is sent. Everything
+//! is in the model's vocabulary with abstract ids (runner 0, job 1, attempt 2, lease 3, slot 0):
+//! the driver maps them to its implementation's own ids, and the harness never learns those.
+//!
+//! One process serves one trace at a time; a trace's `open` discards whatever the process held
+//! before. Traces run in parallel on several processes of the same command (`--parallel`), each
+//! started once and reused for trace after trace. A process that answers out of turn, with an
+//! error, or not at all within [`REPLY_TIMEOUT`] is killed and not reused.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasewright_model::{
+    Action, AttemptState, Expected, Fence, JobState, LeaseModel, Message, MessageKind, Reason,
+    RunnerId, State, TargetKind,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::driver::{
+    applied_cap, AttemptProjection, Driver, DriverError, JobProjection, ObservationProjection,
+    Observed, Projection, Session, TargetProjection,
+};
+use crate::pg::{heartbeat, result_digest};
+
+/// The protocol's name, sent in `hello`.
+pub const PROTOCOL: &str = "leasewright-driver";
+/// The protocol version this harness speaks. A driver answers `hello` with the version it speaks;
+/// any other is refused at setup.
+pub const VERSION: u64 = 1;
+/// How long the harness waits for one answer.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why the command cannot serve as a driver (a setup failure, not a divergence).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The command could not be started.
+    #[error("cannot start the driver command `{command}`: {detail}")]
+    Spawn { command: String, detail: String },
+    /// The command did not answer `hello` as the protocol says.
+    #[error(
+        "the driver command `{command}` did not answer the protocol's hello \
+         (docs/conformance.md, \"The driver protocol\"): {detail}"
+    )]
+    Handshake { command: String, detail: String },
+    /// The command speaks another version.
+    #[error(
+        "the driver command `{command}` speaks version {theirs} of the driver protocol; this \
+         harness speaks version {VERSION}"
+    )]
+    Version { command: String, theirs: u64 },
+}
+
+/// One running driver process.
+struct Process {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Process {
+    fn spawn(command: &str) -> std::io::Result<Process> {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+        Ok(Process {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        })
+    }
+
+    /// Sends `request` (an object; its `id` is added) and reads the one answer, which must name
+    /// the request in `in_reply_to` and must not be an `error`.
+    async fn call(&mut self, mut request: Value) -> Result<Value, DriverError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        request["id"] = json!(id);
+        let kind = request["type"].as_str().unwrap_or("?").to_owned();
+        let mut line = serde_json::to_string(&request).expect("a request serializes");
+        line.push('\n');
+        let io = |e: std::io::Error| failed(format!("writing `{kind}` to the driver: {e}"));
+        self.stdin.write_all(line.as_bytes()).await.map_err(io)?;
+        self.stdin.flush().await.map_err(io)?;
+        let answer = match tokio::time::timeout(REPLY_TIMEOUT, self.stdout.next_line()).await {
+            Err(_) => {
+                return Err(failed(format!(
+                    "no answer to `{kind}` within {} s",
+                    REPLY_TIMEOUT.as_secs()
+                )))
+            }
+            Ok(Err(e)) => return Err(failed(format!("reading the answer to `{kind}`: {e}"))),
+            Ok(Ok(None)) => {
+                let status = self.child.try_wait().ok().flatten();
+                return Err(failed(format!(
+                    "the driver closed its output instead of answering `{kind}`{}",
+                    status.map(|s| format!(" ({s})")).unwrap_or_default()
+                )));
+            }
+            Ok(Ok(Some(text))) => text,
+        };
+        let answer: Value = serde_json::from_str(&answer).map_err(|e| {
+            failed(format!(
+                "the answer to `{kind}` is not one JSON object on a line ({e}): {answer}"
+            ))
+        })?;
+        if answer["in_reply_to"] != json!(id) {
+            return Err(failed(format!(
+                "the answer to `{kind}` (id {id}) names in_reply_to {}",
+                answer["in_reply_to"]
+            )));
+        }
+        if answer["type"] == "error" {
+            return Err(failed(format!(
+                "the driver answered `{kind}` with an error: {}",
+                answer["message"].as_str().unwrap_or("(no message)")
+            )));
+        }
+        Ok(answer)
+    }
+
+    /// Starts `command` and checks its `hello`: the protocol and the version. Returns the process
+    /// and the implementation's name.
+    async fn start(command: &str) -> Result<(Process, String), SetupError> {
+        let mut process = Process::spawn(command).map_err(|e| SetupError::Spawn {
+            command: command.into(),
+            detail: e.to_string(),
+        })?;
+        let handshake = |detail: String| SetupError::Handshake {
+            command: command.into(),
+            detail,
+        };
+        let answer = process
+            .call(json!({"type": "hello", "protocol": PROTOCOL, "version": VERSION}))
+            .await
+            .map_err(|e| handshake(e.to_string()))?;
+        let hello: HelloOk = serde_json::from_value(answer.clone())
+            .map_err(|e| handshake(format!("{e}: {answer}")))?;
+        if hello.kind != "hello_ok" || hello.protocol != PROTOCOL {
+            return Err(handshake(format!(
+                "expected a hello_ok of {PROTOCOL}: {answer}"
+            )));
+        }
+        if hello.version != VERSION {
+            return Err(SetupError::Version {
+                command: command.into(),
+                theirs: hello.version,
+            });
+        }
+        Ok((process, hello.implementation))
+    }
+}
+
+#[derive(Deserialize)]
+struct HelloOk {
+    #[serde(rename = "type")]
+    kind: String,
+    protocol: String,
+    version: u64,
+    implementation: String,
+}
+
+/// Processes not serving a trace right now.
+type Idle = Arc<Mutex<Vec<Process>>>;
+
+/// The command driver: traces replayed on child processes of one command.
+pub struct CmdDriver {
+    command: String,
+    implementation: String,
+    idle: Idle,
+}
+
+impl CmdDriver {
+    /// Starts `command` once and checks that it speaks this version of the protocol; more
+    /// processes of it are started as parallel traces need them.
+    pub async fn connect(command: &str) -> Result<Self, SetupError> {
+        let (process, implementation) = Process::start(command).await?;
+        Ok(Self {
+            command: command.into(),
+            implementation,
+            idle: Arc::new(Mutex::new(vec![process])),
+        })
+    }
+
+    /// The command.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// The implementation's name, as its driver gave it in `hello_ok`.
+    pub fn implementation(&self) -> &str {
+        &self.implementation
+    }
+
+    async fn process(&self) -> Result<Process, DriverError> {
+        let idle = self.idle.lock().expect("the idle list").pop();
+        match idle {
+            Some(process) => Ok(process),
+            None => Process::start(&self.command)
+                .await
+                .map(|(process, _)| process)
+                .map_err(|e| failed(e.to_string())),
+        }
+    }
+}
+
+/// The `open` request for a trace of `model` (see the schema `open.schema.json`).
+pub fn open_request(model: &LeaseModel, trace: &str) -> Value {
+    let c = &model.config;
+    // Today's model gives every job a slot of its own (slot j is job j's); the protocol names
+    // slots apart from jobs so that a model with shared slots needs no new version.
+    let jobs: Vec<Value> = (0..c.jobs)
+        .map(|j| json!({"slot": j, "target_kind": c.target.as_str()}))
+        .collect();
+    json!({
+        "type": "open",
+        "trace": trace,
+        "config": {
+            "runners": c.runners,
+            "outsider": model.outsider().is_some(),
+            "jobs": jobs,
+            "lease_ttl": c.lease_ttl,
+        },
+    })
+}
+
+/// The tuple fields of a runner message.
+fn tuple(m: &Message) -> Value {
+    json!({
+        "runner": m.sender,
+        "job": m.job,
+        "attempt": m.attempt,
+        "lease": m.lease,
+        "fence": m.fence,
+        "runner_time": m.runner_time,
+    })
+}
+
+/// The step a message's delivery is.
+fn delivery(m: &Message) -> Value {
+    match m.kind {
+        MessageKind::Heartbeat => with(tuple(m), json!({"action": "heartbeat"})),
+        MessageKind::Rejoin => with(tuple(m), json!({"action": "rejoin"})),
+        MessageKind::Result(outcome) => with(
+            tuple(m),
+            json!({"action": "result", "outcome": outcome.as_str(), "digest": result_digest(outcome)}),
+        ),
+        // Today's model gives every job a slot of its own, so an attempt's slot token (the
+        // slot's reservations so far) is its fence (the job's claims so far).
+        MessageKind::TargetMutation => json!({
+            "action": "target_mutation",
+            "runner": m.sender,
+            "slot": m.job,
+            "job": m.job,
+            "attempt": m.attempt,
+            "slot_token": m.fence,
+            "deployment": m.job,
+        }),
+    }
+}
+
+fn with(mut a: Value, b: Value) -> Value {
+    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
+        a.extend(b);
+    }
+    a
+}
+
+/// The `step` the model's `action` from `before` to `after` is on the wire, or `None` for a step
+/// the implementation never sees (a runner sending a message that is then in flight, a runner
+/// stopping or disconnecting): the harness sends nothing for those and expects no verdict.
+pub fn step_request(
+    before: &State,
+    action: &Action,
+    after: &State,
+) -> Result<Option<Value>, DriverError> {
+    let operator = |outsider: bool| if outsider { 1 } else { 0 };
+    let step = match action {
+        Action::Claim { runner } => {
+            // The names the claim's attempt and lease take from now on, if it is accepted.
+            let attempt = before.attempts.len();
+            let lease = after.attempts.get(attempt).map(|a| a.lease);
+            json!({"action": "claim", "runner": runner, "attempt": attempt, "lease": lease})
+        }
+        Action::Heartbeat {
+            runner,
+            runner_time,
+        } => delivery(&heartbeat(before, *runner, *runner_time)?),
+        Action::Deliver { message } => delivery(message),
+        Action::Replay {
+            runner,
+            message,
+            forge,
+        } => delivery(&LeaseModel::replayed(message, *runner, *forge)),
+        Action::Tick => json!({"action": "tick"}),
+        Action::ExpirySweep => json!({"action": "expiry_sweep", "project": 0}),
+        Action::Cancel { job } | Action::OutsiderCancel { job } => json!({
+            "action": "cancel",
+            "project": operator(matches!(action, Action::OutsiderCancel { .. })),
+            "job": job,
+        }),
+        Action::Reconcile {
+            job,
+            finding,
+            decision,
+        }
+        | Action::OutsiderReconcile {
+            job,
+            finding,
+            decision,
+        } => json!({
+            "action": "reconcile",
+            "project": operator(matches!(action, Action::OutsiderReconcile { .. })),
+            "job": job,
+            "finding": finding.as_str(),
+            "decision": decision.as_str(),
+        }),
+        Action::Result { .. }
+        | Action::TargetMutation { .. }
+        | Action::StopExecuting { .. }
+        | Action::Disconnect { .. }
+        | Action::Rejoin { .. } => return Ok(None),
+    };
+    Ok(Some(json!({"type": "step", "step": step})))
+}
+
+impl Driver for CmdDriver {
+    type Session = CmdSession;
+
+    fn name(&self) -> String {
+        format!("driver-cmd ({})", self.implementation)
+    }
+
+    async fn open(&self, model: &LeaseModel, trace: &str) -> Result<CmdSession, DriverError> {
+        let mut process = self.process().await?;
+        let answer = process.call(open_request(model, trace)).await?;
+        expect_type(&answer, "opened")?;
+        Ok(CmdSession {
+            process: Some(process),
+            idle: Arc::clone(&self.idle),
+            model: model.clone(),
+            jobs: model.config.jobs as usize,
+        })
+    }
+}
+
+/// One trace on one driver process. The process goes back to the driver's idle list when the
+/// session ends, unless a call failed (then it is killed).
+pub struct CmdSession {
+    process: Option<Process>,
+    idle: Idle,
+    model: LeaseModel,
+    jobs: usize,
+}
+
+impl Drop for CmdSession {
+    fn drop(&mut self) {
+        if let Some(process) = self.process.take() {
+            self.idle.lock().expect("the idle list").push(process);
+        }
+    }
+}
+
+impl CmdSession {
+    async fn call(&mut self, request: Value) -> Result<Value, DriverError> {
+        let Some(process) = self.process.as_mut() else {
+            return Err(failed("the driver process failed earlier in this trace"));
+        };
+        match process.call(request).await {
+            Ok(answer) => Ok(answer),
+            Err(error) => {
+                // Out of step with the harness: never reused (dropping it kills it).
+                self.process = None;
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Session for CmdSession {
+    async fn step(
+        &mut self,
+        before: &State,
+        action: &Action,
+        after: &State,
+    ) -> Result<Option<Observed>, DriverError> {
+        let Some(request) = step_request(before, action, after)? else {
+            return Ok(None);
+        };
+        let answer = self.call(request).await?;
+        expect_type(&answer, "verdict")?;
+        let verdict: WireVerdict = parse(&answer, "verdict")?;
+        let observed = match (verdict.verdict.as_deref(), verdict.reason.as_deref()) {
+            (None, _) => None,
+            (Some(v), reason) => Some(Expected {
+                verdict: name(v)?,
+                // A reason that is not the spec's is a rejection without a known reason, which
+                // never equals an expected verdict (as in the other drivers).
+                reason: reason.and_then(|r| r.parse::<Reason>().ok()),
+            }),
+        };
+        Ok(observed)
+    }
+
+    async fn project(&mut self) -> Result<Projection, DriverError> {
+        let answer = self.call(json!({"type": "project"})).await?;
+        expect_type(&answer, "projection")?;
+        let wire: WireProjection = parse(&answer, "projection")?;
+        if wire.jobs.len() != self.jobs {
+            return Err(failed(format!(
+                "the projection shows {} jobs; the trace submitted {}",
+                wire.jobs.len(),
+                self.jobs
+            )));
+        }
+        let kind = self.model.config.target;
+        let mut jobs = Vec::with_capacity(wire.jobs.len());
+        for job in wire.jobs {
+            let state: JobState = name(&job.state)?;
+            let mut ledger = Vec::with_capacity(job.ledger.len());
+            for a in job.ledger {
+                ledger.push(AttemptProjection {
+                    attempt: a.attempt,
+                    runner: a.runner,
+                    fence: a.fence,
+                    state: name::<AttemptState>(&a.state)?,
+                });
+            }
+            ledger.sort_by_key(|a| a.attempt);
+            let lease_holder = match job.current_attempt {
+                Some(a) if state.is_leased() => {
+                    ledger.iter().find(|l| l.attempt == a).map(|l| l.runner)
+                }
+                _ => None,
+            };
+            jobs.push(JobProjection {
+                state,
+                current_attempt: job.current_attempt,
+                fence: job.fence,
+                lease_holder,
+                cancel_requested: job.cancel_requested,
+                target_reserved: job.target_reserved,
+                ledger,
+            });
+        }
+        let targets = wire
+            .slots
+            .iter()
+            .map(|s| TargetProjection {
+                applied: s.applied.min(u64::from(applied_cap(kind))) as u8,
+                // The model keeps the highest token of a fenced slot only (the other kinds'
+                // rules do not read it).
+                highest_fence: if kind == TargetKind::Fenced {
+                    s.highest_token.min(255) as u8
+                } else {
+                    0
+                },
+            })
+            .collect();
+        let observation = match wire.observations.as_slice() {
+            [] => None,
+            [o] => Some(ObservationProjection {
+                attempt: o.attempt,
+                sender: o.runner,
+                kind: match o.kind.as_str() {
+                    "heartbeat" => "heartbeat",
+                    "result" => "result",
+                    "rejoin" => "rejoin",
+                    other => {
+                        return Err(failed(format!(
+                            "an observation of kind `{other}` in a trace that sends none"
+                        )))
+                    }
+                },
+                job: o.job,
+                named_attempt: o.named_attempt,
+                verdict: name(&o.verdict)?,
+                reason: match &o.reason {
+                    Some(r) => Some(name(r)?),
+                    None => None,
+                },
+            }),
+            many => {
+                return Err(failed(format!(
+                    "one step recorded {} observations",
+                    many.len()
+                )))
+            }
+        };
+        Ok(Projection {
+            jobs,
+            targets,
+            observation,
+        })
+    }
+
+    async fn mark(&mut self) -> Result<(), DriverError> {
+        let answer = self.call(json!({"type": "mark"})).await?;
+        expect_type(&answer, "marked")
+    }
+}
+
+impl crate::suite::SuiteDriver for CmdDriver {
+    fn heading(&self) -> String {
+        format!(
+            "conformance: model against `{}` ({}, driver protocol v{VERSION})",
+            self.command, self.implementation
+        )
+    }
+    fn replay_options(&self) -> String {
+        format!(" --driver-cmd {}", shell_quote(&self.command))
+    }
+    fn parallel(&self, asked: usize) -> usize {
+        asked
+    }
+    fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
+        Ok(())
+    }
+    fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
+        None
+    }
+}
+
+/// The command that runs this repository's example driver, examples/python/driver.py (an
+/// in-memory implementation in Python, standard library only), by its absolute path: for tests.
+pub fn python_example() -> String {
+    let driver: std::path::PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "examples",
+        "python",
+        "driver.py",
+    ]
+    .iter()
+    .collect();
+    format!("python3 {}", shell_quote(&driver.display().to_string()))
+}
+
+/// `text` as one word for `sh`.
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+#[derive(Deserialize)]
+struct WireVerdict {
+    verdict: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireProjection {
+    jobs: Vec<WireJob>,
+    slots: Vec<WireSlot>,
+    observations: Vec<WireObservation>,
+}
+
+#[derive(Deserialize)]
+struct WireJob {
+    state: String,
+    current_attempt: Option<u8>,
+    fence: Fence,
+    cancel_requested: bool,
+    target_reserved: bool,
+    ledger: Vec<WireAttempt>,
+}
+
+#[derive(Deserialize)]
+struct WireAttempt {
+    attempt: u8,
+    runner: RunnerId,
+    fence: Fence,
+    state: String,
+}
+
+#[derive(Deserialize)]
+struct WireSlot {
+    applied: u64,
+    highest_token: u64,
+}
+
+#[derive(Deserialize)]
+struct WireObservation {
+    attempt: Option<u8>,
+    runner: RunnerId,
+    kind: String,
+    job: u8,
+    named_attempt: u8,
+    verdict: String,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn expect_type(answer: &Value, kind: &str) -> Result<(), DriverError> {
+    if answer["type"] == kind {
+        Ok(())
+    } else {
+        Err(failed(format!(
+            "expected a `{kind}` answer, got type {}",
+            answer["type"]
+        )))
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(answer: &Value, kind: &str) -> Result<T, DriverError> {
+    T::deserialize(answer).map_err(|e| failed(format!("a `{kind}` answer that is not one: {e}")))
+}
+
+/// One of the spec's stable names.
+fn name<T: std::str::FromStr>(text: &str) -> Result<T, DriverError> {
+    text.parse().map_err(|_| {
+        failed(format!(
+            "the driver answered `{text}`, not a name of the spec"
+        ))
+    })
+}
+
+fn failed(detail: impl Into<String>) -> DriverError {
+    DriverError::Implementation(detail.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasewright_model::Config;
+    use stateright::Model;
+
+    #[test]
+    fn runner_local_steps_send_nothing_and_a_claim_names_what_it_creates() {
+        let model = LeaseModel::new(Config::one_job());
+        let init = model.init_state();
+        let claim = Action::Claim { runner: 1 };
+        let after = model.next_state(&init, claim.clone()).expect("a claim");
+        let request = step_request(&init, &claim, &after)
+            .unwrap()
+            .expect("a claim is sent");
+        assert_eq!(
+            request,
+            json!({"type": "step", "step": {"action": "claim", "runner": 1, "attempt": 0,
+                "lease": after.attempts[0].lease}})
+        );
+        let stop = Action::StopExecuting { runner: 1 };
+        let stopped = model.next_state(&after, stop.clone()).expect("a stop");
+        assert_eq!(step_request(&after, &stop, &stopped).unwrap(), None);
+    }
+}

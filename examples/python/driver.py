@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""The driver of lease_server.py: speaks the language-neutral driver protocol of
+docs/conformance.md ("The driver protocol", version 1) on stdin and stdout, one JSON object per
+line, so that `leasewright conform --driver-cmd "python3 examples/python/driver.py"` replays the
+model's traces against the in-memory implementation.
+
+The driver's one job is mapping: the harness names everything with the model's abstract ids
+(runner 0, job 1, attempt 2, lease 3, slot 0), the implementation with its own UUIDs. Time is
+the harness's: `tick` moves the server clock by one, and every call passes `now`.
+"""
+
+import json
+import sys
+import uuid
+
+from lease_server import ControlPlane, Rejected
+
+PROTOCOL = "leasewright-driver"
+VERSION = 1
+
+
+class Namespace:
+    """One trace's world: a fresh control plane, its projects, runners and jobs."""
+
+    def __init__(self, config):
+        self.cp = ControlPlane(lease_ttl=config["lease_ttl"])
+        self.now = 0
+        self.projects = [self.cp.create_project("trace"), self.cp.create_project("outsider")]
+        self.runners = [self.cp.create_runner(self.projects[0], f"runner-{r}")
+                        for r in range(config["runners"])]
+        if config["outsider"]:
+            self.runners.append(self.cp.create_runner(self.projects[1], "outsider"))
+        self.slot_names = {}
+        self.jobs = []
+        for j in config["jobs"]:
+            name = self.slot_names.setdefault(j["slot"], f"slot-{j['slot']}-{uuid.uuid4().hex}")
+            self.jobs.append(self.cp.submit(self.projects[0], name, j["target_kind"]))
+        self.attempts = {}  # abstract attempt -> UUID
+        self.leases = {}  # abstract lease -> UUID
+        self.seen = 0  # observations already reported
+
+    def attempt(self, a):
+        # An attempt the harness never named in a claim is one no claim made.
+        return self.attempts.get(a) or uuid.UUID(int=a + 1)
+
+    def lease(self, lease):
+        # A lease the harness never named in a claim (0: the forger's) is one no claim issued.
+        return self.leases.get(lease) or uuid.uuid4()
+
+    def step(self, s):
+        action = s["action"]
+        if action == "tick":
+            self.now += 1
+            return None, None
+        if action == "claim":
+            try:
+                created = self.cp.claim(self.runners[s["runner"]], self.now)
+            except Rejected as r:
+                return "rejected", r.reason
+            self.attempts[s["attempt"]] = created.id
+            if s["lease"] is not None:
+                self.leases[s["lease"]] = created.lease_id
+            return "accepted", None
+        if action in ("heartbeat", "result", "rejoin"):
+            args = (self.runners[s["runner"]], self.jobs[s["job"]], self.attempt(s["attempt"]),
+                    self.lease(s["lease"]), s["fence"])
+            if action == "heartbeat":
+                return self.cp.heartbeat(*args, now=self.now, runner_time=s["runner_time"])
+            if action == "result":
+                return self.cp.result(*args, s["outcome"], s["digest"], now=self.now,
+                                      runner_time=s["runner_time"])
+            verdict, reason, _instruction = self.cp.rejoin(*args, now=self.now,
+                                                           runner_time=s["runner_time"])
+            return verdict, reason
+        if action == "target_mutation":
+            return self.cp.target_mutation(self.slot_names[s["slot"]], s["slot_token"],
+                                           str(self.jobs[s["deployment"]]))
+        if action == "expiry_sweep":
+            return self.cp.expiry_sweep(self.now, self.projects[s["project"]]), None
+        if action in ("cancel", "reconcile"):
+            project, job = self.projects[s["project"]], self.jobs[s["job"]]
+            try:
+                if action == "cancel":
+                    return self.cp.cancel(project, job), None
+                return self.cp.reconcile(project, job, s["finding"], s["decision"]), None
+            except Rejected as r:
+                return "rejected", r.reason
+        raise ValueError(f"unknown action {action}")
+
+    def abstract(self, mapping, concrete):
+        for k, v in mapping.items():
+            if v == concrete:
+                return k
+        raise ValueError(f"the implementation shows an id the harness never named: {concrete}")
+
+    def mark(self):
+        self.seen = len(self.cp.observations)
+
+    def project(self):
+        runners = dict(enumerate(self.runners))
+        jobs = []
+        for job_id in self.jobs:
+            job = self.cp.jobs[job_id]
+            ledger = []
+            for a in job.attempts:
+                attempt = self.cp.attempts[a]
+                ledger.append({
+                    "attempt": self.abstract(self.attempts, a),
+                    "runner": self.abstract(runners, attempt.runner),
+                    "fence": attempt.fence,
+                    "state": attempt.state,
+                })
+            jobs.append({
+                "state": job.state,
+                "current_attempt": None if job.current_attempt is None
+                else self.abstract(self.attempts, job.current_attempt),
+                "fence": job.fence,
+                "cancel_requested": job.cancel_requested,
+                "target_reserved": self.cp.target_reserved(job_id),
+                "ledger": ledger,
+            })
+        slots = []
+        for slot in sorted(self.slot_names):
+            target = self.cp.targets[self.slot_names[slot]]
+            slots.append({"applied": target.applied, "highest_token": target.highest_token})
+        observations = []
+        for o in self.cp.observations[self.seen:]:
+            observations.append({
+                "attempt": None if o.attempt is None else self.abstract(self.attempts, o.attempt),
+                "runner": self.abstract(runners, o.sender),
+                "kind": o.kind,
+                "job": self.jobs.index(o.job),
+                "named_attempt": self.abstract(self.attempts, o.named_attempt),
+                "verdict": o.verdict,
+                "reason": o.reason,
+            })
+        self.mark()
+        return {"jobs": jobs, "slots": slots, "observations": observations}
+
+
+def answer(request, ns):
+    kind = request.get("type")
+    if kind == "hello":
+        return {"type": "hello_ok", "protocol": PROTOCOL, "version": VERSION,
+                "implementation": "python-example"}, ns
+    if kind == "open":
+        return {"type": "opened"}, Namespace(request["config"])
+    if ns is None:
+        raise ValueError(f"`{kind}` before any `open`")
+    if kind == "step":
+        verdict, reason = ns.step(request["step"])
+        return {"type": "verdict", "verdict": verdict, "reason": reason}, ns
+    if kind == "project":
+        return dict(type="projection", **ns.project()), ns
+    if kind == "mark":
+        ns.mark()
+        return {"type": "marked"}, ns
+    raise ValueError(f"unknown request type {kind}")
+
+
+def main():
+    ns = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            reply, ns = answer(request, ns)
+        except Exception as e:  # reported to the harness, which stops the trace
+            reply = {"type": "error", "message": f"{type(e).__name__}: {e}"}
+        reply["in_reply_to"] = request.get("id")
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

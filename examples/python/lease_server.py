@@ -1,0 +1,359 @@
+"""An in-memory control plane of the fenced-lease protocol, written from docs/protocol.md.
+
+This is a second, independent implementation of the specification (Python, standard library only),
+made to show that the conformance suite can test an implementation it knows nothing about: it
+shares no code with the Rust implementation, and it is driven only through driver.py, which speaks
+the language-neutral driver protocol (docs/conformance.md, "The driver protocol").
+
+Section numbers (§6.1, R3, ...) refer to docs/protocol.md. Identifiers are opaque UUIDs; time is
+the server's receipt time `now`, passed into every operation (an integer clock here).
+
+`SEEDED_BUG` (from the environment variable LEASEWRIGHT_EXAMPLE_BUG) switches on one deliberate
+departure from the specification, so that a test can show the conformance suite catching it:
+
+    expired-before-not-current   §6.1 checks 11 (`lease_expired`) before 8 (`not_current`): a late
+                                 report of an attempt that a reconciliation ended is told its
+                                 lease expired instead of that it is no longer current.
+"""
+
+import os
+import uuid
+
+SEEDED_BUG = os.environ.get("LEASEWRIGHT_EXAMPLE_BUG", "")
+
+TERMINAL = ("passed", "failed", "cancelled", "aborted")
+LEASED = ("running", "cancelling")
+
+
+class Rejected(Exception):
+    """A rejection: nothing changes except the observation record (§5)."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Project:
+    def __init__(self, name):
+        self.id = uuid.uuid4()
+        self.name = name
+
+
+class Runner:
+    def __init__(self, project, name):
+        self.id = uuid.uuid4()
+        self.project = project
+        self.name = name
+
+
+class Job:
+    def __init__(self, project, slot, seq):
+        self.id = uuid.uuid4()
+        self.project = project
+        self.slot = slot
+        self.seq = seq  # submission order
+        self.state = "queued"
+        self.fence = 0
+        self.current_attempt = None
+        self.cancel_requested = False
+        self.attempts = []  # the ledger, in claim order
+
+
+class Attempt:
+    def __init__(self, job, runner, fence, lease_expiry, slot_token):
+        self.id = uuid.uuid4()
+        self.job = job
+        self.runner = runner
+        self.lease_id = uuid.uuid4()
+        self.fence = fence
+        self.lease_expiry = lease_expiry
+        self.state = "active"
+        self.slot_token = slot_token
+        self.digest = None  # the committed result's digest (None: none, or adopted)
+
+
+class Slot:
+    """A target slot (§8): one global namespace of names; reserved by at most one attempt."""
+
+    def __init__(self, name, kind):
+        self.name = name
+        self.kind = kind
+        self.token = 0  # the slot token counter (§8.3)
+        self.holder = None  # the attempt holding the reservation (§8.2)
+
+
+class Observation:
+    """The record of one received runner message (§2)."""
+
+    def __init__(self, seq, sender, kind, job, attempt, named_attempt, now, runner_time,
+                 verdict, reason):
+        self.seq = seq
+        self.sender = sender
+        self.kind = kind
+        self.job = job
+        self.attempt = attempt  # attributed attempt (checks 1-5 passed), or None
+        self.named_attempt = named_attempt
+        self.now = now
+        self.runner_time = runner_time
+        self.verdict = verdict
+        self.reason = reason
+
+
+class Target:
+    """A deployment target behind a slot, with the target's own rule (§8.4)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.highest_token = 0
+        self.deployments = set()
+        self.applied = 0
+
+    def mutate(self, slot_token, deployment):
+        if self.kind == "fenced":
+            if slot_token < self.highest_token:
+                return ("rejected", "stale_fence")
+            self.highest_token = slot_token
+        elif self.kind == "idempotent":
+            if deployment in self.deployments:
+                return ("acknowledged", None)
+            self.deployments.add(deployment)
+        self.applied += 1
+        return ("accepted", None)
+
+
+class ControlPlane:
+    def __init__(self, lease_ttl):
+        self.lease_ttl = lease_ttl
+        self.projects = {}
+        self.runners = {}
+        self.jobs = {}
+        self.attempts = {}
+        self.slots = {}
+        self.targets = {}  # slot name -> the target it stands for
+        self.observations = []
+        self._seq = 0
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    def create_project(self, name):
+        p = Project(name)
+        self.projects[p.id] = p
+        return p.id
+
+    def create_runner(self, project, name):
+        r = Runner(project, name)
+        self.runners[r.id] = r
+        return r.id
+
+    def submit(self, project, slot, kind):
+        """Submits a job naming target slot `slot` of `kind` (§8.1: a slot has one kind)."""
+        existing = self.slots.get(slot)
+        if existing is not None and existing.kind != kind:
+            raise Rejected("target_kind_mismatch")
+        if existing is None:
+            self.slots[slot] = Slot(slot, kind)
+            self.targets[slot] = Target(kind)
+        self._seq += 1
+        job = Job(project, slot, self._seq)
+        self.jobs[job.id] = job
+        return job.id
+
+    # -- R1 claim ------------------------------------------------------------------------------
+
+    def claim(self, runner_id, now):
+        """Returns the new attempt, or raises Rejected (§6.2)."""
+        runner = self.runners.get(runner_id)
+        if runner is None:
+            raise Rejected("unknown_runner")
+        queued = sorted(
+            (j for j in self.jobs.values()
+             if j.project == runner.project and j.state == "queued"
+             and self.slots[j.slot].holder is None),
+            key=lambda j: j.seq,
+        )
+        if not queued:
+            raise Rejected("no_queued_job")
+        job = queued[0]
+        slot = self.slots[job.slot]
+        slot.token += 1
+        attempt = Attempt(job.id, runner_id, job.fence + 1, now + self.lease_ttl, slot.token)
+        self.attempts[attempt.id] = attempt
+        slot.holder = attempt.id
+        job.fence = attempt.fence
+        job.current_attempt = attempt.id
+        job.state = "running"
+        job.attempts.append(attempt.id)
+        return attempt
+
+    # -- §6.1 the ownership tuple --------------------------------------------------------------
+
+    def _check(self, kind, sender, job_id, attempt_id, lease_id, fence, now, outcome=None,
+               digest=None):
+        """Runs §6.1's checks in order. Returns (verdict, reason, attributed attempt)."""
+        runner = self.runners.get(sender)
+        if runner is None:
+            return ("rejected", "unknown_runner", None)
+        job = self.jobs.get(job_id)
+        if job is None:
+            return ("rejected", "unknown_job", None)
+        if job.project != runner.project:
+            return ("rejected", "wrong_project", None)
+        attempt = self.attempts.get(attempt_id)
+        if attempt is None or attempt.job != job.id:
+            return ("rejected", "unknown_attempt", None)
+        if attempt.runner != sender:
+            return ("rejected", "runner_mismatch", None)
+        # Checks 1-5 passed: the observation is attributed to the attempt (§7 notes).
+        if attempt.lease_id != lease_id:
+            return ("rejected", "lease_mismatch", attempt)
+        if attempt.fence != fence:
+            return ("rejected", "fence_mismatch", attempt)
+        expired = attempt.state == "uncertain" or now >= attempt.lease_expiry
+        if SEEDED_BUG == "expired-before-not-current" and expired \
+                and attempt.state not in ("passed", "failed", "cancelled"):
+            return ("rejected", "lease_expired", attempt)
+        if job.current_attempt != attempt.id:
+            return ("rejected", "not_current", attempt)
+        if kind == "result" and attempt.state in ("passed", "failed", "cancelled"):
+            identical = attempt.state == outcome and (
+                attempt.digest is None or attempt.digest == digest)
+            if identical:
+                return ("acknowledged", None, attempt)
+            return ("rejected", "conflicting_result", attempt)
+        if job.state in TERMINAL:
+            return ("rejected", "job_finished", attempt)
+        if expired:
+            return ("rejected", "lease_expired", attempt)
+        if job.state == "cancelling" and kind not in ("heartbeat", "rejoin") \
+                and not (kind == "result" and outcome == "cancelled"):
+            return ("rejected", "cancel_requested", attempt)
+        if kind == "result" and outcome == "cancelled" and job.state == "running":
+            return ("rejected", "cancel_not_requested", attempt)
+        return ("accepted", None, attempt)
+
+    def _record(self, kind, sender, job_id, attempt_id, attributed, now, runner_time, verdict,
+                reason):
+        self._seq += 1
+        self.observations.append(Observation(
+            self._seq, sender, kind, job_id, attributed.id if attributed else None, attempt_id,
+            now, runner_time, verdict, reason))
+
+    # -- R2 heartbeat, R3 result, R5 rejoin ----------------------------------------------------
+
+    def heartbeat(self, sender, job_id, attempt_id, lease_id, fence, now, runner_time=None):
+        verdict, reason, attempt = self._check(
+            "heartbeat", sender, job_id, attempt_id, lease_id, fence, now)
+        if verdict == "accepted":
+            attempt.lease_expiry = now + self.lease_ttl
+        self._record("heartbeat", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
+                     reason)
+        return verdict, reason
+
+    def result(self, sender, job_id, attempt_id, lease_id, fence, outcome, digest, now,
+               runner_time=None):
+        verdict, reason, attempt = self._check(
+            "result", sender, job_id, attempt_id, lease_id, fence, now, outcome, digest)
+        if verdict == "accepted":
+            job = self.jobs[job_id]
+            attempt.state = outcome
+            attempt.digest = digest
+            job.state = outcome
+            self._release(job)
+        self._record("result", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
+                     reason)
+        return verdict, reason
+
+    def rejoin(self, sender, job_id, attempt_id, lease_id, fence, now, runner_time=None):
+        """Read-only: the heartbeat's verdict, with an instruction (R5)."""
+        verdict, reason, attempt = self._check(
+            "rejoin", sender, job_id, attempt_id, lease_id, fence, now)
+        self._record("rejoin", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
+                     reason)
+        if verdict != "accepted":
+            return verdict, reason, "stop"
+        if self.jobs[job_id].cancel_requested:
+            return verdict, reason, "cancel"
+        return verdict, reason, "continue"
+
+    # -- R4 expiry sweep -----------------------------------------------------------------------
+
+    def expiry_sweep(self, now, project=None):
+        swept = False
+        for job in self.jobs.values():
+            if project is not None and job.project != project:
+                continue
+            if job.state not in LEASED:
+                continue
+            attempt = self.attempts[job.current_attempt]
+            if now >= attempt.lease_expiry:
+                job.state = "uncertain"
+                attempt.state = "uncertain"  # the slot stays reserved (§8.2)
+                swept = True
+        return "uncertain" if swept else "accepted"
+
+    # -- R6 cancel, R7 reconcile ---------------------------------------------------------------
+
+    def cancel(self, project, job_id):
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise Rejected("unknown_job")
+        if job.project != project:
+            raise Rejected("wrong_project")
+        if job.state in TERMINAL:
+            raise Rejected("job_finished")
+        if job.state == "uncertain":
+            raise Rejected("reconcile_required")
+        if job.state == "cancelling":
+            return "acknowledged"
+        if job.state == "queued":
+            job.state = "cancelled"
+        else:  # running, whether or not its lease has expired unswept (§6.3)
+            job.state = "cancelling"
+            job.cancel_requested = True
+        return "accepted"
+
+    def reconcile(self, project, job_id, finding, decision):
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise Rejected("unknown_job")
+        if job.project != project:
+            raise Rejected("wrong_project")
+        if job.state != "uncertain":
+            raise Rejected("not_uncertain")
+        if finding == "still_running":
+            raise Rejected("execution_not_stopped")
+        if decision == "adopt" and finding == "stopped":
+            raise Rejected("nothing_to_adopt")
+        if decision == "retry" and job.cancel_requested:
+            raise Rejected("cancel_requested")
+        attempt = self.attempts[job.current_attempt]
+        if decision == "adopt":
+            outcome = {"observed_passed": "passed", "observed_failed": "failed"}[finding]
+            attempt.state = outcome
+            job.state = outcome
+        else:
+            attempt.state = "stopped"
+            job.current_attempt = None
+            if decision == "retry":
+                job.state = "queued"
+            else:
+                job.state = "cancelled" if job.cancel_requested else "aborted"
+        self._release(job)
+        return "accepted"
+
+    def _release(self, job):
+        slot = self.slots[job.slot]
+        if slot.holder is not None and self.attempts[slot.holder].job == job.id:
+            slot.holder = None
+
+    # -- R9 target mutation (runner -> target, not through the control plane) -----------------
+
+    def target_mutation(self, slot, slot_token, deployment):
+        return self.targets[slot].mutate(slot_token, deployment)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def target_reserved(self, job_id):
+        job = self.jobs[job_id]
+        holder = self.slots[job.slot].holder
+        return holder is not None and self.attempts[holder].job == job_id
