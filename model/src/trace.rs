@@ -18,7 +18,7 @@
 //! JSON), as the `itf` crate requires.
 //! State `i > 0` carries the action that led to it: its name as `mbt::actionTaken`, its arguments
 //! as `mbt::nondetPicks` (each `{"tag": "Some", "value": ..}`), the verdict the model expects for it
-//! (`leasewright::expected`: `{"verdict": "..", "reason": ".."}` or `None`), and the exact action
+//! (`leasewright::expected`: `Some({"verdict": "..", "reason": ..})` or `None`), and the exact action
 //! as an ITF value (`leasewright::action`), from which [`parse`] rebuilds the trace through the model.
 //!
 //! The same shape is written by the conformance suite (conformance/src/traces.rs), with the same
@@ -101,14 +101,30 @@ pub fn state_vars(state: &State) -> Map<String, Value> {
     out
 }
 
-/// The action's arguments as Quint's `mbt::nondetPicks`.
-pub fn nondet_picks(action: &Action) -> Value {
-    let mut picks = Map::new();
-    if let Some(Value::Object(args)) = crate::itf::to_itf(action).get("value") {
+/// Every argument name of the model's actions: Quint's `mbt::nondetPicks` names all of them in
+/// every state (`None` where the action has no such argument), so that readers see one record
+/// type (an empty record would read as Quint's unit).
+pub const PICKS: [&str; 8] = [
+    "runner",
+    "runner_time",
+    "outcome",
+    "message",
+    "forge",
+    "job",
+    "finding",
+    "decision",
+];
+
+/// The action's arguments as Quint's `mbt::nondetPicks` (`None` for the initial state).
+pub fn nondet_picks(action: Option<&Action>) -> Value {
+    let mut picks: Map<String, Value> = PICKS.iter().map(|p| (p.to_string(), none())).collect();
+    if let Some(Value::Object(args)) = action
+        .map(crate::itf::to_itf)
+        .as_ref()
+        .and_then(|a| a.get("value"))
+    {
         for (k, v) in args {
-            if !k.starts_with('#') {
-                picks.insert(k.clone(), some(v.clone()));
-            }
+            picks.insert(k.clone(), some(v.clone()));
         }
     }
     Value::Object(picks)
@@ -140,10 +156,10 @@ pub fn stored_action(stored: &Value, i: usize) -> Result<Action, TraceError> {
 
 fn expected_value(e: Option<Expected>) -> Value {
     match e {
-        Some(e) => json!({
+        Some(e) => some(json!({
             "verdict": e.verdict.as_str(),
             "reason": e.reason.map_or_else(none, |r| some(json!(r.as_str()))),
-        }),
+        })),
         None => none(),
     }
 }
@@ -163,7 +179,7 @@ pub fn build(
     let mut first = state_vars(&init);
     first.insert("#meta".into(), json!({"index": 0}));
     first.insert("mbt::actionTaken".into(), json!("init"));
-    first.insert("mbt::nondetPicks".into(), json!({}));
+    first.insert("mbt::nondetPicks".into(), nondet_picks(None));
     first.insert("leasewright::expected".into(), none());
     first.insert("leasewright::action".into(), none());
     states.push(Value::Object(first));
@@ -172,7 +188,7 @@ pub fn build(
         let mut s = state_vars(after);
         s.insert("#meta".into(), json!({"index": i + 1}));
         s.insert("mbt::actionTaken".into(), json!(action.name()));
-        s.insert("mbt::nondetPicks".into(), nondet_picks(action));
+        s.insert("mbt::nondetPicks".into(), nondet_picks(Some(action)));
         s.insert(
             "leasewright::expected".into(),
             expected_value(model.expected(before, action)),
@@ -215,9 +231,12 @@ pub fn steps_of(path: &[(State, Option<Action>)]) -> Vec<(Action, State)> {
 }
 
 fn parse_expected(v: &Value) -> Result<Option<Expected>, TraceError> {
-    if v.get("tag").and_then(Value::as_str) == Some("None") {
-        return Ok(None);
-    }
+    // `Some(record)`; in files written before that, the bare record.
+    let v = match v.get("tag").and_then(Value::as_str) {
+        Some("None") => return Ok(None),
+        Some("Some") => v.get("value").unwrap_or(&Value::Null),
+        _ => v,
+    };
     let verdict: Verdict = match v.get("verdict").and_then(Value::as_str) {
         Some(text) => text.parse().map_err(TraceError)?,
         None => return err("leasewright::expected has no verdict"),
