@@ -34,6 +34,9 @@ pub enum SuiteName {
     Random,
     /// The named scenarios of docs/protocol.md §10.
     Scenarios,
+    /// Every message kind, pair of failing checks and operator action in every reachable state
+    /// of the cover configuration and of two-job walks (docs/conformance.md, classes 1-3).
+    Probes,
     /// Property-based traces (proptest): `--cases` random paths of the model of up to
     /// `--walk-len` steps from `--seed`; a divergent one is shrunk by proptest to a minimal trace.
     Proptest,
@@ -68,8 +71,8 @@ pub struct ConformArgs {
     /// Seed of the random walks (printed, so any run can be repeated).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Random-walk steps in all.
-    #[arg(long, default_value_t = 10_000)]
+    /// Random-walk steps in all (20% with two jobs, 10% on each other target kind).
+    #[arg(long, default_value_t = 15_000)]
     steps: usize,
     /// Steps per random walk (for `--suite proptest`: the longest generated trace).
     #[arg(long, default_value_t = 40)]
@@ -145,6 +148,7 @@ impl ConformArgs {
                 SuiteName::Cover => Suite::Cover,
                 SuiteName::Random => Suite::Random,
                 SuiteName::Scenarios => Suite::Scenarios,
+                SuiteName::Probes => Suite::Probes,
                 SuiteName::Proptest => Suite::Proptest,
                 SuiteName::All => Suite::All,
             },
@@ -594,10 +598,7 @@ async fn replay_file<D: SuiteDriver>(
         return Ok(2);
     }
     let model = Arc::new(model);
-    let batches = [Batch {
-        model,
-        traces: vec![trace],
-    }];
+    let batches = [Batch::new(model, vec![trace])];
     let report = replay_batches(args, driver, &batches, true, false).await;
     match report.divergences.first() {
         Some(d) => {

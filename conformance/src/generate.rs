@@ -58,32 +58,29 @@ impl SplitMix64 {
 /// that the list and `--shard I/N` are the same in every run.
 pub fn transition_cover<M>(model: M, symmetric: bool) -> Vec<Generated<M>>
 where
-    M: Model + Send + Sync + 'static,
+    M: Model + Clone + Send + Sync + 'static,
     M::State: Clone + Hash + Eq + Send + Sync + stateright::Representative,
     M::Action: Clone + Hash + Eq + Send + Sync,
 {
-    let (recorder, accessor) = PathRecorder::new_with_accessor();
-    let checker = model.checker().visitor(recorder);
-    let checker = if symmetric {
-        checker.symmetry().spawn_dfs().join()
-    } else {
-        checker.spawn_dfs().join()
-    };
-    let model = checker.model();
+    let (model, paths) = state_paths(model, symmetric);
+    cover_of(&model, &paths)
+}
+
+/// The transition cover of `paths` ([`state_paths`] of `model`): one trace per recorded state and
+/// action enabled there.
+#[allow(clippy::type_complexity)]
+pub fn cover_of<M>(
+    model: &M,
+    paths: &[(String, M::State, Vec<(M::Action, M::State)>)],
+) -> Vec<Generated<M>>
+where
+    M: Model,
+    M::State: Clone,
+    M::Action: Clone,
+{
     let mut keyed: Vec<(usize, String, Generated<M>)> = Vec::new();
-    for path in accessor() {
-        let encoded = path.encode(model);
-        let vec = path.into_vec();
-        let init = vec[0].0.clone();
-        let mut prefix: Vec<(M::Action, M::State)> = Vec::with_capacity(vec.len());
-        for window in vec.windows(2) {
-            let action = window[0]
-                .1
-                .clone()
-                .expect("every state but the last has an action");
-            prefix.push((action, window[1].0.clone()));
-        }
-        let last = vec.last().expect("a path has a state").0.clone();
+    for (encoded, init, prefix) in paths {
+        let last = prefix.last().map_or(init, |(_, s)| s).clone();
         for (index, (action, next)) in model.next_steps(&last).into_iter().enumerate() {
             let mut steps = prefix.clone();
             steps.push((action, next));
@@ -109,6 +106,46 @@ where
             trace
         })
         .collect()
+}
+
+/// One recorded path per unique state the checker visits (up to the model's symmetry if
+/// `symmetric`): its stable encoding, the initial state and the steps to the state, sorted
+/// shortest first, then by encoding. Returns the model back.
+#[allow(clippy::type_complexity)]
+pub fn state_paths<M>(
+    model: M,
+    symmetric: bool,
+) -> (M, Vec<(String, M::State, Vec<(M::Action, M::State)>)>)
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + Hash + Eq + Send + Sync + stateright::Representative,
+    M::Action: Clone + Hash + Eq + Send + Sync,
+{
+    let (recorder, accessor) = PathRecorder::new_with_accessor();
+    let checker = model.checker().visitor(recorder);
+    let checker = if symmetric {
+        checker.symmetry().spawn_dfs().join()
+    } else {
+        checker.spawn_dfs().join()
+    };
+    let model = checker.model().clone();
+    let mut paths = Vec::new();
+    for path in accessor() {
+        let encoded = path.encode(&model);
+        let vec = path.into_vec();
+        let init = vec[0].0.clone();
+        let mut prefix: Vec<(M::Action, M::State)> = Vec::with_capacity(vec.len());
+        for window in vec.windows(2) {
+            let action = window[0]
+                .1
+                .clone()
+                .expect("every state but the last has an action");
+            prefix.push((action, window[1].0.clone()));
+        }
+        paths.push((encoded, init, prefix));
+    }
+    paths.sort_by(|a, b| (a.2.len(), &a.0).cmp(&(b.2.len(), &b.0)));
+    (model, paths)
 }
 
 /// Seeded random walks of at most `walk_len` steps each, until `total_steps` steps are generated.

@@ -1,6 +1,7 @@
 //! Conformance: traces generated from the model, replayed against an implementation, step by
 //! step, comparing verdicts, reasons and the projected state. See docs/conformance.md.
 
+pub mod coverage;
 pub mod driver;
 pub mod driver_cmd;
 pub mod export;
@@ -12,6 +13,7 @@ pub mod minimize;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod pg;
+pub mod probe;
 pub mod property;
 pub mod replay;
 pub mod scenarios;

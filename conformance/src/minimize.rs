@@ -11,7 +11,8 @@ use crate::generate::Generated;
 use crate::replay::{replay, Divergence};
 
 /// Re-derives the states of `actions` from `init` through the model. `None` if some action is not
-/// enabled where it is taken. A claim the model rejects (`no_queued_job`) is kept as a step that
+/// enabled where it is taken (a probe, [`crate::probe::applicable`], is taken wherever it
+/// applies). A claim the model rejects (`no_queued_job`) is kept as a step that
 /// leaves the state unchanged, as the scenarios use it.
 pub fn rebuild(
     model: &LeaseModel,
@@ -33,6 +34,11 @@ pub fn rebuild(
                     == Some(Expected::rejected(Reason::NoQueuedJob)) =>
             {
                 state.clone()
+            }
+            // A probe: a message or operator action sent on purpose where no well-behaved
+            // runner or operator would (crate::probe); the model's verdict decides.
+            None if crate::probe::applicable(&state, action) => {
+                model.next_state(&state, action.clone())?
             }
             None => return None,
         };

@@ -97,9 +97,11 @@ pub enum Compare {
 }
 
 impl Compare {
-    /// The comparison a generator's traces need: the cover's last step, everyone else's every step.
+    /// The comparison a generator's traces need: the cover's and the probes' last step (a probe's
+    /// prefix is a cover path, or a prefix of a random walk of the same run, compared there),
+    /// everyone else's every step.
     pub fn for_generator(generator: &str) -> Compare {
-        if generator == "cover" {
+        if generator == "cover" || generator == "probe" {
             Compare::LastStep
         } else {
             Compare::EveryStep

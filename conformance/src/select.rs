@@ -3,9 +3,13 @@
 
 use std::sync::Arc;
 
-use leasewright_model::{Config, LeaseModel};
+use leasewright_model::{Config, LeaseModel, TargetKind};
 
-use crate::generate::{random_walks, transition_cover, Generated};
+use crate::coverage::Coverage;
+use crate::generate::{
+    cover_of, random_walks, state_paths, transition_cover, Generated, SplitMix64,
+};
+use crate::probe::{self, Path};
 use crate::property::PropertyOptions;
 use crate::scenarios;
 use crate::shard::Shard;
@@ -19,6 +23,8 @@ pub enum Suite {
     Random,
     /// The named scenarios of docs/protocol.md §10.
     Scenarios,
+    /// Messages and operator actions in every reachable state (docs/conformance.md, classes 1–3).
+    Probes,
     /// Property-based traces (proptest).
     Proptest,
     /// All of the above (proptest in shard 1 only: it is one sequential run).
@@ -79,6 +85,82 @@ pub struct Batch {
     pub model: Arc<LeaseModel>,
     /// The traces.
     pub traces: Vec<Generated<LeaseModel>>,
+    /// What was sampled, and with which seed, when the batch is a sample (for the summary).
+    pub note: Option<String>,
+    /// The cells the batch's generator found reachable (probes): what coverage is judged against.
+    pub reachable: Option<Coverage>,
+}
+
+impl Batch {
+    /// A batch of `traces` of `model`, neither sampled nor probed.
+    pub fn new(model: Arc<LeaseModel>, traces: Vec<Generated<LeaseModel>>) -> Batch {
+        Batch {
+            model,
+            traces,
+            note: None,
+            reachable: None,
+        }
+    }
+}
+
+/// The share (in percent) of the random-walk steps walked with two jobs (class 6), when the
+/// configuration has one.
+pub const TWO_JOB_SHARE: usize = 20;
+/// The share (in percent) of the random-walk steps walked on each target kind other than the
+/// configuration's (class 4).
+pub const OTHER_TARGET_SHARE: usize = 10;
+/// Cover traces sampled from the cover of each target kind other than the configuration's.
+pub const OTHER_TARGET_COVER_SAMPLE: usize = 600;
+/// Probes drawn at random beyond those that exercise a new cell, per probed configuration.
+pub const EXTRA_PROBES: usize = 600;
+/// Prefixes of the two-job walks probed (every state of the first walks, in order).
+pub const TWO_JOB_PROBE_STATES: usize = 240;
+
+/// The two-job configuration of the default suite (class 6): the configuration with two jobs.
+pub fn two_job_config(base: &Config) -> Config {
+    Config {
+        jobs: 2,
+        ..base.clone()
+    }
+}
+
+/// Renames the walks of one batch (`random-{seed}` is unique only within a batch).
+fn renamed(mut traces: Vec<Generated<LeaseModel>>, prefix: &str) -> Vec<Generated<LeaseModel>> {
+    for t in &mut traces {
+        t.name = format!("{prefix}-{}", t.seed.unwrap_or(0));
+    }
+    traces
+}
+
+/// Every prefix of `walks` (the state after each step) as a probe path, the first `limit`.
+fn walk_prefixes(walks: &[Generated<LeaseModel>], limit: usize) -> Vec<Path> {
+    walks
+        .iter()
+        .flat_map(|w| (1..=w.steps.len()).map(|n| (w.init.clone(), w.steps[..n].to_vec())))
+        .take(limit)
+        .collect()
+}
+
+/// The probe batch of `paths` (of `model`).
+fn probe_batch(
+    model: Arc<LeaseModel>,
+    paths: &[Path],
+    seed: u64,
+    prefix: &str,
+    what: &str,
+) -> Batch {
+    let probes = probe::probes(&model, paths, seed, EXTRA_PROBES, prefix, "probe");
+    let note = format!(
+        "{prefix}: {} states of {what}, {} candidates; {} probes exercise a new cell, {} more \
+         sampled with seed {seed}",
+        probes.states, probes.candidates, probes.selected, probes.sampled
+    );
+    Batch {
+        model,
+        traces: probes.traces,
+        note: Some(note),
+        reachable: Some(probes.reachable),
+    }
 }
 
 /// The configuration the transition cover runs on by default: the suite's configuration (two
@@ -104,35 +186,127 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     let mut batches = Vec::new();
     if selection.wants(Suite::Scenarios) {
         for (model, trace) in scenarios::all()? {
+            batches.push(Batch::new(Arc::new(model), vec![trace]));
+        }
+    }
+    let cover_model = if selection.cover_full {
+        Arc::clone(&model)
+    } else {
+        Arc::new(LeaseModel::new(cover_config(&model.config)))
+    };
+    let cover_paths = (selection.wants(Suite::Cover) || selection.wants(Suite::Probes))
+        .then(|| state_paths((*cover_model).clone(), true).1);
+    if let (true, Some(paths)) = (selection.wants(Suite::Cover), &cover_paths) {
+        let traces = cover_of(cover_model.as_ref(), paths);
+        batches.push(Batch::new(Arc::clone(&cover_model), traces));
+        // Class 4: a seeded sample of the cover of every other target kind, compared at every
+        // step (a sample's prefixes are not traces of their own).
+        for kind in other_targets(model.config.target) {
+            let config = Config {
+                target: kind,
+                ..cover_model.config.clone()
+            };
+            let other = Arc::new(LeaseModel::new(config));
+            let mut all = transition_cover((*other).clone(), true);
+            let total = all.len();
+            let mut rng = SplitMix64::new(selection.seed ^ 0xC0E7);
+            let mut traces = Vec::new();
+            while traces.len() < OTHER_TARGET_COVER_SAMPLE.min(total) {
+                let mut t = all.swap_remove(rng.below(all.len()));
+                t.name = format!("cover-{kind}-{}", t.name.trim_start_matches("cover-"));
+                t.generator = "cover-sample";
+                traces.push(t);
+            }
+            traces.sort_by(|a, b| a.name.cmp(&b.name));
             batches.push(Batch {
-                model: Arc::new(model),
-                traces: vec![trace],
+                model: other,
+                note: Some(format!(
+                    "cover-{kind}: {} of the {total} cover traces of the {kind} target, sampled \
+                     with seed {}",
+                    traces.len(),
+                    selection.seed ^ 0xC0E7
+                )),
+                traces,
+                reachable: None,
             });
         }
     }
-    if selection.wants(Suite::Cover) {
-        let cover_model = if selection.cover_full {
-            Arc::clone(&model)
-        } else {
-            Arc::new(LeaseModel::new(cover_config(&model.config)))
-        };
-        let traces = transition_cover((*cover_model).clone(), true);
-        batches.push(Batch {
-            model: cover_model,
-            traces,
-        });
+    // `--steps` is the random walks' steps in all: a share of them is walked with two jobs and
+    // on each other target kind.
+    let two_jobs = Arc::new(LeaseModel::new(two_job_config(&model.config)));
+    let two_job_steps = if model.config.jobs == 1 {
+        selection.steps * TWO_JOB_SHARE / 100
+    } else {
+        0
+    };
+    let other_target_steps = selection.steps * OTHER_TARGET_SHARE / 100;
+    let main_steps = selection.steps - two_job_steps - 2 * other_target_steps;
+    let two_job_walks = renamed(
+        random_walks(
+            two_jobs.as_ref(),
+            selection.seed,
+            // The probes' two-job states come from these walks even without the random suite.
+            two_job_steps.max(TWO_JOB_PROBE_STATES),
+            selection.walk_len,
+        ),
+        "random2",
+    );
+    if selection.wants(Suite::Probes) {
+        let paths: Vec<Path> = cover_paths
+            .iter()
+            .flatten()
+            .map(|(_, init, steps)| (init.clone(), steps.clone()))
+            .collect();
+        batches.push(probe_batch(
+            Arc::clone(&cover_model),
+            &paths,
+            selection.seed,
+            "probe",
+            "the cover configuration",
+        ));
+        // Two jobs: probes after every prefix of the two-job walks, which the random suite
+        // replays (and compares at every step) in full.
+        batches.push(probe_batch(
+            Arc::clone(&two_jobs),
+            &walk_prefixes(&two_job_walks, TWO_JOB_PROBE_STATES),
+            selection.seed,
+            "probe2",
+            "the two-job walks",
+        ));
     }
     if selection.wants(Suite::Random) {
         let traces = random_walks(
             model.as_ref(),
             selection.seed,
-            selection.steps,
+            main_steps,
             selection.walk_len,
         );
-        batches.push(Batch {
-            model: Arc::clone(&model),
-            traces,
-        });
+        batches.push(Batch::new(Arc::clone(&model), traces));
+        if two_job_steps > 0 {
+            let walks = random_walks(
+                two_jobs.as_ref(),
+                selection.seed,
+                two_job_steps,
+                selection.walk_len,
+            );
+            batches.push(Batch::new(Arc::clone(&two_jobs), renamed(walks, "random2")));
+        }
+        for kind in other_targets(model.config.target) {
+            let other = Arc::new(LeaseModel::new(Config {
+                target: kind,
+                ..model.config.clone()
+            }));
+            let traces = renamed(
+                random_walks(
+                    other.as_ref(),
+                    selection.seed,
+                    other_target_steps,
+                    selection.walk_len,
+                ),
+                &format!("random-{kind}"),
+            );
+            batches.push(Batch::new(other, traces));
+        }
     }
     // Shard by position in the whole, stable list.
     let mut position = 0usize;
@@ -145,6 +319,11 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     }
     batches.retain(|b| !b.traces.is_empty());
     Ok(batches)
+}
+
+/// The target kinds other than `kind`, each replayed too (class 4).
+fn other_targets(kind: TargetKind) -> impl Iterator<Item = TargetKind> {
+    TargetKind::ALL.iter().copied().filter(move |k| *k != kind)
 }
 
 /// The batch and the trace named `name`.

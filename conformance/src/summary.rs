@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use leasewright_model::{Config, Reason};
+use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::coverage::{products, Coverage};
 use crate::replay::{action_key, Divergence};
 use crate::select::{Batch, Selection, Suite};
 use crate::suite::Outcome;
@@ -43,7 +45,134 @@ pub struct Summary<'a> {
     pub statements: &'a StatementCoverage,
 }
 
+/// One class of the coverage report: the cells hit, and the rest of the class's product split
+/// into never exercised (reachable: some probe candidate or replayed step gets there) and
+/// unreachable in the replayed configurations.
+#[derive(Debug, Default, Serialize)]
+pub struct ClassReport {
+    /// Cells of the product.
+    pub product: usize,
+    /// Cells some step can reach (`None`: no probes ran, so reachability is unknown).
+    pub reachable: Option<usize>,
+    /// Cells hit.
+    pub hit: usize,
+    /// Reachable cells no replayed step exercised: a gap of the suite.
+    pub never_exercised: Vec<String>,
+    /// Cells of the product that no replayed configuration can reach.
+    pub unreachable: Vec<String>,
+}
+
+/// The two-job situations the default suite must replay (class 6), as the start of a cell name.
+pub const TWO_JOB_SITUATIONS: [(&str, &str); 3] = [
+    ("claim order", "claim with jobs [running"),
+    (
+        "a runner moves to the other job",
+        "a runner that held job 0 claims again, takes job 1",
+    ),
+    (
+        "an old job's message from a runner now on the other job",
+        "naming job 0 from a runner now on job 1",
+    ),
+];
+
+/// The coverage report of `coverage`, judged against `reachable` (if known).
+pub fn class_reports(
+    coverage: &Coverage,
+    reachable: Option<&Coverage>,
+) -> BTreeMap<&'static str, ClassReport> {
+    let mut out = BTreeMap::new();
+    let hits: BTreeMap<&str, &super::coverage::Cells> = coverage.classes().into_iter().collect();
+    let known: Option<BTreeMap<&str, &super::coverage::Cells>> =
+        reachable.map(|r| r.classes().into_iter().collect());
+    for (class, product) in products() {
+        let hit = hits[class];
+        let hit_in = |cell: &String| match class {
+            "targets" => hit.get(cell).is_some_and(|v| v.contains_key("replayed")),
+            _ => hit.contains_key(cell),
+        };
+        let can_reach = |cell: &String| {
+            hit_in(cell) || known.as_ref().is_some_and(|k| k[class].contains_key(cell))
+        };
+        let mut report = ClassReport {
+            product: product.len(),
+            reachable: known
+                .as_ref()
+                .map(|_| product.iter().filter(|c| can_reach(c)).count()),
+            hit: product.iter().filter(|c| hit_in(c)).count(),
+            ..ClassReport::default()
+        };
+        for cell in &product {
+            if hit_in(cell) {
+                continue;
+            }
+            if class == "targets" || known.is_none() || can_reach(cell) {
+                report.never_exercised.push(cell.clone());
+            } else {
+                report.unreachable.push(cell.clone());
+            }
+        }
+        out.insert(class, report);
+    }
+    let two = hits["two_jobs"];
+    let mut report = ClassReport {
+        product: TWO_JOB_SITUATIONS.len(),
+        ..ClassReport::default()
+    };
+    for (name, start) in TWO_JOB_SITUATIONS {
+        if two.keys().any(|k| k.contains(start)) {
+            report.hit += 1;
+        } else {
+            report.never_exercised.push(name.to_string());
+        }
+    }
+    out.insert("two_jobs", report);
+    out
+}
+
 impl Summary<'_> {
+    /// What the generated traces exercised, by class (the property suite keeps no traces).
+    pub fn coverage(&self) -> Coverage {
+        let mut coverage = Coverage::default();
+        for batch in self.batches {
+            for trace in &batch.traces {
+                let mut before = &trace.init;
+                for (action, after) in &trace.steps {
+                    coverage.record(&batch.model, before, action, after);
+                    before = after;
+                }
+            }
+        }
+        coverage
+    }
+
+    /// The cells the probes found reachable, if probes ran.
+    fn reachable(&self) -> Option<Coverage> {
+        let mut reachable: Option<Coverage> = None;
+        for r in self.batches.iter().filter_map(|b| b.reachable.as_ref()) {
+            reachable.get_or_insert_with(Coverage::default).absorb(r);
+        }
+        reachable
+    }
+
+    /// The coverage report by class.
+    pub fn class_reports(&self) -> BTreeMap<&'static str, ClassReport> {
+        class_reports(&self.coverage(), self.reachable().as_ref())
+    }
+
+    /// Whether some class has a cell never exercised.
+    pub fn has_gaps(&self) -> bool {
+        self.class_reports()
+            .values()
+            .any(|r| !r.never_exercised.is_empty())
+    }
+
+    fn notes(&self) -> Vec<&str> {
+        self.batches
+            .iter()
+            .filter_map(|b| b.note.as_deref())
+            .collect()
+    }
+
     fn reasons_never(&self) -> Vec<&'static str> {
         let reasons_hit: BTreeSet<String> = self
             .report
@@ -112,6 +241,11 @@ impl Summary<'_> {
                 "never_hit": self.statements_never(),
                 "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             })).unwrap_or_else(|| json!("not available: the implementation runs in another process")),
+            "coverage": {
+                "classes": self.class_reports(),
+                "cells": self.coverage(),
+                "sampled": self.notes(),
+            },
             "divergences": report.divergences.len(),
             "first_divergence": report.divergences.first().map(Divergence::render),
         })
@@ -206,6 +340,30 @@ impl Summary<'_> {
                      another process: --http, --driver-cmd)"
                 );
             }
+        }
+        let _ = writeln!(
+            out,
+            "  coverage by class (docs/conformance.md; --json lists every cell)"
+        );
+        for (class, r) in self.class_reports() {
+            let reach = r
+                .reachable
+                .map(|n| format!(" of {n} reachable,"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    {class:<14} {} hit{reach} {} in the product; never exercised: {}",
+                r.hit,
+                r.product,
+                if r.never_exercised.is_empty() {
+                    "none".to_string()
+                } else {
+                    r.never_exercised.join("; ")
+                }
+            );
+        }
+        for note in self.notes() {
+            let _ = writeln!(out, "  sampled         {note}");
         }
         let _ = writeln!(out, "  divergences     {}", report.divergences.len());
         out

@@ -1,0 +1,289 @@
+//! Probes: the messages and operator actions a well-behaved runner or operator never sends, sent on
+//! purpose in reachable states, with the model's verdict (docs/conformance.md, classes 1–3).
+//!
+//! For every state of a set of model paths (the transition cover's recorded paths, or prefixes of
+//! random walks), the candidates are: every runner message kind (`heartbeat`, `result` of every
+//! outcome, `rejoin`) from every runner (the outsider included), naming every attempt of the
+//! ledger under every job, with the attempt's own lease id and fence, a forged one, or another
+//! attempt's (so that superseded and stale tuples fail two §6.1 checks at once); the target
+//! mutation of every attempt with every fence issued; and every operator action (`cancel`,
+//! `reconcile` with every finding and decision, by the job's project and by another project's
+//! operator) on every job. The model's `replay` action delivers any message as any runner, and
+//! its operator actions take any finding, so every candidate is a model step and the model gives
+//! its verdict.
+//!
+//! The candidates are classified by [`Coverage`]; a probe trace (the path to the state, then the
+//! candidate) is kept for every candidate that exercises a cell no earlier one did, in the paths'
+//! stable order, and `extra` more are drawn at random from the rest with the given seed.
+
+use leasewright_model::{
+    Action, Decision, Finding, Forge, LeaseModel, Message, MessageKind, State, FORGED_FENCE,
+    FORGED_LEASE,
+};
+use stateright::Model;
+
+use crate::coverage::{server_kinds, Coverage};
+use crate::generate::{Generated, SplitMix64};
+
+/// A model path from the initial state: the state it ends in is the last step's.
+pub type Path = (State, Vec<(Action, State)>);
+
+/// The probes of a set of paths.
+pub struct Probes {
+    /// The probe traces.
+    pub traces: Vec<Generated<LeaseModel>>,
+    /// States probed.
+    pub states: usize,
+    /// Candidate probes considered.
+    pub candidates: usize,
+    /// Traces kept because they exercise a new cell.
+    pub selected: usize,
+    /// Traces drawn at random from the rest.
+    pub sampled: usize,
+    /// Every cell some candidate exercises: the reachable part of each class's product.
+    pub reachable: Coverage,
+}
+
+/// Every probe candidate in `s`.
+pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
+    let mut out = Vec::new();
+    let senders = s.runners.len() as u8;
+    for (a, attempt) in s.attempts.iter().enumerate() {
+        let a = a as u8;
+        let mut tuples = vec![
+            (attempt.lease, attempt.fence),
+            (FORGED_LEASE, attempt.fence),
+            (attempt.lease, FORGED_FENCE),
+            (FORGED_LEASE, FORGED_FENCE),
+        ];
+        for other in s.attempts.iter().filter(|o| o.lease != attempt.lease) {
+            tuples.push((other.lease, attempt.fence));
+            tuples.push((attempt.lease, other.fence));
+            tuples.push((other.lease, other.fence));
+        }
+        for sender in 0..senders {
+            for (k, kind) in server_kinds().into_iter().enumerate() {
+                for &(lease, fence) in &tuples {
+                    for job in 0..s.jobs.len() as u8 {
+                        let message = Message {
+                            kind,
+                            sender,
+                            job,
+                            attempt: a,
+                            lease,
+                            fence,
+                            // Any runner time: it decides nothing, and must be recorded as sent.
+                            runner_time: ((usize::from(sender) + k + usize::from(a)) % 3) as u8,
+                        };
+                        out.push(Action::Replay {
+                            runner: sender,
+                            message,
+                            forge: Forge::AsIs,
+                        });
+                    }
+                }
+            }
+        }
+        let mut fences: Vec<u8> = s.attempts.iter().map(|o| o.fence).collect();
+        fences.sort_unstable();
+        fences.dedup();
+        for fence in fences {
+            let message = Message {
+                kind: MessageKind::TargetMutation,
+                sender: attempt.runner,
+                job: attempt.job,
+                attempt: a,
+                lease: attempt.lease,
+                fence,
+                runner_time: 0,
+            };
+            out.push(Action::Replay {
+                runner: attempt.runner,
+                message,
+                forge: Forge::AsIs,
+            });
+        }
+    }
+    for job in 0..s.jobs.len() as u8 {
+        out.push(Action::Cancel { job });
+        if model.outsider().is_some() {
+            out.push(Action::OutsiderCancel { job });
+        }
+        for &finding in Finding::ALL {
+            for &decision in Decision::ALL {
+                out.push(Action::Reconcile {
+                    job,
+                    finding,
+                    decision,
+                });
+                if model.outsider().is_some() {
+                    out.push(Action::OutsiderReconcile {
+                        job,
+                        finding,
+                        decision,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `action` can be sent in `s` as a probe: an operator action, or a message whose
+/// sender, job, attempt and lease id exist there (a driver maps only identities it has seen).
+pub fn applicable(s: &State, action: &Action) -> bool {
+    match action {
+        Action::Replay {
+            runner, message, ..
+        } => {
+            (*runner as usize) < s.runners.len()
+                && (message.job as usize) < s.jobs.len()
+                && (message.attempt as usize) < s.attempts.len()
+                && (message.lease == FORGED_LEASE
+                    || s.attempts.iter().any(|a| a.lease == message.lease))
+        }
+        Action::Cancel { job }
+        | Action::OutsiderCancel { job }
+        | Action::Reconcile { job, .. }
+        | Action::OutsiderReconcile { job, .. } => (*job as usize) < s.jobs.len(),
+        _ => false,
+    }
+}
+
+/// The probes of `paths` (all of `model`): see the module documentation. Traces are named
+/// `{prefix}-000000`, ... and carry `generator`.
+pub fn probes(
+    model: &LeaseModel,
+    paths: &[Path],
+    seed: u64,
+    extra: usize,
+    prefix: &str,
+    generator: &'static str,
+) -> Probes {
+    let mut seen = Coverage::default();
+    let mut reachable = Coverage::default();
+    let mut kept: Vec<(usize, Action)> = Vec::new();
+    let mut rest: Vec<(usize, Action)> = Vec::new();
+    let mut count = 0usize;
+    for (p, (init, steps)) in paths.iter().enumerate() {
+        let state = steps.last().map_or(init, |(_, s)| s);
+        for action in candidates(model, state) {
+            count += 1;
+            let Some(after) = model.next_state(state, action.clone()) else {
+                continue;
+            };
+            let mut cells = Coverage::default();
+            cells.record(model, state, &action, &after);
+            reachable.absorb(&cells);
+            if new_cells(&seen, &cells) {
+                seen.absorb(&cells);
+                kept.push((p, action));
+            } else {
+                rest.push((p, action));
+            }
+        }
+    }
+    let selected = kept.len();
+    let mut rng = SplitMix64::new(seed);
+    let sampled = extra.min(rest.len());
+    for _ in 0..sampled {
+        let pick = rng.below(rest.len());
+        kept.push(rest.swap_remove(pick));
+    }
+    let traces = kept
+        .into_iter()
+        .enumerate()
+        .map(|(i, (p, action))| {
+            let (init, steps) = &paths[p];
+            let state = steps.last().map_or(init, |(_, s)| s);
+            let after = model
+                .next_state(state, action.clone())
+                .expect("a probe kept is a model step");
+            let mut steps = steps.clone();
+            steps.push((action, after));
+            Generated {
+                name: format!("{prefix}-{i:06}"),
+                generator,
+                seed: Some(seed),
+                init: init.clone(),
+                steps,
+            }
+        })
+        .collect();
+    Probes {
+        traces,
+        states: paths.len(),
+        candidates: count,
+        selected,
+        sampled,
+        reachable,
+    }
+}
+
+fn new_cells(seen: &Coverage, cells: &Coverage) -> bool {
+    seen.classes()
+        .into_iter()
+        .zip(cells.classes())
+        .any(|((_, seen), (_, cells))| {
+            cells.iter().any(|(cell, verdicts)| {
+                seen.get(cell)
+                    .is_none_or(|v| verdicts.keys().any(|k| !v.contains_key(k)))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::random_walks;
+    use leasewright_model::Config;
+
+    #[test]
+    fn the_kept_probes_exercise_every_cell_some_candidate_reaches() {
+        let model = LeaseModel::new(Config {
+            jobs: 2,
+            ..Config::one_job()
+        });
+        let walks = random_walks(&model, 3, 120, 40);
+        let paths: Vec<Path> = walks
+            .iter()
+            .flat_map(|w| (1..=w.steps.len()).map(|n| (w.init.clone(), w.steps[..n].to_vec())))
+            .collect();
+        let probes = probes(&model, &paths, 3, 0, "probe", "probe");
+        let mut replayed = Coverage::default();
+        for trace in &probes.traces {
+            let (action, after) = trace.steps.last().unwrap();
+            let before = trace
+                .steps
+                .len()
+                .checked_sub(2)
+                .map_or(&trace.init, |i| &trace.steps[i].1);
+            replayed.record(&model, before, action, after);
+        }
+        for ((class, reached), (_, hit)) in probes
+            .reachable
+            .classes()
+            .into_iter()
+            .zip(replayed.classes())
+        {
+            for (cell, verdicts) in reached {
+                for verdict in verdicts.keys() {
+                    assert!(
+                        hit.get(cell).is_some_and(|v| v.contains_key(verdict)),
+                        "{class}: {cell} ({verdict}) is reachable but no probe kept exercises it"
+                    );
+                }
+            }
+        }
+        // Two checks failing at once, on a superseded attempt, are among them.
+        assert!(probes
+            .reachable
+            .failing_pairs
+            .contains_key("runner_mismatch+not_current"));
+        assert!(probes
+            .reachable
+            .failing_pairs
+            .contains_key("unknown_attempt+lease_mismatch"));
+        assert!(probes.selected > 0 && probes.sampled == 0);
+    }
+}
