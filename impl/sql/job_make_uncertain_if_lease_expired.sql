@@ -1,6 +1,7 @@
 -- name: job_make_uncertain_if_lease_expired
 -- Rule R4 `expiry sweep`: every `running`/`cancelling` job whose current lease expired at `now`
 -- becomes `uncertain`, and so does its attempt. Never `queued`: a timeout is not a stopped process.
+-- Each job made uncertain is recorded in expiry_sweeps (the audit's ledger) by the same statement.
 -- $1 now, $2 project (NULL: every project)
 WITH expired AS (
     SELECT j.id AS job_id, a.id AS attempt_id
@@ -18,6 +19,10 @@ uncertain_attempts AS (
     SET state = 'uncertain'
     FROM expired
     WHERE a.id = expired.attempt_id
+),
+recorded AS (
+    INSERT INTO expiry_sweeps (job_id, attempt_id, swept_at)
+    SELECT job_id, attempt_id, $1 FROM expired
 )
 UPDATE jobs AS j
 SET state = 'uncertain'

@@ -81,6 +81,7 @@ statements! {
     JOB_MAKE_UNCERTAIN_IF_LEASE_EXPIRED = "job_make_uncertain_if_lease_expired";
     JOB_CANCEL_IF_QUEUED = "job_cancel_if_queued";
     JOB_REQUEST_CANCEL_IF_RUNNING = "job_request_cancel_if_running";
+    CANCEL_RECORD = "cancel_record";
     JOB_REQUEUE_IF_UNCERTAIN_AND_STOPPED = "job_requeue_if_uncertain_and_stopped";
     JOB_ABORT_IF_UNCERTAIN_AND_STOPPED = "job_abort_if_uncertain_and_stopped";
     JOB_ADOPT_IF_UNCERTAIN_AND_OBSERVED = "job_adopt_if_uncertain_and_observed";

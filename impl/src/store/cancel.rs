@@ -29,7 +29,7 @@ impl Store {
             if requested.is_some() {
                 Verdict::Accepted(())
             } else {
-                match locked {
+                match &locked {
                     None => Verdict::Rejected(Reason::UnknownJob),
                     Some(locked) if locked.project != project => {
                         Verdict::Rejected(Reason::WrongProject)
@@ -49,6 +49,20 @@ impl Store {
                 }
             }
         };
+        // Recorded in the same transaction (the audit's ledger: docs/audit.md).
+        let attempt = locked
+            .as_ref()
+            .filter(|locked| locked.project == project)
+            .and_then(|locked| locked.current_attempt);
+        sqlx::query(self.sql(sql::CANCEL_RECORD))
+            .bind(project.0)
+            .bind(job.0)
+            .bind(attempt.map(|attempt| attempt.0))
+            .bind(verdict.as_str())
+            .bind(verdict.reason().map(Reason::as_str))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(verdict)
     }

@@ -57,6 +57,10 @@ impl Store {
                 verdict: verdict.without_value(),
                 outcome: None,
                 payload_sha256: None,
+                lease_expiry: match &verdict {
+                    Verdict::Accepted(answer) => Some(answer.lease_expiry),
+                    _ => None,
+                },
             },
         )
         .await?;

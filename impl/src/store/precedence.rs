@@ -48,6 +48,8 @@ pub(super) struct Observation<'a> {
     pub(super) verdict: Verdict<()>,
     pub(super) outcome: Option<Outcome>,
     pub(super) payload_sha256: Option<String>,
+    /// The lease an accepted heartbeat granted (the audit's ledger: docs/audit.md).
+    pub(super) lease_expiry: Option<DateTime<Utc>>,
 }
 
 impl Store {
@@ -233,6 +235,7 @@ impl Store {
             .bind(observation.verdict.reason().map(Reason::as_str))
             .bind(observation.outcome.map(Outcome::as_str))
             .bind(observation.payload_sha256)
+            .bind(observation.lease_expiry)
             .execute(conn)
             .await?;
         Ok(())

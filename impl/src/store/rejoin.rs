@@ -63,6 +63,7 @@ impl Store {
                 verdict: answer.verdict(),
                 outcome: None,
                 payload_sha256: None,
+                lease_expiry: None,
             },
         )
         .await?;

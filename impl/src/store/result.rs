@@ -86,6 +86,7 @@ impl Store {
                 payload_sha256: Some(sha256_hex(
                     format!("{}:{}", outcome.as_str(), result_digest).as_bytes(),
                 )),
+                lease_expiry: None,
             },
         )
         .await?;

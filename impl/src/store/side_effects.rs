@@ -74,6 +74,7 @@ impl Store {
                 verdict: verdict.without_value(),
                 outcome: None,
                 payload_sha256,
+                lease_expiry: None,
             },
         )
         .await?;
