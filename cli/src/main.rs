@@ -2,6 +2,7 @@
 //! a `run(args) -> anyhow::Result<i32>` returning the process exit code.
 use clap::{Parser, Subcommand};
 
+mod audit;
 mod bench;
 mod check;
 mod conform;
@@ -36,6 +37,8 @@ enum Command {
     Op(serve::OpArgs),
     /// Many runners against the implementation, with faults; the history checked against the model.
     Stress(stress::StressArgs),
+    /// Check a database's recorded ledger against the model, job by job (read-only).
+    Audit(audit::AuditArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         Command::Runner(args) => runner::run(args)?,
         Command::Op(args) => serve::op(args)?,
         Command::Stress(args) => stress::run(&args)?,
+        Command::Audit(args) => audit::run(&args)?,
     };
     std::process::exit(code);
 }

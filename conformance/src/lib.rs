@@ -1,6 +1,7 @@
 //! Conformance: traces generated from the model, replayed against an implementation, step by
 //! step, comparing verdicts, reasons and the projected state. See docs/conformance.md.
 
+pub mod audit;
 pub mod coverage;
 pub mod driver;
 pub mod driver_cmd;

@@ -1262,23 +1262,7 @@ pub fn linearize(ops: &[Op], jl: &JobLedger, config: &CheckConfig) -> Linearized
         return Linearized::Undecided;
     };
     let runners = mapping.runners.len().max(1) as u8;
-    // One job, its runners, no outsider; only the verdict and effect functions are used.
-    // The struct update keeps this independent of bounds the model adds or drops (`clock`).
-    #[allow(clippy::needless_update)]
-    let model_config = model::Config {
-        jobs: 1,
-        runners,
-        attempts_per_job: u8::MAX,
-        lease_ttl: 1,
-        max_skew: 0,
-        disconnects: false,
-        outsider: false,
-        forgery: false,
-        target: model::TargetKind::Unfenced,
-        variant: model::Variant::None,
-        ..model::Config::default()
-    };
-    let lease_model = model::LeaseModel::new(model_config);
+    let lease_model = crate::audit::replay::one_job_model(runners);
     let mut job_ops = Vec::new();
     for op in ops {
         let action = match &op.call {

@@ -1,0 +1,88 @@
+//! `leasewright audit`: check a live database's ledger against the model (docs/audit.md). Thin:
+//! the audit lives in `leasewright_conformance::audit`.
+use clap::Args;
+use leasewright_conformance::audit::{self, AuditOptions};
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct AuditArgs {
+    /// The database to audit (read-only: a replica or a read-only role will do). Default:
+    /// DATABASE_URL.
+    #[arg(long, value_name = "URL")]
+    database_url: Option<String>,
+    /// Audit only this project's jobs (its name or id).
+    #[arg(long, value_name = "P")]
+    project: Option<String>,
+    /// Audit only the jobs with a record after this watermark (printed by the previous run).
+    #[arg(long, value_name = "WATERMARK")]
+    since: Option<i64>,
+    /// Jobs read per round trip.
+    #[arg(long, default_value_t = 2000)]
+    batch: usize,
+    /// Print the report as one JSON document on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Also write the report as JUnit XML.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+}
+
+pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
+    let Some(url) = args
+        .database_url
+        .clone()
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
+    else {
+        eprintln!("leasewright audit: no --database-url and no DATABASE_URL");
+        return Ok(2);
+    };
+    if args.since.is_some_and(|w| w < 0) || args.batch == 0 {
+        eprintln!("leasewright audit: --since is a watermark (0 or more), --batch at least 1");
+        return Ok(2);
+    }
+    let options = AuditOptions {
+        project: args.project.clone(),
+        since: args.since,
+        batch: args.batch,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let show_progress = std::io::stderr().is_terminal() || !args.json;
+    let mut last_shown = 0.0;
+    let result = runtime.block_on(audit::audit(&url, &options, |p| {
+        if show_progress && p.seconds - last_shown >= 2.0 {
+            last_shown = p.seconds;
+            eprintln!(
+                "leasewright audit: {}/{} jobs, {} records, {:.0} records/s",
+                p.jobs_done,
+                p.jobs_total,
+                p.records,
+                p.records as f64 / p.seconds.max(1e-9)
+            );
+        }
+    }));
+    let (report, projects) = match result {
+        Ok(done) => done,
+        Err(error) => {
+            eprintln!("leasewright audit: {error}");
+            return Ok(2);
+        }
+    };
+    if let Some(path) = &args.junit {
+        if let Err(error) = std::fs::write(path, report.junit()) {
+            eprintln!(
+                "leasewright audit: cannot write {}: {error}",
+                path.display()
+            );
+            return Ok(2);
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render(&projects));
+    }
+    Ok(if report.is_clean() { 0 } else { 1 })
+}

@@ -1,0 +1,345 @@
+//! `leasewright audit`: a live database's ledger checked against the model (docs/audit.md).
+//!
+//! Conformance shows that the implementation agrees with the model on traces we generate; the
+//! audit shows that what the database recorded (every claim, runner message, expiry sweep,
+//! cancel and reconciliation of every job) is a behaviour the model allows. It reads the ledger
+//! in one `REPEATABLE READ READ ONLY` transaction ([`read`]), replays each job's records in ledger
+//! order through the model's own verdict and transition functions ([`replay`]), and checks across
+//! jobs that no two attempts held one target slot at once.
+
+pub mod read;
+pub mod replay;
+
+use serde::Serialize;
+use sqlx::Connection as _;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+use uuid::Uuid;
+
+/// What a violation is (stable names, used in `--json` and JUnit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A verdict or reason the model gives differently.
+    Verdict,
+    /// A message accepted that the model rejects as stale (not current, expired, wrong tuple).
+    StaleAcceptance,
+    /// A claim whose fence is not the job's last fence + 1.
+    FenceOrder,
+    /// A job claimed (or queued) again without an accepted reconciliation deciding retry.
+    RetryWithoutReconciliation,
+    /// A committed outcome replaced (by a result, or in the rows).
+    ReplacedOutcome,
+    /// A heartbeat accepted after its lease expired.
+    LeaseAfterExpiry,
+    /// A lease expiry that is not the server's receipt time + the lease ttl.
+    TimeAuthority,
+    /// A record attributed to another attempt than the model's.
+    Attribution,
+    /// Rows that the records do not lead to: a change without its record, or a record missing.
+    Gap,
+    /// Two attempts holding one target slot at once (invariant 14).
+    SlotOverlap,
+}
+
+impl Kind {
+    /// The stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Verdict => "verdict",
+            Kind::StaleAcceptance => "stale_acceptance",
+            Kind::FenceOrder => "fence_order",
+            Kind::RetryWithoutReconciliation => "retry_without_reconciliation",
+            Kind::ReplacedOutcome => "replaced_outcome",
+            Kind::LeaseAfterExpiry => "lease_after_expiry",
+            Kind::TimeAuthority => "time_authority",
+            Kind::Attribution => "attribution",
+            Kind::Gap => "gap",
+            Kind::SlotOverlap => "slot_overlap",
+        }
+    }
+}
+
+/// One record the model does not allow.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    pub kind: Kind,
+    pub job: Uuid,
+    pub project: Uuid,
+    /// The record that shows it (`observation #123 (ledger 456)`).
+    pub record: String,
+    pub detail: String,
+    /// The job's records up to and including that one, as replayed.
+    pub steps: Vec<String>,
+}
+
+/// What to audit.
+#[derive(Clone, Debug, Default)]
+pub struct AuditOptions {
+    /// A project's name or id (`None`: every project).
+    pub project: Option<String>,
+    /// Only jobs with a record after this ledger sequence value (a previous run's watermark).
+    pub since: Option<i64>,
+    /// Jobs read per round trip.
+    pub batch: usize,
+}
+
+/// Progress of a long audit.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub jobs_done: usize,
+    pub jobs_total: usize,
+    pub records: usize,
+    pub seconds: f64,
+}
+
+/// The audit's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct AuditReport {
+    pub jobs: usize,
+    pub records: usize,
+    /// Jobs that cannot be replayed (claimed before the ledger existed, too many attempts).
+    pub unauditable: Vec<(Uuid, String)>,
+    pub seconds: f64,
+    pub records_per_second: f64,
+    /// The largest ledger sequence value read: `--since` it next time.
+    pub watermark: i64,
+    pub violations: Vec<Violation>,
+}
+
+impl AuditReport {
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// A report a person reads: every violation as numbered steps, then the summary.
+    pub fn render(&self, projects: &HashMap<Uuid, String>) -> String {
+        let mut out = String::new();
+        for (n, v) in self.violations.iter().enumerate() {
+            let project = projects
+                .get(&v.project)
+                .cloned()
+                .unwrap_or_else(|| v.project.to_string());
+            let _ = writeln!(
+                out,
+                "VIOLATION {} [{}] job {} (project {project})\n  {}: {}",
+                n + 1,
+                v.kind.as_str(),
+                v.job,
+                v.record,
+                v.detail
+            );
+            const SHOWN: usize = 20;
+            let skip = v.steps.len().saturating_sub(SHOWN);
+            if skip > 0 {
+                let _ = writeln!(out, "  … {skip} earlier steps");
+            }
+            for (i, step) in v.steps.iter().enumerate().skip(skip) {
+                let _ = writeln!(out, "  {:>4}. {step}", i + 1);
+            }
+            out.push('\n');
+        }
+        for (job, why) in &self.unauditable {
+            let _ = writeln!(out, "not audited: job {job}: {why}");
+        }
+        let _ = writeln!(
+            out,
+            "audit: {} jobs, {} records in {:.2} s ({:.0} records/s): {}",
+            self.jobs,
+            self.records,
+            self.seconds,
+            self.records_per_second,
+            if self.is_clean() {
+                "every record is one the model allows".to_string()
+            } else {
+                format!("{} violations", self.violations.len())
+            }
+        );
+        let _ = writeln!(
+            out,
+            "watermark: {} (audit only what is new next time: --since {})",
+            self.watermark, self.watermark
+        );
+        out
+    }
+
+    /// JUnit: one failing case per violation, one passing case for the rest of the ledger.
+    pub fn junit(&self) -> String {
+        let mut cases: Vec<crate::junit::Case> = self
+            .violations
+            .iter()
+            .map(|v| crate::junit::Case {
+                name: format!("{} {}", v.kind.as_str(), v.job),
+                suite: "audit".to_string(),
+                seconds: 0.0,
+                failure: Some(format!(
+                    "{}: {}\n{}",
+                    v.record,
+                    v.detail,
+                    v.steps
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| format!("{}. {s}", i + 1))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )),
+            })
+            .collect();
+        cases.push(crate::junit::Case {
+            name: format!("ledger ({} jobs, {} records)", self.jobs, self.records),
+            suite: "audit".to_string(),
+            seconds: self.seconds,
+            failure: None,
+        });
+        crate::junit::render(&cases)
+    }
+}
+
+/// A failure to set up the audit (exit 2): no database, no ledger, an unknown project.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("cannot reach the database: {0}")]
+    Connect(sqlx::Error),
+    #[error("reading the ledger failed: {0}")]
+    Read(#[from] sqlx::Error),
+    #[error(
+        "the database has no audit ledger (impl migration 0003: ledger_seq, cancels, \
+         expiry_sweeps); connect a server of this version to it once to apply it"
+    )]
+    NoLedger,
+    #[error("no project named or numbered `{0}`")]
+    UnknownProject(String),
+}
+
+/// The audit of the database at `database_url`. Read-only; `progress` is called now and then.
+pub async fn audit(
+    database_url: &str,
+    options: &AuditOptions,
+    mut progress: impl FnMut(Progress),
+) -> Result<(AuditReport, HashMap<Uuid, String>), AuditError> {
+    let started = Instant::now();
+    let mut conn = sqlx::PgConnection::connect(database_url)
+        .await
+        .map_err(AuditError::Connect)?;
+    read::begin(&mut conn).await?;
+    if !read::has_ledger(&mut conn).await? {
+        return Err(AuditError::NoLedger);
+    }
+    let projects = read::projects(&mut conn).await?;
+    let project = match &options.project {
+        None => None,
+        Some(p) => Some(
+            Uuid::try_parse(p)
+                .ok()
+                .filter(|id| projects.contains_key(id))
+                .or_else(|| {
+                    projects
+                        .iter()
+                        .find(|(_, name)| *name == p)
+                        .map(|(id, _)| *id)
+                })
+                .ok_or_else(|| AuditError::UnknownProject(p.clone()))?,
+        ),
+    };
+    let runner_projects = read::runner_projects(&mut conn).await?;
+    let ids = read::job_ids(&mut conn, project, options.since).await?;
+    let mut report = AuditReport {
+        jobs: 0,
+        records: 0,
+        unauditable: Vec::new(),
+        seconds: 0.0,
+        records_per_second: 0.0,
+        watermark: options.since.unwrap_or(0),
+        violations: Vec::new(),
+    };
+    let mut reservations = Vec::new();
+    for chunk in ids.chunks(options.batch.max(1)) {
+        for jl in read::ledgers(&mut conn, chunk).await? {
+            report.jobs += 1;
+            report.records += jl.records();
+            report.watermark = report.watermark.max(jl.max_seq());
+            match replay::replay(&jl, &runner_projects) {
+                replay::Outcome::Clean(held) => reservations.extend(held),
+                replay::Outcome::Violation(v) => report.violations.push(*v),
+                replay::Outcome::Unauditable(why) => report.unauditable.push((jl.job.id, why)),
+            }
+        }
+        progress(Progress {
+            jobs_done: report.jobs,
+            jobs_total: ids.len(),
+            records: report.records,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+    report.violations.extend(slot_overlaps(reservations));
+    for o in read::orphan_observations(&mut conn, options.since).await? {
+        let sender_project = runner_projects.get(&o.sender).copied();
+        if project.is_some() && sender_project != project {
+            continue;
+        }
+        report.records += 1;
+        report.watermark = report.watermark.max(o.ledger_seq);
+        let expected = if sender_project.is_none() {
+            "unknown_runner"
+        } else {
+            "unknown_job"
+        };
+        if o.verdict != "rejected" || o.reason.as_deref() != Some(expected) {
+            report.violations.push(Violation {
+                kind: Kind::Verdict,
+                job: Uuid::nil(),
+                project: sender_project.unwrap_or_default(),
+                record: format!("observation #{} (ledger {})", o.id, o.ledger_seq),
+                detail: format!(
+                    "a {} naming job {}, which does not exist, was recorded {} {}; the model \
+                     gives rejected ({expected})",
+                    o.kind,
+                    o.named_attempt,
+                    o.verdict,
+                    o.reason.as_deref().unwrap_or("")
+                ),
+                steps: Vec::new(),
+            });
+        }
+    }
+    conn.close().await.ok();
+    report.seconds = started.elapsed().as_secs_f64();
+    report.records_per_second = report.records as f64 / report.seconds.max(1e-9);
+    Ok((report, projects))
+}
+
+/// Invariant 14 across jobs: the reservations of one target slot, in ledger order, never overlap.
+fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
+    reservations.sort_by(|a, b| a.target.cmp(&b.target).then(a.start.cmp(&b.start)));
+    let mut out = Vec::new();
+    for pair in reservations.windows(2) {
+        let (first, second) = (&pair[0], &pair[1]);
+        if first.target == second.target && first.job != second.job && second.start < first.end {
+            out.push(Violation {
+                kind: Kind::SlotOverlap,
+                job: second.job,
+                project: Uuid::nil(),
+                record: format!(
+                    "attempt {} (claim, ledger {})",
+                    second.attempt, second.start
+                ),
+                detail: format!(
+                    "claimed target slot `{}` while attempt {} of job {} held it (reserved at \
+                     ledger {}, {})",
+                    second.target,
+                    first.attempt,
+                    first.job,
+                    first.start,
+                    if first.end == i64::MAX {
+                        "still held".to_string()
+                    } else {
+                        format!("released at ledger {}", first.end)
+                    }
+                ),
+                steps: Vec::new(),
+            });
+        }
+    }
+    out
+}

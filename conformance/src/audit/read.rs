@@ -1,0 +1,432 @@
+//! Reading the ledger: plain rows, by job, in one read-only snapshot. Only `SELECT`s: the audit
+//! runs under a read-only role and on a replica.
+
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+type Time = DateTime<Utc>;
+
+/// A job's row as it is now.
+#[derive(Clone, Debug)]
+pub struct JobRow {
+    pub id: Uuid,
+    pub project: Uuid,
+    pub state: String,
+    pub fence: i64,
+    pub current_attempt: Option<Uuid>,
+    pub cancel_requested: bool,
+    pub outcome: Option<String>,
+    pub result_digest: Option<String>,
+    pub target: String,
+    pub ledger_seq: i64,
+}
+
+/// An attempt's row: its claim's record, and its state now.
+#[derive(Clone, Debug)]
+pub struct AttemptRow {
+    pub id: Uuid,
+    pub runner: Uuid,
+    pub lease_id: Uuid,
+    pub fence: i64,
+    pub state: String,
+    pub lease_expiry: Time,
+    pub claim_lease_expiry: Option<Time>,
+    pub outcome: Option<String>,
+    pub result_digest: Option<String>,
+    pub claimed_at: Time,
+    pub ledger_seq: i64,
+}
+
+/// One received runner message.
+#[derive(Clone, Debug)]
+pub struct ObservationRow {
+    pub id: i64,
+    pub ledger_seq: i64,
+    pub sender: Uuid,
+    pub kind: String,
+    pub named_attempt: Uuid,
+    pub named_lease: Uuid,
+    pub named_fence: i64,
+    pub attributed: Option<Uuid>,
+    pub received_at: Time,
+    pub runner_time: Option<Time>,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub outcome: Option<String>,
+    pub payload_sha256: Option<String>,
+    pub lease_expiry: Option<Time>,
+}
+
+/// One reconciliation asked for.
+#[derive(Clone, Debug)]
+pub struct ReconciliationRow {
+    pub id: i64,
+    pub ledger_seq: i64,
+    pub project: Uuid,
+    pub attempt: Option<Uuid>,
+    pub finding: String,
+    pub decision: String,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub decided_at: Time,
+}
+
+/// One cancel asked for.
+#[derive(Clone, Debug)]
+pub struct CancelRow {
+    pub id: i64,
+    pub ledger_seq: i64,
+    pub project: Uuid,
+    pub attempt: Option<Uuid>,
+    pub verdict: String,
+    pub reason: Option<String>,
+    pub requested_at: Time,
+}
+
+/// One job the expiry sweep made uncertain.
+#[derive(Clone, Debug)]
+pub struct SweepRow {
+    pub id: i64,
+    pub ledger_seq: i64,
+    pub attempt: Uuid,
+    pub swept_at: Time,
+}
+
+/// Everything recorded about one job, and its rows as they are now.
+#[derive(Clone, Debug)]
+pub struct JobLedger {
+    pub job: JobRow,
+    /// In claim (ledger) order.
+    pub attempts: Vec<AttemptRow>,
+    pub observations: Vec<ObservationRow>,
+    pub reconciliations: Vec<ReconciliationRow>,
+    pub cancels: Vec<CancelRow>,
+    pub sweeps: Vec<SweepRow>,
+    /// The target reservation held now: (target, attempt).
+    pub reservation: Option<(String, Uuid)>,
+}
+
+impl JobLedger {
+    /// How many records (claims, messages, reconciliations, cancels, sweeps).
+    pub fn records(&self) -> usize {
+        self.attempts.len()
+            + self.observations.len()
+            + self.reconciliations.len()
+            + self.cancels.len()
+            + self.sweeps.len()
+    }
+
+    /// The largest ledger sequence value of the job's records.
+    pub fn max_seq(&self) -> i64 {
+        let seqs = std::iter::once(self.job.ledger_seq)
+            .chain(self.attempts.iter().map(|a| a.ledger_seq))
+            .chain(self.observations.iter().map(|o| o.ledger_seq))
+            .chain(self.reconciliations.iter().map(|r| r.ledger_seq))
+            .chain(self.cancels.iter().map(|c| c.ledger_seq))
+            .chain(self.sweeps.iter().map(|s| s.ledger_seq));
+        seqs.max().unwrap_or(0)
+    }
+}
+
+/// Start the audit's snapshot: one `REPEATABLE READ READ ONLY` transaction.
+pub async fn begin(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Whether the schema has the audit's ledger (impl migration 0003).
+pub async fn has_ledger(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns \
+         WHERE table_schema = current_schema() \
+           AND ((table_name = 'expiry_sweeps' AND column_name = 'ledger_seq') \
+             OR (table_name = 'cancels' AND column_name = 'ledger_seq') \
+             OR (table_name = 'observations' AND column_name = 'lease_expiry'))",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(found == 3)
+}
+
+/// Projects by id (with their names).
+pub async fn projects(conn: &mut PgConnection) -> Result<HashMap<Uuid, String>, sqlx::Error> {
+    let rows = sqlx::query("SELECT id, name FROM projects")
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("id")?, r.try_get("name")?)))
+        .collect()
+}
+
+/// Every runner's project.
+pub async fn runner_projects(conn: &mut PgConnection) -> Result<HashMap<Uuid, Uuid>, sqlx::Error> {
+    let rows = sqlx::query("SELECT id, project_id FROM runners")
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("id")?, r.try_get("project_id")?)))
+        .collect()
+}
+
+/// The jobs to audit, in id order: every job of `project` (all projects: `None`), or with
+/// `since`, only the jobs with a record after that ledger sequence value.
+pub async fn job_ids(
+    conn: &mut PgConnection,
+    project: Option<Uuid>,
+    since: Option<i64>,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM jobs AS j \
+         WHERE ($1::uuid IS NULL OR j.project_id = $1) \
+           AND ($2::bigint IS NULL \
+             OR j.ledger_seq > $2 \
+             OR j.id IN (SELECT job_id FROM attempts WHERE ledger_seq > $2) \
+             OR j.id IN (SELECT named_job_id FROM observations WHERE ledger_seq > $2) \
+             OR j.id IN (SELECT job_id FROM reconciliations WHERE ledger_seq > $2) \
+             OR j.id IN (SELECT job_id FROM cancels WHERE ledger_seq > $2) \
+             OR j.id IN (SELECT job_id FROM expiry_sweeps WHERE ledger_seq > $2)) \
+         ORDER BY id",
+    )
+    .bind(project)
+    .bind(since)
+    .fetch_all(&mut *conn)
+    .await
+}
+
+fn group<T>(rows: Vec<(Uuid, T)>) -> HashMap<Uuid, Vec<T>> {
+    let mut out: HashMap<Uuid, Vec<T>> = HashMap::new();
+    for (job, row) in rows {
+        out.entry(job).or_default().push(row);
+    }
+    out
+}
+
+fn job_row(r: &PgRow) -> Result<JobRow, sqlx::Error> {
+    Ok(JobRow {
+        id: r.try_get("id")?,
+        project: r.try_get("project_id")?,
+        state: r.try_get("state")?,
+        fence: r.try_get("fence")?,
+        current_attempt: r.try_get("current_attempt_id")?,
+        cancel_requested: r.try_get("cancel_requested")?,
+        outcome: r.try_get("outcome")?,
+        result_digest: r.try_get("result_digest")?,
+        target: r.try_get("target")?,
+        ledger_seq: r.try_get("ledger_seq")?,
+    })
+}
+
+fn attempt_row(r: &PgRow) -> Result<(Uuid, AttemptRow), sqlx::Error> {
+    Ok((
+        r.try_get("job_id")?,
+        AttemptRow {
+            id: r.try_get("id")?,
+            runner: r.try_get("runner_id")?,
+            lease_id: r.try_get("lease_id")?,
+            fence: r.try_get("fence")?,
+            state: r.try_get("state")?,
+            lease_expiry: r.try_get("lease_expiry")?,
+            claim_lease_expiry: r.try_get("claim_lease_expiry")?,
+            outcome: r.try_get("outcome")?,
+            result_digest: r.try_get("result_digest")?,
+            claimed_at: r.try_get("claimed_at")?,
+            ledger_seq: r.try_get("ledger_seq")?,
+        },
+    ))
+}
+
+fn observation_row(r: &PgRow) -> Result<(Uuid, ObservationRow), sqlx::Error> {
+    Ok((
+        r.try_get("named_job_id")?,
+        ObservationRow {
+            id: r.try_get("id")?,
+            ledger_seq: r.try_get("ledger_seq")?,
+            sender: r.try_get("sender_runner_id")?,
+            kind: r.try_get("kind")?,
+            named_attempt: r.try_get("named_attempt_id")?,
+            named_lease: r.try_get("named_lease_id")?,
+            named_fence: r.try_get("named_fence")?,
+            attributed: r.try_get("attempt_id")?,
+            received_at: r.try_get("received_at")?,
+            runner_time: r.try_get("runner_time")?,
+            verdict: r.try_get("verdict")?,
+            reason: r.try_get("reason")?,
+            outcome: r.try_get("outcome")?,
+            payload_sha256: r.try_get("payload_sha256")?,
+            lease_expiry: r.try_get("lease_expiry")?,
+        },
+    ))
+}
+
+/// Every record of the jobs `ids`, grouped by job, each job's records in ledger order.
+pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLedger>, sqlx::Error> {
+    let jobs = sqlx::query(
+        "SELECT id, project_id, state, fence, current_attempt_id, cancel_requested, outcome, \
+                result_digest, target, ledger_seq \
+         FROM jobs WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let attempts = sqlx::query(
+        "SELECT job_id, id, runner_id, lease_id, fence, state, lease_expiry, claim_lease_expiry, \
+                outcome, result_digest, claimed_at, ledger_seq \
+         FROM attempts WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let observations = sqlx::query(
+        "SELECT named_job_id, id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
+                named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
+                reason, outcome, payload_sha256, lease_expiry \
+         FROM observations WHERE named_job_id = ANY($1) ORDER BY named_job_id, id",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let reconciliations = sqlx::query(
+        "SELECT job_id, id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
+                reason, decided_at \
+         FROM reconciliations WHERE job_id = ANY($1) ORDER BY job_id, id",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let cancels = sqlx::query(
+        "SELECT job_id, id, ledger_seq, project_id, attempt_id, verdict, reason, requested_at \
+         FROM cancels WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let sweeps = sqlx::query(
+        "SELECT job_id, id, ledger_seq, attempt_id, swept_at \
+         FROM expiry_sweeps WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let reservations = sqlx::query(
+        "SELECT job_id, target, attempt_id FROM target_reservations WHERE job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+
+    let mut attempts = group(attempts.iter().map(attempt_row).collect::<Result<_, _>>()?);
+    let mut observations = group(
+        observations
+            .iter()
+            .map(observation_row)
+            .collect::<Result<_, _>>()?,
+    );
+    let mut reconciliations = group(
+        reconciliations
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("job_id")?,
+                    ReconciliationRow {
+                        id: r.try_get("id")?,
+                        ledger_seq: r.try_get("ledger_seq")?,
+                        project: r.try_get("project_id")?,
+                        attempt: r.try_get("attempt_id")?,
+                        finding: r.try_get("finding")?,
+                        decision: r.try_get("decision")?,
+                        verdict: r.try_get("verdict")?,
+                        reason: r.try_get("reason")?,
+                        decided_at: r.try_get("decided_at")?,
+                    },
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+    );
+    let mut cancels = group(
+        cancels
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("job_id")?,
+                    CancelRow {
+                        id: r.try_get("id")?,
+                        ledger_seq: r.try_get("ledger_seq")?,
+                        project: r.try_get("project_id")?,
+                        attempt: r.try_get("attempt_id")?,
+                        verdict: r.try_get("verdict")?,
+                        reason: r.try_get("reason")?,
+                        requested_at: r.try_get("requested_at")?,
+                    },
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+    );
+    let mut sweeps = group(
+        sweeps
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("job_id")?,
+                    SweepRow {
+                        id: r.try_get("id")?,
+                        ledger_seq: r.try_get("ledger_seq")?,
+                        attempt: r.try_get("attempt_id")?,
+                        swept_at: r.try_get("swept_at")?,
+                    },
+                ))
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+    );
+    let mut reservations: HashMap<Uuid, (String, Uuid)> = reservations
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get("job_id")?,
+                (r.try_get("target")?, r.try_get("attempt_id")?),
+            ))
+        })
+        .collect::<Result<_, sqlx::Error>>()?;
+    jobs.iter()
+        .map(|r| {
+            let job = job_row(r)?;
+            let id = job.id;
+            Ok(JobLedger {
+                job,
+                attempts: attempts.remove(&id).unwrap_or_default(),
+                observations: observations.remove(&id).unwrap_or_default(),
+                reconciliations: reconciliations.remove(&id).unwrap_or_default(),
+                cancels: cancels.remove(&id).unwrap_or_default(),
+                sweeps: sweeps.remove(&id).unwrap_or_default(),
+                reservation: reservations.remove(&id),
+            })
+        })
+        .collect()
+}
+
+/// Observations naming a job that does not exist (they belong to no job's replay): their
+/// sender's project (if the sender exists) with the row.
+pub async fn orphan_observations(
+    conn: &mut PgConnection,
+    since: Option<i64>,
+) -> Result<Vec<ObservationRow>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT named_job_id, id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
+                named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
+                reason, outcome, payload_sha256, lease_expiry \
+         FROM observations AS o \
+         WHERE ($1::bigint IS NULL OR o.ledger_seq > $1) \
+           AND NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.id = o.named_job_id) \
+         ORDER BY id",
+    )
+    .bind(since)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| observation_row(r).map(|(_, row)| row))
+        .collect()
+}
