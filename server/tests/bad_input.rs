@@ -1042,10 +1042,10 @@ fn unknown_ids(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Ca
                             path: fill(route.path, &project.to_string(), &job.to_string(), "", ""),
                             ..valid_raw(w, route)
                         };
+                        let record = (project, job, "rejected".to_owned(), Some(reason.to_owned()));
                         let effect = LedgerEffect {
-                            reconciliation: is_reconcile.then(|| {
-                                (project, job, "rejected".to_owned(), Some(reason.to_owned()))
-                            }),
+                            cancel: (!is_reconcile).then(|| record.clone()),
+                            reconciliation: is_reconcile.then_some(record),
                             ..LedgerEffect::default()
                         };
                         Case {
@@ -1177,11 +1177,14 @@ fn other_project(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<
                             raw,
                             status: 409,
                             code: "wrong_project",
-                            effect: LedgerEffect {
-                                reconciliation: is_reconcile.then(|| {
-                                    (w.b, job, "rejected".into(), Some("wrong_project".into()))
-                                }),
-                                ..LedgerEffect::default()
+                            effect: {
+                                let record =
+                                    (w.b, job, "rejected".into(), Some("wrong_project".into()));
+                                LedgerEffect {
+                                    cancel: (!is_reconcile).then(|| record.clone()),
+                                    reconciliation: is_reconcile.then_some(record),
+                                    ..LedgerEffect::default()
+                                }
                             },
                         }
                     })
@@ -1869,13 +1872,19 @@ fn a_replayed_request_is_acknowledged_or_refused_and_changes_nothing() {
                 409,
                 "runner_name_taken",
             ),
-            operator_replay(
-                post("/v1/projects/{project}/jobs/{job}/cancel"),
-                format!("/v1/projects/{a}/jobs/{a1}/cancel"),
-                Some(json!({})),
-                200,
-                "acknowledged",
-            ),
+            Replay {
+                effect: LedgerEffect {
+                    cancel: Some((a, a1, "acknowledged".into(), None)),
+                    ..LedgerEffect::default()
+                },
+                ..operator_replay(
+                    post("/v1/projects/{project}/jobs/{job}/cancel"),
+                    format!("/v1/projects/{a}/jobs/{a1}/cancel"),
+                    Some(json!({})),
+                    200,
+                    "acknowledged",
+                )
+            },
             Replay {
                 effect: LedgerEffect {
                     reconciliation: Some((a, a4, "rejected".into(), Some("not_uncertain".into()))),

@@ -152,9 +152,10 @@ async fn a_runner_or_a_path_of_another_project_is_refused_on_every_route_and_cha
                     (status, Some(code)),
                     "{path}"
                 );
+                let record = (b, job, "rejected".into(), Some(code.into()));
                 let effect = LedgerEffect {
-                    reconciliation: (route.body == BodyKind::Reconcile)
-                        .then(|| (b, job, "rejected".into(), Some(code.into()))),
+                    reconciliation: (route.body == BodyKind::Reconcile).then(|| record.clone()),
+                    cancel: route.path.ends_with("/cancel").then_some(record),
                     ..LedgerEffect::default()
                 };
                 before = w

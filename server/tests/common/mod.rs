@@ -556,7 +556,13 @@ pub fn check_error_format(answer: &Answer) -> Result<String, String> {
 
 /// The ledger tables: append-only records of requests (accepted or rejected). Everything else is
 /// state, which a refused request must leave exactly as it was.
-pub const LEDGERS: &[&str] = &["observations", "reconciliations", "target_mutations"];
+pub const LEDGERS: &[&str] = &[
+    "observations",
+    "reconciliations",
+    "cancels",
+    "expiry_sweeps",
+    "target_mutations",
+];
 
 /// A runner: its id and token.
 #[derive(Clone, Debug)]
@@ -858,6 +864,8 @@ pub struct LedgerEffect {
     pub observation: Option<ExpectedObservation>,
     /// One reconciliation: (project, job, verdict, reason).
     pub reconciliation: Option<(Uuid, Uuid, String, Option<String>)>,
+    /// One cancel: (project, job, verdict, reason).
+    pub cancel: Option<(Uuid, Uuid, String, Option<String>)>,
     /// One target mutation: (slot, verdict, reason).
     pub target_mutation: Option<(String, String, Option<String>)>,
 }
@@ -982,18 +990,23 @@ impl World {
                 ))
             }
         }
-        let reconciliations = self.ledger_rows(before, "reconciliations").await;
-        match (&effect.reconciliation, reconciliations.as_slice()) {
-            (None, []) => {}
-            (Some((project, job, verdict, reason)), [row])
-                if row["project_id"] == json!(project.to_string())
-                    && row["job_id"] == json!(job.to_string())
-                    && row["verdict"] == json!(verdict)
-                    && row["reason"].as_str() == reason.as_deref() => {}
-            (expected, rows) => {
-                return Err(format!(
-                    "reconciliations added: {rows:?}, expected {expected:?}"
-                ))
+        // The operators' ledgers: one row each at most, of the expected project, job and verdict.
+        for (ledger, expected) in [
+            ("reconciliations", &effect.reconciliation),
+            ("cancels", &effect.cancel),
+            ("expiry_sweeps", &None),
+        ] {
+            let rows = self.ledger_rows(before, ledger).await;
+            match (expected, rows.as_slice()) {
+                (None, []) => {}
+                (Some((project, job, verdict, reason)), [row])
+                    if row["project_id"] == json!(project.to_string())
+                        && row["job_id"] == json!(job.to_string())
+                        && row["verdict"] == json!(verdict)
+                        && row["reason"].as_str() == reason.as_deref() => {}
+                (expected, rows) => {
+                    return Err(format!("{ledger} added: {rows:?}, expected {expected:?}"))
+                }
             }
         }
         let mutations = self.ledger_rows(before, "target_mutations").await;
