@@ -1,6 +1,7 @@
 //! `leasewright serve` (the HTTP control plane) and `leasewright op` (its operator routes). The
 //! work is in leasewright-server; this module parses arguments.
 
+use leasewright_server::app::ConnectionLimits;
 use leasewright_server::client::OperatorClient;
 use leasewright_server::serve::{self, ServeOptions};
 use leasewright_server::wire::SubmitJobRequest;
@@ -29,6 +30,19 @@ pub struct ServeArgs {
     /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
     #[arg(long, default_value_t = 1000)]
     sweep_interval_ms: u64,
+    /// How long a client may take to send a request's headers (also how long an idle kept-alive
+    /// connection stays open), in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    header_read_timeout_ms: u64,
+    /// How long a request body may send nothing before the request is refused (408), in ms.
+    #[arg(long, default_value_t = 10_000)]
+    body_read_timeout_ms: u64,
+    /// The longest one request may take, headers to answer, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    request_timeout_ms: u64,
+    /// The most connections open at once (never more than the open-file limit leaves room for).
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -49,6 +63,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         manual_clock: args.manual_clock,
         operator_token: args.operator_token,
         sweep_interval: Duration::from_millis(args.sweep_interval_ms.max(10)),
+        connections: ConnectionLimits {
+            header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
+            body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),
+            request_timeout: Duration::from_millis(args.request_timeout_ms.max(1)),
+            max_connections: args.max_connections.max(1),
+            ..ConnectionLimits::default()
+        },
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)

@@ -1,7 +1,7 @@
 //! `leasewright serve` and `leasewright runner`: the process-level entry points (database
 //! selection, logging, signals). The CLI only parses arguments.
 
-use crate::app::{self, ServerConfig};
+use crate::app::{self, ConnectionLimits, ServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +16,8 @@ pub struct ServeOptions {
     pub manual_clock: bool,
     pub operator_token: Option<String>,
     pub sweep_interval: Duration,
+    /// Timeouts and caps of the HTTP connections.
+    pub connections: ConnectionLimits,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -28,8 +30,25 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// Raise the soft open-file limit to the hard one: every connection is a file descriptor, and
+/// the connection cap is never more than the soft limit leaves room for.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(%error, "cannot raise the open-file limit");
+        }
+    }
+}
+
 /// Serve until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    raise_open_file_limit();
     let database_url = match &options.database_url {
         Some(url) => url.clone(),
         None => {
@@ -52,6 +71,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         // a test asks for it (`POST /v1/sweep`): a periodic sweep would expire leases at moments
         // no replay can control.
         sweep_interval: (!options.manual_clock).then_some(options.sweep_interval),
+        connections: options.connections,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;

@@ -134,7 +134,15 @@ impl IntoResponse for ApiError {
             verdict: self.rejected.then(|| "rejected".to_owned()),
             instruction: self.instruction.map(str::to_owned),
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of a stalled body may never come: the connection is not reused.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
 }
 

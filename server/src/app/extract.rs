@@ -2,9 +2,11 @@
 //! two kinds of authentication (a runner's bearer token, the operator token).
 
 use super::error::ApiError;
+use super::listen::BodyReadTimeout;
 use super::AppState;
 use crate::wire::TupleBody;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 use base64::Engine as _;
@@ -34,19 +36,34 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "the request body exceeds this route's limit",
-                )
-            } else {
-                ApiError::bad_request(rejection.body_text())
-            }
-        })?;
+        let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
         parse_json(&bytes).map(JsonBody)
     }
+}
+
+/// Why a body could not be read: too large (413), stalled past the read timeout (408), or
+/// malformed (400).
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(body_error)`
+fn body_error(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body exceeds this route's limit",
+        );
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&rejection);
+    while let Some(error) = cause {
+        if error.is::<BodyReadTimeout>() {
+            return ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body stalled past the server's read timeout",
+            );
+        }
+        cause = error.source();
+    }
+    ApiError::bad_request(rejection.body_text())
 }
 
 /// A JSON body: an object (docs/http.md), whose strings hold no NUL character (PostgreSQL text
@@ -145,17 +162,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "the request body exceeds this route's limit",
-                )
-            } else {
-                ApiError::bad_request(rejection.body_text())
-            }
-        })?;
+        let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJsonBody(T::default()));
         }

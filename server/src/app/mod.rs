@@ -6,6 +6,7 @@ mod error;
 mod extract;
 mod health;
 mod jobs;
+mod listen;
 mod projects;
 mod runner;
 mod targets;
@@ -16,6 +17,7 @@ pub use extract::{
     JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
     MAX_IDENTIFIER_BYTES,
 };
+pub use listen::ConnectionLimits;
 
 use crate::metrics::Metrics;
 use crate::source::Limits;
@@ -45,6 +47,8 @@ pub struct ServerConfig {
     pub max_payload_bytes: usize,
     /// Limits of a submitted source archive.
     pub source_limits: Limits,
+    /// Timeouts and caps of the HTTP connections (slow or hostile clients).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +59,7 @@ impl Default for ServerConfig {
             sweep_interval: Some(Duration::from_secs(1)),
             max_payload_bytes: 64 * 1024 * 1024,
             source_limits: Limits::default(),
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -339,13 +344,10 @@ pub async fn start(
     let app = router(state.clone(), config.max_payload_bytes);
     let addr = listener.local_addr()?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-    });
+    let limits = config.connections;
+    let task = tokio::spawn(listen::serve(listener, app, limits, async move {
+        let _ = rx.await;
+    }));
     let sweeper = config.sweep_interval.map(|interval| {
         let state = state.clone();
         tokio::spawn(async move {

@@ -1,0 +1,233 @@
+//! The HTTP listener: HTTP/1.1 connections with the limits a slow or hostile client needs
+//! (docs/http.md, "Connection limits").
+
+use super::error::ApiError;
+use axum::body::Bytes;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{BoxError, Router};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tower::ServiceExt as _;
+
+/// Timeouts and caps of the HTTP connections.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// How long a client may take to send a request's headers, from the connection's start or
+    /// the end of its previous answer: so also how long an idle keep-alive connection stays open.
+    pub header_read_timeout: Duration,
+    /// How long a request body may stall between two of its chunks.
+    pub body_read_timeout: Duration,
+    /// The longest one request may take, from its headers to its answer.
+    pub request_timeout: Duration,
+    /// The most connections open at once (further ones wait in the listen backlog); never more
+    /// than the process's open-file limit leaves room for.
+    pub max_connections: usize,
+    /// The most requests one connection carries; the last answer closes it.
+    pub max_requests_per_connection: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+            max_requests_per_connection: 1000,
+        }
+    }
+}
+
+/// The error of a request body that stalled past [`ConnectionLimits::body_read_timeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("the request body stalled past the read timeout")]
+pub(super) struct BodyReadTimeout;
+
+/// A request body that fails with [`BodyReadTimeout`] when no chunk arrives for `idle`.
+struct IdleTimeoutBody<B> {
+    inner: B,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleTimeoutBody<B> {
+    fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+impl<B> http_body::Body for IdleTimeoutBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.idle;
+                this.deadline.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyReadTimeout)))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The most connections the open-file limit leaves room for (a reserve for the database pool,
+/// logs and the listener), or `wanted` if that is fewer.
+fn connection_cap(wanted: usize) -> usize {
+    const RESERVE: u64 = 256;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    match limit {
+        Some(limit) => {
+            let room = usize::try_from(limit.saturating_sub(RESERVE)).unwrap_or(usize::MAX);
+            wanted.min(room.max(16))
+        }
+        None => wanted,
+    }
+}
+
+/// The answer to a request that ran past [`ConnectionLimits::request_timeout`].
+fn request_timeout_response() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "request_timeout",
+        "the request did not finish within the server's request timeout; its outcome is unknown",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves, then let the requests under way finish
+/// (for at most the request timeout).
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let cap = connection_cap(limits.max_connections.max(1));
+    let permits = Arc::new(Semaphore::new(cap));
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before it was accepted.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        connections.spawn(connection(
+            stream,
+            app.clone(),
+            limits,
+            closing_rx.clone(),
+            permit,
+        ));
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    closing_tx.send_replace(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(limits.request_timeout, drained).await;
+    connections.abort_all();
+    Ok(())
+}
+
+/// One connection: hyper's HTTP/1.1 with a header read timeout (which also ends an idle
+/// kept-alive connection), a body idle timeout, a request timeout and a request count.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    limits: ConnectionLimits,
+    mut closing: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let served = Arc::new(AtomicU64::new(0));
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let app = app.clone();
+        let count = served.fetch_add(1, Ordering::Relaxed) + 1;
+        async move {
+            let request = request.map(|body| IdleTimeoutBody::new(body, limits.body_read_timeout));
+            let answer = tokio::time::timeout(limits.request_timeout, app.oneshot(request)).await;
+            let mut response = match answer {
+                Ok(Ok(response)) => response,
+                Ok(Err(never)) => match never {},
+                Err(_) => request_timeout_response(),
+            };
+            if count >= limits.max_requests_per_connection {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection ended");
+            }
+            return;
+        }
+        _ = closing.wait_for(|closing| *closing) => conn.as_mut().graceful_shutdown(),
+    }
+    let _ = conn.await;
+}
