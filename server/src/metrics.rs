@@ -8,6 +8,15 @@ use std::time::Duration;
 
 const BUCKETS_SECONDS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 
+/// The label of an HTTP method: one of the standard methods, else `other`.
+fn method_label(method: &str) -> &'static str {
+    const KNOWN: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+    KNOWN
+        .into_iter()
+        .find(|known| *known == method)
+        .unwrap_or("other")
+}
+
 #[derive(Default)]
 struct Histogram {
     buckets: [u64; BUCKETS_SECONDS.len()],
@@ -62,8 +71,11 @@ impl Metrics {
         });
     }
 
-    /// One HTTP request.
+    /// One HTTP request. `route` must come from a bounded set (the router's matched paths, or
+    /// `unmatched`); `method` is reduced to one here: every label value of a series comes from
+    /// a bounded set, or a client could make `/metrics` grow without end.
     pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let method = method_label(method);
         self.with(|m| {
             *m.requests
                 .entry((method.into(), route.into(), status))
