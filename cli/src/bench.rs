@@ -77,12 +77,45 @@ struct SustainedArgs {
     lifecycle: bool,
 }
 
+/// Why the arguments cannot be measured (checked before any database is started).
+fn invalid(command: &BenchCommand) -> Option<String> {
+    let (concurrency, duration, rounds) = match command {
+        BenchCommand::Claims(a) => (a.concurrency, a.duration, a.rounds),
+        BenchCommand::Scaling(a) => (a.concurrency, a.duration, a.rounds),
+        BenchCommand::Sustained(a) => {
+            if !(a.interval.is_finite() && a.interval > 0.0 && a.interval <= a.duration) {
+                return Some(format!(
+                    "--interval must be more than 0 and at most --duration (got {})",
+                    a.interval
+                ));
+            }
+            (a.concurrency, a.duration, 1)
+        }
+    };
+    if !(duration.is_finite() && duration > 0.0) {
+        return Some(format!(
+            "--duration must be a number of seconds above 0 (got {duration})"
+        ));
+    }
+    if concurrency == 0 || rounds == 0 {
+        return Some("--concurrency and --rounds must be at least 1".into());
+    }
+    None
+}
+
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
+    if let Some(problem) = invalid(&args.command) {
+        eprintln!("error: {problem}");
+        return Ok(2);
+    }
     if let Some(url) = &args.database_url {
         // Set before any thread exists: the benchmark database module reads it.
         std::env::set_var("DATABASE_URL", url);
     }
     if fixture::uses_database_url() {
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            crate::db::probe_blocking(&url)?;
+        }
         eprintln!("leasewright bench: creating a fresh database on DATABASE_URL's server");
     } else {
         eprintln!(
@@ -107,7 +140,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 })
                 .await?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
+                    crate::output::print_json(&report)?;
                 } else {
                     print!("{}", report.table());
                 }
@@ -121,7 +154,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 })
                 .await?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
+                    crate::output::print_json(&report)?;
                 } else {
                     print!("{}", report.table());
                 }
@@ -146,7 +179,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 )
                 .await?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
+                    crate::output::print_json(&report)?;
                 } else {
                     println!("table settings:");
                     for (table, options) in &report.reloptions {

@@ -3,6 +3,7 @@
 
 use anyhow::Context as _;
 use clap::Args;
+use leasewright_conformance::junit;
 use leasewright_model::{describe, properties, trace, Config, LeaseModel, TargetKind, Variant};
 use serde_json::json;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -50,6 +51,10 @@ pub struct CheckArgs {
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// Write a JUnit XML report here: one test case per property (a violated `always` or an
+    /// unreached `sometimes` is a failure, with its counterexample).
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     /// Where counterexample traces (ITF JSON) are written.
     #[arg(long, default_value = "traces")]
     traces: PathBuf,
@@ -214,6 +219,9 @@ fn report<C: Checker<LeaseModel>>(
         }
     }
     let complete = !stopped_early;
+    if let Some(file) = &args.junit {
+        write_junit(file, &results, &counterexamples, elapsed)?;
+    }
     if args.json {
         let doc = json!({
             "config": config,
@@ -227,7 +235,7 @@ fn report<C: Checker<LeaseModel>>(
             "counterexamples": counterexamples,
             "ok": !failed,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::output::print_json(&doc)?;
     } else {
         let mut out = std::io::stdout().lock();
         writeln!(
@@ -294,6 +302,53 @@ fn report<C: Checker<LeaseModel>>(
         }
     }
     Ok(if failed { 1 } else { 0 })
+}
+
+/// One JUnit case per property; a property that did not hold or was not reached fails, with
+/// the counterexample that shows it.
+fn write_junit(
+    file: &std::path::Path,
+    results: &[serde_json::Value],
+    counterexamples: &[serde_json::Value],
+    elapsed: Duration,
+) -> anyhow::Result<()> {
+    let per_case = elapsed.as_secs_f64() / results.len().max(1) as f64;
+    let cases: Vec<junit::Case> = results
+        .iter()
+        .map(|r| {
+            let property = r["property"].as_str().unwrap_or("");
+            let verdict = r["verdict"].as_str().unwrap_or("");
+            let failure = (!matches!(verdict, "holds" | "reached")).then(|| {
+                let shown = counterexamples.iter().find(|c| {
+                    c["property"] == property
+                        || c["also"]
+                            .as_array()
+                            .is_some_and(|a| a.contains(&r["property"]))
+                });
+                let mut report = format!("{property}: {verdict}\n");
+                for step in shown
+                    .and_then(|c| c["steps"].as_array())
+                    .into_iter()
+                    .flatten()
+                {
+                    report.push_str(step.as_str().unwrap_or(""));
+                    report.push('\n');
+                }
+                if let Some(trace) = shown.and_then(|c| c["trace"].as_str()) {
+                    report.push_str(&format!("ITF trace: {trace}\n"));
+                }
+                report
+            });
+            junit::Case {
+                name: property.to_string(),
+                suite: r["kind"].as_str().unwrap_or("property").to_string(),
+                seconds: per_case,
+                failure,
+            }
+        })
+        .collect();
+    std::fs::write(file, junit::render_for("check", &cases))
+        .with_context(|| format!("writing {}", file.display()))
 }
 
 fn summary(c: &Config) -> String {

@@ -178,6 +178,13 @@ pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
     if let Some(dir) = &args.export {
         return Ok(export(&args, dir));
     }
+    // Before any database or server is reached.
+    if let Some(file) = &args.replay {
+        if let Err(error) = std::fs::metadata(file) {
+            eprintln!("error: cannot read {}: {error}", file.display());
+            return Ok(2);
+        }
+    }
     #[cfg(not(feature = "mutants"))]
     if args.mutants || args.mutant.is_some() {
         return rerun_with_mutants();
@@ -218,13 +225,16 @@ fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
         Ok(manifest) => {
             if args.json {
                 let summary = serde_json::json!({
-                    "schema_version": manifest["schema_version"],
+                    "manifest_version": manifest["schema_version"],
                     "directory": dir.display().to_string(),
                     "traces": manifest["traces"],
                     "steps": manifest["steps"],
                     "suites": manifest["suites"],
                 });
-                println!("{}", serde_json::to_string_pretty(&summary).expect("JSON"));
+                if let Err(error) = crate::output::print_json(&summary) {
+                    eprintln!("error: {error}");
+                    return 2;
+                }
             } else {
                 println!(
                     "exported {} traces ({} steps) to {}; manifest: {}",
@@ -423,7 +433,7 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
     };
     if args.json {
         let doc = summary.to_json(&driver.name());
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::output::print_json(&doc)?;
     } else {
         print!("{}", summary.render(&driver.heading()));
     }
@@ -629,7 +639,10 @@ async fn connect(
         .clone()
         .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
     let (url, guard) = match url {
-        Some(url) => (url, None),
+        Some(url) => {
+            crate::db::probe(&url).await?;
+            (url, None)
+        }
         None => {
             eprintln!(
                 "no --database-url or DATABASE_URL: starting a throwaway PostgreSQL cluster \

@@ -6,6 +6,8 @@ mod audit;
 mod bench;
 mod check;
 mod conform;
+mod db;
+mod output;
 mod runner;
 mod serve;
 mod stress;
@@ -41,16 +43,24 @@ enum Command {
     Audit(audit::AuditArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    let code = match Cli::parse().command {
-        Command::Check(args) => check::run(&args)?,
-        Command::Conform(args) => conform::run(args)?,
-        Command::Bench(args) => bench::run(args)?,
-        Command::Serve(args) => serve::run(args)?,
-        Command::Runner(args) => runner::run(args)?,
-        Command::Op(args) => serve::op(args)?,
-        Command::Stress(args) => stress::run(&args)?,
-        Command::Audit(args) => audit::run(&args)?,
+/// Exit codes, the same for every subcommand: 0 success; 1 a protocol violation or a divergence
+/// (each subcommand returns it itself); 2 bad arguments (clap's own exit code) or a setup failure:
+/// any error a subcommand does not turn into a verdict is one (a database or server that cannot
+/// be reached, a file that cannot be read or written).
+fn main() {
+    let result = match Cli::parse().command {
+        Command::Check(args) => check::run(&args),
+        Command::Conform(args) => conform::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Runner(args) => runner::run(args),
+        Command::Op(args) => serve::op(args),
+        Command::Stress(args) => stress::run(&args),
+        Command::Audit(args) => audit::run(&args),
     };
+    let code = result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        2
+    });
     std::process::exit(code);
 }

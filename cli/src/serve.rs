@@ -56,6 +56,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     if !(args.lease_ttl.is_finite() && args.lease_ttl > 0.0) {
         anyhow::bail!("--lease-ttl must be a positive number of seconds");
     }
+    if let Some(url) = &args.database_url {
+        crate::db::probe_blocking(url)?;
+    }
     let options = ServeOptions {
         database_url: args.database_url,
         listen: args.listen,

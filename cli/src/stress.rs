@@ -154,6 +154,9 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
                      PostgreSQL cluster (removed when this command exits)"
                 );
             }
+            if let Some(url) = &url {
+                crate::db::probe(url).await?;
+            }
             let db = leasewright_impl::database::TestDatabase::create_on(url.as_deref())
                 .await
                 .context("creating the stress database")?;
@@ -186,7 +189,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         };
         let summary = &outcome.summary;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(summary)?);
+            crate::output::print_json(summary)?;
         } else {
             println!("{}", summary.render(10));
         }

@@ -17,12 +17,17 @@ pub struct Case {
 
 /// Renders the cases as one `<testsuites>` document, one `<testsuite>` per suite.
 pub fn render(cases: &[Case]) -> String {
+    render_for("conform", cases)
+}
+
+/// [`render`] for the `leasewright` subcommand `command` (`conform`, `check`): the document's
+/// name and each case's class name (`command.suite`) say which command ran it.
+pub fn render_for(command: &str, cases: &[Case]) -> String {
     let mut suites: Vec<&str> = cases.iter().map(|c| c.suite.as_str()).collect();
     suites.sort_unstable();
     suites.dedup();
-    let mut out = String::from(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"leasewright conform\">\n",
-    );
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(out, "<testsuites name=\"leasewright {}\">", escape(command));
     for suite in suites {
         let in_suite: Vec<&Case> = cases.iter().filter(|c| c.suite == suite).collect();
         let failures = in_suite.iter().filter(|c| c.failure.is_some()).count();
@@ -36,7 +41,8 @@ pub fn render(cases: &[Case]) -> String {
         for case in in_suite {
             let _ = write!(
                 out,
-                "    <testcase classname=\"conform.{}\" name=\"{}\" time=\"{:.3}\"",
+                "    <testcase classname=\"{}.{}\" name=\"{}\" time=\"{:.3}\"",
+                escape(command),
                 escape(suite),
                 escape(&case.name),
                 case.seconds
@@ -47,8 +53,9 @@ pub fn render(cases: &[Case]) -> String {
                     let first = report.lines().next().unwrap_or("divergence");
                     let _ = writeln!(
                         out,
-                        ">\n      <failure message=\"{}\" type=\"divergence\">{}</failure>\n    </testcase>",
+                        ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>",
                         escape(first),
+                        if command == "check" { "violation" } else { "divergence" },
                         escape(report)
                     );
                 }

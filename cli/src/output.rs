@@ -1,0 +1,18 @@
+//! Output every subcommand shares.
+
+use serde::Serialize;
+
+/// The version of every `--json` document this command prints (`check`, `conform`, `stress`,
+/// `bench`): bumped when a field changes meaning or goes away, never when one is added. Each
+/// document carries it as `schema_version`.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Prints `value` as one pretty JSON document on stdout, with `schema_version` added.
+pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    let mut doc = serde_json::to_value(value)?;
+    if let serde_json::Value::Object(fields) = &mut doc {
+        fields.insert("schema_version".into(), SCHEMA_VERSION.into());
+    }
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}

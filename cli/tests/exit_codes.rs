@@ -1,0 +1,157 @@
+//! One exit-code contract for every subcommand: 0 success, 1 a protocol violation or a
+//! divergence, 2 bad arguments or a setup failure; arguments are checked before any database is
+//! started, a refused database connection is reported at once with its address (never its
+//! password), and every `--json` document carries `schema_version`.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn leasewright(args: &[&str]) -> (i32, String, String, Duration) {
+    let started = Instant::now();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("runs leasewright");
+    (
+        status.code().expect("an exit code"),
+        String::from_utf8(stdout).expect("utf-8"),
+        String::from_utf8(stderr).expect("utf-8"),
+        started.elapsed(),
+    )
+}
+
+/// Nothing listens here: connections are refused at once.
+const REFUSED_DB: &str = "postgres://postgres:s3cret@127.0.0.1:1/postgres";
+
+#[test]
+fn bad_arguments_are_exit_2_for_every_subcommand() {
+    for args in [
+        &["check", "--target", "sideways"][..],
+        &["conform", "--suite", "everything"],
+        &["conform", "--parallel", "0"],
+        &["bench", "claims", "--concurrency", "many"],
+        &["serve", "--listen", "not-an-address"],
+        &["serve", "--lease-ttl", "0", "--database-url", REFUSED_DB],
+        &["runner", "--server", "http://127.0.0.1:9"],
+        &["op", "project", "p"],
+        &["stress", "--runners", "0"],
+        &["no-such-command"],
+    ] {
+        let (code, _, err, _) = leasewright(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(!err.trim().is_empty(), "{args:?} says nothing");
+    }
+}
+
+#[test]
+fn arguments_are_checked_before_any_database_is_started() {
+    for args in [
+        &["conform", "--replay", "/nonexistent/trace.itf.json"][..],
+        &["bench", "claims", "--duration", "0"],
+        &["bench", "sustained", "--interval", "0"],
+    ] {
+        let (code, _, err, _) = leasewright(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            !err.contains("throwaway"),
+            "{args:?} started a cluster: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_refused_database_is_exit_2_at_once_with_its_address_and_without_its_password() {
+    for args in [
+        &[
+            "conform",
+            "--suite",
+            "scenarios",
+            "--database-url",
+            REFUSED_DB,
+        ][..],
+        &["serve", "--database-url", REFUSED_DB],
+        &["stress", "--ops", "10", "--database-url", REFUSED_DB],
+    ] {
+        let (code, _, err, took) = leasewright(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains("cannot connect to PostgreSQL at 127.0.0.1:1"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("s3cret"),
+            "{args:?} printed the password: {err}"
+        );
+        // A pool would retry for its 30 s acquire timeout.
+        assert!(took < Duration::from_secs(20), "{args:?} took {took:?}");
+    }
+}
+
+#[test]
+fn an_unreachable_server_is_exit_2() {
+    let (code, _, err, _) = leasewright(&[
+        "op",
+        "--server",
+        "http://127.0.0.1:9",
+        "--operator-token",
+        "t",
+        "project",
+        "p",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("127.0.0.1:9"), "{err}");
+}
+
+#[test]
+fn check_writes_junit_and_its_json_has_a_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().to_str().unwrap();
+    let junit = dir.path().join("check.xml");
+    let (code, out, err, _) = leasewright(&[
+        "check",
+        "--jobs",
+        "1",
+        "--ttl",
+        "2",
+        "--disconnects",
+        "--json",
+        "--traces",
+        traces,
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["schema_version"], 1);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let properties = doc["properties"].as_array().unwrap().len();
+    assert_eq!(xml.matches("<testcase ").count(), properties, "{xml}");
+    assert!(
+        xml.contains("<testsuites name=\"leasewright check\">"),
+        "{xml}"
+    );
+    assert!(!xml.contains("<failure"), "{xml}");
+
+    // A flawed variant: exit 1, and its violated property is a failure with the counterexample.
+    let (code, _, err, _) = leasewright(&[
+        "check",
+        "--variant",
+        "requeue-on-expiry",
+        "--traces",
+        traces,
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("type=\"violation\""), "{xml}");
+    assert!(xml.contains("ITF trace: "), "{xml}");
+    assert!(xml.contains("classname=\"check.always\""), "{xml}");
+}
