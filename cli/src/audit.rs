@@ -80,7 +80,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::output::print_json(&report)?;
     } else {
         print!("{}", report.render(&projects));
     }
