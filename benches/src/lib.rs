@@ -5,6 +5,8 @@ pub mod baseline;
 pub mod claims;
 pub mod contender;
 pub mod fixture;
+pub mod lifecycle;
 pub mod measure;
 pub mod scaling;
 pub mod vacuum;
+pub mod writes;

@@ -16,6 +16,9 @@ pub struct Round {
     pub latencies_us: Vec<u32>,
     /// Wall time of the round.
     pub elapsed: Duration,
+    /// WAL bytes the server wrote during the round (`pg_current_wal_lsn()` before and after;
+    /// cluster-wide: on a shared server it includes other databases' writes).
+    pub wal_bytes: u64,
 }
 
 /// The summary of one contender over all its rounds.
@@ -35,6 +38,8 @@ pub struct Summary {
     pub p50_us: u32,
     /// 99th percentile latency, microseconds.
     pub p99_us: u32,
+    /// WAL bytes written over all rounds.
+    pub wal_bytes: u64,
 }
 
 impl Summary {
@@ -42,6 +47,7 @@ impl Summary {
     pub fn of(name: &str, rounds: &[Round]) -> Summary {
         let ops: u64 = rounds.iter().map(|r| r.ops).sum();
         let empty: u64 = rounds.iter().map(|r| r.empty).sum();
+        let wal_bytes: u64 = rounds.iter().map(|r| r.wal_bytes).sum();
         let seconds: f64 = rounds.iter().map(|r| r.elapsed.as_secs_f64()).sum();
         let mut latencies: Vec<u32> = rounds
             .iter()
@@ -60,6 +66,7 @@ impl Summary {
             },
             p50_us: percentile(&latencies, 0.50),
             p99_us: percentile(&latencies, 0.99),
+            wal_bytes,
         }
     }
 }
@@ -169,12 +176,14 @@ mod tests {
                 empty: 1,
                 latencies_us: vec![10; 100],
                 elapsed: Duration::from_secs(1),
+                wal_bytes: 1000,
             },
             Round {
                 ops: 300,
                 empty: 0,
                 latencies_us: vec![30; 300],
                 elapsed: Duration::from_secs(1),
+                wal_bytes: 3000,
             },
         ];
         let s = Summary::of("x", &rounds);
@@ -182,5 +191,6 @@ mod tests {
         assert_eq!(s.empty, 1);
         assert!((s.per_second - 200.0).abs() < 1e-9);
         assert_eq!(s.p50_us, 30);
+        assert_eq!(s.wal_bytes, 4000);
     }
 }

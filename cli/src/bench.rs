@@ -1,7 +1,7 @@
 //! `leasewright bench`: measure the implementation against same-run baselines on PostgreSQL.
 //! The logic lives in the leasewright-benches crate; see docs/benchmarks.md.
 use clap::{Args, Subcommand};
-use leasewright_benches::{claims, fixture, scaling, vacuum};
+use leasewright_benches::{claims, fixture, lifecycle, scaling, vacuum, writes};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -21,6 +21,13 @@ enum BenchCommand {
     /// Claims per second and p50/p99 latency: the fenced claim, the bare SKIP LOCKED claim and
     /// the one-row commit rate, measured alternately (rounds of A B C), with the ratios.
     Claims(ClaimsArgs),
+    /// Whole jobs per second: claim -> result (and claim -> heartbeat -> result), in-process
+    /// and over HTTP, next to a typical PostgreSQL queue's claim -> complete, alternately, with
+    /// p50/p99, WAL bytes per job and the ratios.
+    Lifecycle(LifecycleArgs),
+    /// What one operation writes (WAL bytes, row versions, row locks, index entries per index),
+    /// counted over one worker's operations: the figures that do not depend on the machine.
+    Writes(WritesArgs),
     /// Claim throughput at several queue depths (one database each), measured alternately.
     Scaling(ScalingArgs),
     /// A sustained run: throughput per interval next to dead tuples and autovacuum counts.
@@ -44,6 +51,39 @@ struct ClaimsArgs {
     /// Rounds of A B C.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+}
+
+#[derive(Args)]
+struct LifecycleArgs {
+    /// Concurrent workers (each its own runner).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Measured seconds in all (split evenly over rounds and contenders).
+    #[arg(long, default_value_t = 30.0)]
+    duration: f64,
+    /// Jobs kept queued (at least) while jobs are measured.
+    #[arg(long, default_value_t = 10_000)]
+    queued: i64,
+    /// Rounds of the contenders.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Also measure claim -> heartbeat -> result.
+    #[arg(long)]
+    heartbeat: bool,
+    /// Also measure claim -> result over HTTP, against this many control planes (`serve`
+    /// replicas on the same database; the runners are spread evenly over them).
+    #[arg(long, value_name = "REPLICAS", num_args = 0..=1, default_missing_value = "1")]
+    http: Option<usize>,
+}
+
+#[derive(Args)]
+struct WritesArgs {
+    /// Operations of each kind.
+    #[arg(long, default_value_t = 1000)]
+    operations: usize,
+    /// The batch claim's K.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
 }
 
 #[derive(Args)]
@@ -128,7 +168,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     let json = args.json;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         match args.command {
             BenchCommand::Claims(a) => {
                 let report = claims::run(claims::Options {
@@ -141,6 +181,37 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 .await?;
                 if json {
                     crate::output::print_json(&report)?;
+                } else {
+                    print!("{}", report.table());
+                }
+            }
+            BenchCommand::Lifecycle(a) => {
+                if a.http == Some(0) {
+                    anyhow::bail!("--http takes at least 1 replica");
+                }
+                let report = lifecycle::run(lifecycle::Options {
+                    concurrency: a.concurrency,
+                    duration_seconds: a.duration,
+                    queued: a.queued,
+                    rounds: a.rounds,
+                    heartbeat: a.heartbeat,
+                    http_replicas: a.http.unwrap_or(0),
+                })
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.table());
+                }
+            }
+            BenchCommand::Writes(a) => {
+                let report = writes::run(writes::Options {
+                    operations: a.operations,
+                    batch: a.batch,
+                })
+                .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
                     print!("{}", report.table());
                 }
@@ -189,6 +260,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
             }
         }
         anyhow::Ok(())
-    })?;
-    Ok(0)
+    });
+    // A benchmark finds no violations: every failure is one of setup or of the database (no
+    // server binaries, too few connections, bad options), exit code 2.
+    match result {
+        Ok(()) => Ok(0),
+        Err(error) => {
+            eprintln!("leasewright bench: {error:#}");
+            Ok(2)
+        }
+    }
 }

@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub source_limits: Limits,
     /// Timeouts and caps of the HTTP connections (slow or hostile clients).
     pub connections: ConnectionLimits,
+    /// The size of the store's connection pool (what one replica may hold of the database's
+    /// `max_connections`).
+    pub max_connections: u32,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +63,7 @@ impl Default for ServerConfig {
             max_payload_bytes: 64 * 1024 * 1024,
             source_limits: Limits::default(),
             connections: ConnectionLimits::default(),
+            max_connections: leasewright_impl::StoreConfig::default().max_connections,
         }
     }
 }
@@ -324,6 +328,7 @@ pub async fn start(
         clock,
         leasewright_impl::StoreConfig {
             lease_ttl,
+            max_connections: config.max_connections,
             ..Default::default()
         },
     )
