@@ -121,6 +121,13 @@ struct SustainedArgs {
 fn invalid(command: &BenchCommand) -> Option<String> {
     let (concurrency, duration, rounds) = match command {
         BenchCommand::Claims(a) => (a.concurrency, a.duration, a.rounds),
+        BenchCommand::Lifecycle(a) => (a.concurrency, a.duration, a.rounds),
+        BenchCommand::Writes(a) => {
+            if a.operations == 0 || a.batch == 0 {
+                return Some("--operations and --batch must be at least 1".into());
+            }
+            return None;
+        }
         BenchCommand::Scaling(a) => (a.concurrency, a.duration, a.rounds),
         BenchCommand::Sustained(a) => {
             if !(a.interval.is_finite() && a.interval > 0.0 && a.interval <= a.duration) {
