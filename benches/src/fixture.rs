@@ -194,10 +194,10 @@ impl Fixture {
 
     /// Bulk-loads `n` queued jobs, each with its own target slot, in one statement.
     ///
-    /// Benchmark setup knows the implementation's schema (impl/migrations/0001_protocol.sql,
-    /// table `jobs`): a million jobs submitted one `submit_job` at a time would take minutes. The
-    /// rows are exactly what `job_insert` writes: `queued`, fence 0, no attempt, an `unfenced`
-    /// target of their own.
+    /// Benchmark setup knows the implementation's schema (impl/migrations, tables `jobs` and
+    /// `target_slots`): a million jobs submitted one `submit_job` at a time would take minutes.
+    /// The rows are exactly what `job_insert` writes: `queued`, fence 0, no attempt, an
+    /// `unfenced` target slot of their own (registered in `target_slots`).
     pub async fn load_queued(&self, n: i64) -> Result<(), BenchError> {
         if n <= 0 {
             return Ok(());
@@ -211,12 +211,16 @@ impl Fixture {
              SELECT id, 'bench-blob', '{}' FROM loaded"
         };
         sqlx::query(&format!(
-            "WITH loaded AS (
+            "WITH new AS (
+               SELECT gen_random_uuid() AS id, 'bench-' || gen_random_uuid() AS target
+               FROM generate_series(1, $2)),
+             slots AS (
+               INSERT INTO target_slots (slot, kind) SELECT target, 'unfenced' FROM new),
+             loaded AS (
                INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest,
                                  command, target, target_kind)
-               SELECT gen_random_uuid(), $1, now(), 'bench-revision', 'bench-digest', 'true',
-                      'bench-' || gen_random_uuid(), 'unfenced'
-               FROM generate_series(1, $2)
+               SELECT id, $1, now(), 'bench-revision', 'bench-digest', 'true', target, 'unfenced'
+               FROM new
                RETURNING id)
              {then}"
         ))
@@ -337,17 +341,19 @@ impl Fixture {
 }
 
 /// The tables setup loads.
-const LOADED_TABLES: [&str; 3] = [
+const LOADED_TABLES: [&str; 4] = [
     "jobs",
+    "target_slots",
     "leasewright_bench.bare_queue",
     "leasewright_bench.commit_rate",
 ];
 
 /// The tables the measured operations write.
-const CLAIM_TABLES: [&str; 6] = [
+const CLAIM_TABLES: [&str; 7] = [
     "jobs",
     "attempts",
     "target_reservations",
+    "target_slots",
     "observations",
     "leasewright_bench.bare_queue",
     "leasewright_bench.commit_rate",

@@ -904,16 +904,20 @@ async fn a_fenced_target_refuses_a_disconnected_worker_at_fence_10_once_fence_11
     assert_eq!((body.state.as_str(), body.fence), ("passed", 11));
     let slot = job_id.to_string();
     let target = f.operator.target(&slot).await.unwrap();
-    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+    assert_eq!(
+        (target.highest_slot_token, target.applied_count),
+        (Some(11), 1)
+    );
 
-    // The disconnected worker's deployment goes ahead with fence 10: refused by the target.
+    // The disconnected worker's deployment goes ahead with slot token 10 (only this job ever
+    // reserved its slot, so its tokens are its fences): refused by the target.
     std::fs::write(&go, "").unwrap();
     let pool = server.store().pool();
     let (verdict, reason): (String, Option<String>) = eventually(
-        "the fence 10 mutation reached the target",
+        "the slot token 10 mutation reached the target",
         Duration::from_secs(30),
         || async {
-            sqlx::query_as("SELECT verdict, reason FROM target_mutations WHERE fence = 10")
+            sqlx::query_as("SELECT verdict, reason FROM target_mutations WHERE slot_token = 10")
                 .fetch_optional(pool)
                 .await
                 .unwrap()
@@ -925,7 +929,10 @@ async fn a_fenced_target_refuses_a_disconnected_worker_at_fence_10_once_fence_11
         ("rejected", Some("stale_fence"))
     );
     let target = f.operator.target(&slot).await.unwrap();
-    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+    assert_eq!(
+        (target.highest_slot_token, target.applied_count),
+        (Some(11), 1)
+    );
 
     // Back in contact, the worker is told to stop; its report is kept, the outcome is not touched.
     proxy.restore();

@@ -287,6 +287,7 @@ impl Driver for HttpDriver {
             clients,
             jobs,
             attempts: Vec::new(),
+            slot_tokens: Vec::new(),
             leases: BTreeMap::new(),
             slots,
             target_kind: config.target,
@@ -324,6 +325,9 @@ pub struct HttpSession {
     jobs: Vec<Uuid>,
     /// Model attempt index → attempt.
     attempts: Vec<Uuid>,
+    /// Model attempt index → the slot token its lease carries, which its target mutations carry
+    /// (docs/protocol.md §8.3).
+    slot_tokens: Vec<i64>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, Uuid>,
     /// Model job index → its target slot.
@@ -399,11 +403,15 @@ impl HttpSession {
             ),
             MessageKind::TargetMutation => {
                 let slot = &self.slots[m.job as usize];
+                let slot_token = *self
+                    .slot_tokens
+                    .get(m.attempt as usize)
+                    .ok_or_else(|| unmappable(format!("attempt {}", m.attempt)))?;
                 let body = DeployRequest {
                     kind: self.target_kind.as_str().into(),
                     job: tuple.job,
                     attempt: tuple.attempt,
-                    fence: tuple.fence,
+                    slot_token,
                     deployment_id: tuple.job.to_string(),
                 };
                 answer(
@@ -550,6 +558,7 @@ impl Session for HttpSession {
                         ));
                     };
                     self.attempts.push(lease.attempt);
+                    self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.lease_id);
                 }
                 Some(answer(result, |r| &r.verdict)?)
@@ -675,7 +684,7 @@ impl Session for HttpSession {
                 let mut all = Vec::with_capacity(this.slots.len());
                 for slot in &this.slots {
                     all.push(match this.operator.target(slot).await {
-                        Ok(state) => (state.applied_count, state.highest_fence.unwrap_or(0)),
+                        Ok(state) => (state.applied_count, state.highest_slot_token.unwrap_or(0)),
                         // A slot no mutation has reached yet.
                         Err(CallError::Http { status: 404, .. }) => (0, 0),
                         Err(error) => return Err(failed(error)),

@@ -163,6 +163,7 @@ impl Driver for PgDriver {
             runners,
             jobs,
             attempts: Vec::new(),
+            slot_tokens: Vec::new(),
             leases: BTreeMap::new(),
             targets,
             target_kind: config.target,
@@ -185,6 +186,9 @@ pub struct PgSession {
     jobs: Vec<imp::JobId>,
     /// Model attempt index → attempt.
     attempts: Vec<imp::AttemptId>,
+    /// Model attempt index → the slot token its claim issued, which its target mutations carry
+    /// (docs/protocol.md §8.3), as a runner carries the one of its lease.
+    slot_tokens: Vec<i64>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, imp::LeaseId>,
     targets: Vec<imp::DemoTarget>,
@@ -269,10 +273,14 @@ impl PgSession {
                     .verdict(),
             ),
             MessageKind::TargetMutation => {
+                let slot_token = *self
+                    .slot_tokens
+                    .get(m.attempt as usize)
+                    .ok_or_else(|| unmappable(format!("attempt {}", m.attempt)))?;
                 let mutation = imp::TargetMutation {
                     job: tuple.job,
                     attempt: tuple.attempt,
-                    fence: tuple.fence,
+                    slot_token,
                     deployment_id: tuple.job.to_string(),
                 };
                 let target = &self.targets[m.job as usize];
@@ -304,6 +312,7 @@ impl Session for PgSession {
                         ));
                     };
                     self.attempts.push(lease.tuple.attempt);
+                    self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.tuple.lease_id);
                 }
                 Some(observed(&verdict.without_value()))
@@ -460,7 +469,7 @@ impl Session for PgSession {
             let cap = i64::from(crate::driver::applied_cap(self.target_kind));
             targets.push(TargetProjection {
                 applied: state.applied_count.clamp(0, cap) as u8,
-                highest_fence: state.highest_fence.unwrap_or(0).clamp(0, 255) as u8,
+                highest_fence: state.highest_slot_token.unwrap_or(0).clamp(0, 255) as u8,
             });
         }
         let observation = match self.recorded.as_slice() {

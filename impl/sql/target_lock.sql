@@ -1,3 +1,3 @@
 -- name: target_lock
 -- $1 slot
-SELECT kind, highest_fence, applied_count FROM targets WHERE slot = $1 FOR UPDATE
+SELECT kind, highest_slot_token, applied_count FROM targets WHERE slot = $1 FOR UPDATE

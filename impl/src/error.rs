@@ -19,6 +19,10 @@ pub enum Error {
     /// The project named does not exist.
     #[error("unknown project")]
     UnknownProject,
+    /// A job named a target slot that is registered with another kind
+    /// (`jobs_target_kind_is_the_slots`, docs/protocol.md §8.1: a slot has one kind).
+    #[error("the target slot exists with another kind")]
+    TargetKindMismatch,
     /// A named constraint of the schema refused a write: a bug in a rule, never a runner's fault.
     #[error("constraint violated: {constraint}")]
     Constraint {
@@ -44,6 +48,7 @@ impl From<sqlx::Error> for Error {
                     "runners_name_unique_per_project" => Error::RunnerNameTaken,
                     "runners_project_id_fkey" => Error::UnknownProject,
                     "jobs_project_id_fkey" => Error::UnknownProject,
+                    "jobs_target_kind_is_the_slots" => Error::TargetKindMismatch,
                     _ => Error::Constraint { constraint },
                 };
             }

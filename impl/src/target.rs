@@ -1,6 +1,7 @@
 //! Deployment targets (docs/protocol.md §8). The control plane's tuple is deliberately NOT
-//! checked here: a target applies only its own rule. The control plane's protection is the job's
-//! target reservation, held from claim until a reconciliation or a committed outcome.
+//! checked here: a target applies only its own rule, over the slot token a mutation carries (never
+//! a job fence: job fences of different jobs are not comparable). The control plane's protection
+//! is the slot's reservation, held from claim until a reconciliation or a committed outcome.
 
 use crate::clock::Clock;
 use crate::error::Error;
@@ -16,7 +17,8 @@ use std::sync::Arc;
 pub struct TargetMutation {
     pub job: JobId,
     pub attempt: AttemptId,
-    pub fence: i64,
+    /// The slot token of the attempt's reservation of the slot ([`crate::Lease::slot_token`]).
+    pub slot_token: i64,
     /// The deployment's durable identity (the job, in docs/protocol.md §8).
     pub deployment_id: String,
 }
@@ -38,8 +40,8 @@ pub trait TargetAdapter: Send + Sync {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetState {
     pub kind: TargetKind,
-    /// The highest fence applied (`fenced` only).
-    pub highest_fence: Option<i64>,
+    /// The highest slot token applied (`fenced` only).
+    pub highest_slot_token: Option<i64>,
     /// How many mutations were applied.
     pub applied_count: i64,
 }
@@ -106,7 +108,7 @@ impl DemoTarget {
             kind: TargetKind::from_code(kind).ok_or(Error::Invariant(
                 "a target kind in the database is not the spec's",
             ))?,
-            highest_fence: row.try_get("highest_fence")?,
+            highest_slot_token: row.try_get("highest_slot_token")?,
             applied_count: row.try_get("applied_count")?,
         })
     }
@@ -119,7 +121,7 @@ impl DemoTarget {
             TargetKind::Fenced => {
                 let applied = sqlx::query(sql::TARGET_FENCED_APPLY_IF_NOT_STALE.issue())
                     .bind(&self.slot)
-                    .bind(mutation.fence)
+                    .bind(mutation.slot_token)
                     .fetch_optional(&mut *tx)
                     .await?;
                 if applied.is_some() {
@@ -157,7 +159,7 @@ impl DemoTarget {
             .bind(&self.slot)
             .bind(mutation.job.0)
             .bind(mutation.attempt.0)
-            .bind(mutation.fence)
+            .bind(mutation.slot_token)
             .bind(&mutation.deployment_id)
             .bind(verdict.as_str())
             .bind(verdict.reason().map(Reason::as_str))

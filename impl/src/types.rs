@@ -372,6 +372,10 @@ impl NewJob {
 pub struct Lease {
     pub tuple: Tuple,
     pub lease_expiry: DateTime<Utc>,
+    /// The slot token the claim issued for the job's target slot (docs/protocol.md §8.3): carried
+    /// on every target mutation of the attempt. Not a fence: it orders the reservations of one
+    /// slot, whatever job or project held them.
+    pub slot_token: i64,
     pub source_revision: String,
     pub source_digest: String,
     pub command: String,
@@ -443,6 +447,8 @@ pub struct AttemptView {
     pub runner: RunnerId,
     pub lease_id: LeaseId,
     pub fence: i64,
+    /// The slot token the attempt's claim issued (docs/protocol.md §8.3).
+    pub slot_token: i64,
     pub state: AttemptState,
     pub lease_expiry: DateTime<Utc>,
     pub outcome: Option<Outcome>,

@@ -31,6 +31,21 @@ mod scenarios {
     async fn a_fenced_target_refuses_a_stale_fence_and_an_unfenced_one_stays_reserved() {
         run(|w| Box::pin(checks::target_boundary(w))).await;
     }
+
+    #[tokio::test]
+    async fn a_slot_reserved_by_an_uncertain_job_of_one_project_blocks_claims_of_every_project() {
+        run(|w| Box::pin(checks::shared_slot_reserved(w))).await;
+    }
+
+    #[tokio::test]
+    async fn a_cut_off_workers_stale_slot_token_is_refused_after_another_projects_job_deployed() {
+        run(|w| Box::pin(checks::shared_slot_stale_token(w))).await;
+    }
+
+    #[tokio::test]
+    async fn the_next_job_on_a_fenced_slot_deploys_with_the_next_slot_token_whatever_its_fence() {
+        run(|w| Box::pin(checks::shared_slot_next_job(w))).await;
+    }
 }
 
 mod rules {
@@ -236,6 +251,98 @@ mod concurrency {
         assert_eq!(distinct.len(), 8, "every target is in use");
     }
 
+    #[tokio::test]
+    async fn a_batch_claim_takes_at_most_one_job_per_slot() {
+        run(|w| Box::pin(checks::batch_claim_one_per_slot(w))).await;
+    }
+
+    /// Slots are global (docs/protocol.md §8.2): claimers of two projects whose jobs share a few
+    /// slots race in rounds. In every round each slot is reserved exactly once (never twice, never
+    /// by two projects at once), its token is the round number (tokens strictly increase over
+    /// every reservation of the slot, whatever project held it), and a result releases it for the
+    /// next round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_claimers_of_two_projects_sharing_slots_never_get_two_reservations_of_one_slot(
+    ) {
+        const SLOTS: usize = 5;
+        const ROUNDS: i64 = 4;
+        let w = World::with_store(|store| store, 24).await;
+        let mut slot_of = std::collections::HashMap::new();
+        for i in 0..(SLOTS * ROUNDS as usize * 3) {
+            let project = if i % 2 == 0 {
+                w.project
+            } else {
+                w.other_project
+            };
+            let slot = format!("shared-{}", i % SLOTS);
+            let job = NewJob {
+                target: Some(slot.clone()),
+                ..NewJob::new("r", "d", "deploy")
+            };
+            slot_of.insert(
+                w.store.submit_job(project, job).await.expect("submit"),
+                slot,
+            );
+        }
+        let runners = [w.runner, w.second_runner, w.other_runner];
+        for round in 1..=ROUNDS {
+            let mut claimers = Vec::new();
+            for i in 0..12 {
+                let store = w.store.clone();
+                let runner = runners[i % runners.len()];
+                claimers.push(tokio::spawn(async move {
+                    match store.claim_batch(runner, 2, None).await.expect("no error") {
+                        Verdict::Accepted(leases) => leases,
+                        Verdict::Rejected(Reason::NoQueuedJob) => Vec::new(),
+                        other => panic!("claim: {other:?}"),
+                    }
+                }));
+            }
+            let mut claimed = Vec::new();
+            for claimer in claimers {
+                claimed.extend(claimer.await.expect("claimer"));
+            }
+            // Top up what was skipped while another claim was reserving a slot.
+            for runner in runners {
+                while let Verdict::Accepted(leases) =
+                    w.store.claim_batch(runner, 8, None).await.expect("claim")
+                {
+                    claimed.extend(leases);
+                }
+            }
+            let mut slots: Vec<&String> = claimed.iter().map(|l| &slot_of[&l.tuple.job]).collect();
+            slots.sort();
+            let distinct: HashSet<_> = slots.iter().collect();
+            assert_eq!(
+                slots.len(),
+                distinct.len(),
+                "round {round}: one holder per slot: {slots:?}"
+            );
+            assert_eq!(
+                distinct.len(),
+                SLOTS,
+                "round {round}: every slot is reserved"
+            );
+            assert!(
+                claimed.iter().all(|lease| lease.slot_token == round),
+                "round {round}: every slot's token is the round: {:?}",
+                claimed.iter().map(|l| l.slot_token).collect::<Vec<_>>()
+            );
+            for lease in &claimed {
+                let verdict = w
+                    .store
+                    .report_result(&lease.tuple, Outcome::Passed, "d", None)
+                    .await
+                    .expect("result");
+                assert_eq!(
+                    verdict,
+                    Verdict::Accepted(()),
+                    "the result releases the slot"
+                );
+            }
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn racing_heartbeats_results_sweeps_cancels_and_reconciles_keep_every_invariant() {
         let w = World::with_store(|store| store, 24).await;
@@ -406,6 +513,11 @@ mod setup {
     }
 
     #[tokio::test]
+    async fn a_job_naming_a_slot_registered_with_another_kind_is_refused_at_submission() {
+        run(|w| Box::pin(checks::slot_kind_mismatch(w))).await;
+    }
+
+    #[tokio::test]
     async fn an_unknown_runner_cannot_claim_and_names_are_unique() {
         let w = World::new().await;
         assert_eq!(
@@ -441,9 +553,10 @@ mod setup {
         );
         let lease = w.claim().await.expect("claim");
         let error = sqlx::query(
-            "INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, lease_expiry, \
-             claimed_at) SELECT gen_random_uuid(), job_id, project_id, runner_id, gen_random_uuid(), \
-             fence + 1, lease_expiry, claimed_at FROM attempts WHERE id = $1",
+            "INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, slot_token, \
+             lease_expiry, claimed_at) SELECT gen_random_uuid(), job_id, project_id, runner_id, \
+             gen_random_uuid(), fence + 1, slot_token + 1, lease_expiry, claimed_at FROM attempts \
+             WHERE id = $1",
         )
         .bind(lease.tuple.attempt.0)
         .execute(w.store.pool())

@@ -442,7 +442,7 @@ fn deploy_json(lease: &LeaseBody) -> String {
         "kind": lease.target_kind,
         "job": lease.job,
         "attempt": lease.attempt,
-        "fence": lease.fence,
+        "slot_token": lease.slot_token,
         "deployment_id": lease.job.to_string(),
     })
     .to_string()
@@ -482,8 +482,14 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     let heartbeat = tokio::spawn(heartbeats(ctx.clone(), interval, done_rx));
 
     sink.line(&format!(
-        "job {} attempt {} fence {} source {} ({})",
-        lease.job, lease.attempt, lease.fence, lease.source_digest, lease.source_revision
+        "job {} attempt {} fence {} slot {} token {} source {} ({})",
+        lease.job,
+        lease.attempt,
+        lease.fence,
+        lease.target,
+        lease.slot_token,
+        lease.source_digest,
+        lease.source_revision
     ));
     let mut exit_code: Option<i32> = None;
     let prepared = match std::fs::create_dir_all(&job_dir) {
@@ -514,6 +520,7 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
                 .env("LEASEWRIGHT_WORKSPACE", &src)
                 .env("LEASEWRIGHT_TARGET", &lease.target)
                 .env("LEASEWRIGHT_TARGET_KIND", &lease.target_kind)
+                .env("LEASEWRIGHT_SLOT_TOKEN", lease.slot_token.to_string())
                 .env(
                     "LEASEWRIGHT_TARGET_URL",
                     format!(

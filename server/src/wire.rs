@@ -47,6 +47,9 @@ pub struct LeaseBody {
     pub artifacts: Vec<String>,
     pub target: String,
     pub target_kind: String,
+    /// The slot token the claim issued for `target` (docs/protocol.md §8.3): carried on every
+    /// target mutation of this attempt. The fence stays the authority for control-plane messages.
+    pub slot_token: i64,
 }
 
 impl LeaseBody {
@@ -143,7 +146,9 @@ pub struct DeployRequest {
     pub kind: String,
     pub job: Uuid,
     pub attempt: Uuid,
-    pub fence: i64,
+    /// The slot token of the attempt's reservation ([`LeaseBody::slot_token`]); a fenced target
+    /// compares it, never a job fence (docs/protocol.md §8.4).
+    pub slot_token: i64,
     pub deployment_id: String,
 }
 
@@ -152,7 +157,7 @@ pub struct DeployRequest {
 pub struct TargetBody {
     pub slot: String,
     pub kind: String,
-    pub highest_fence: Option<i64>,
+    pub highest_slot_token: Option<i64>,
     pub applied_count: i64,
 }
 
@@ -290,6 +295,7 @@ pub struct AttemptBody {
     pub runner: Uuid,
     pub lease_id: Uuid,
     pub fence: i64,
+    pub slot_token: i64,
     pub state: String,
     pub lease_expiry: DateTime<Utc>,
     pub outcome: Option<String>,

@@ -439,7 +439,7 @@ fn valid_body(w: &World, route: &Route) -> Value {
         BodyKind::Get => with(t1, &json!({"name": "out.txt"})),
         BodyKind::Result => with(t1, &json!({"outcome": "passed", "result_digest": "d"})),
         BodyKind::Deploy => json!({"kind": "idempotent", "job": w.l2.job, "attempt": w.l2.attempt,
-                                   "fence": w.l2.fence, "deployment_id": "fresh"}),
+                                   "slot_token": w.l2.slot_token, "deployment_id": "fresh"}),
         BodyKind::Name => json!({"name": "fresh"}),
         BodyKind::Submit => serde_json::to_value(submit_request(None, "unfenced")).unwrap(),
         BodyKind::Empty | BodyKind::Sweep => json!({}),
@@ -561,7 +561,7 @@ fn specs(route: &Route) -> Vec<Spec> {
             spec("kind", Field::Enum(KINDS), true),
             spec("job", Field::Uuid, true),
             spec("attempt", Field::Uuid, true),
-            spec("fence", Field::Int, true),
+            spec("slot_token", Field::Int, true),
             spec("deployment_id", Field::Ident, true),
         ],
         BodyKind::Name => vec![spec("name", Field::Name, true)],
@@ -1280,7 +1280,7 @@ fn numbers(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Case>>
                 })
                 .boxed(),
         ),
-        // An attempt's fence is at least 1: the demo target refuses the rest.
+        // A slot token is at least 1: the demo target refuses the rest.
         BodyKind::Deploy => Some(
             (any::<bool>(), i64::MIN..=0i64, overflowing())
                 .prop_map(move |(small, n, big)| {
@@ -1289,7 +1289,7 @@ fn numbers(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Case>>
                         "numbers",
                         &wc,
                         route,
-                        with_raw(&set(valid.clone(), "fence", json!(RAW)), &value),
+                        with_raw(&set(valid.clone(), "slot_token", json!(RAW)), &value),
                     )
                 })
                 .boxed(),
@@ -1844,7 +1844,7 @@ fn a_replayed_request_is_acknowledged_or_refused_and_changes_nothing() {
                 token: None,
                 body: Some(
                     serde_json::to_vec(&json!({"kind": "idempotent", "job": w.l2.job,
-                        "attempt": w.l2.attempt, "fence": w.l2.fence, "deployment_id": "d2"}))
+                        "attempt": w.l2.attempt, "slot_token": w.l2.slot_token, "deployment_id": "d2"}))
                     .unwrap(),
                 ),
             },

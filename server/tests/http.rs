@@ -302,7 +302,8 @@ async fn an_expired_lease_makes_the_job_uncertain_and_only_a_reconciliation_requ
 }
 
 #[tokio::test]
-async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_stays_reserved() {
+async fn a_fenced_target_refuses_slot_token_10_after_slot_token_11_and_an_unfenced_target_stays_reserved(
+) {
     let (_db, server) = start(true).await;
     let f = fixture(&server).await;
     let deploy = |lease: &LeaseBody, kind: &str| {
@@ -310,7 +311,7 @@ async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_
             "kind": kind,
             "job": lease.job,
             "attempt": lease.attempt,
-            "fence": lease.fence,
+            "slot_token": lease.slot_token,
             "deployment_id": lease.job.to_string(),
         })
     };
@@ -340,6 +341,8 @@ async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_
             .unwrap();
     };
     let stale = stale.unwrap();
+    // Only this job ever reserved `prod`: its slot tokens are its fences.
+    assert_eq!((stale.slot_token, current.slot_token), (10, 11));
     let (status, answer) = post(
         &server,
         None,
@@ -363,7 +366,10 @@ async fn a_fenced_target_refuses_fence_10_after_fence_11_and_an_unfenced_target_
         (409, Some("stale_fence"))
     );
     let target = f.operator.target("prod").await.unwrap();
-    assert_eq!((target.highest_fence, target.applied_count), (Some(11), 1));
+    assert_eq!(
+        (target.highest_slot_token, target.applied_count),
+        (Some(11), 1)
+    );
     // The control plane tells the stale worker the same: it is not current.
     let error = f.runner.heartbeat(&stale.tuple(None)).await.unwrap_err();
     assert_eq!(error.rejection(), Some("not_current"));

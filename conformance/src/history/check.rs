@@ -1824,6 +1824,8 @@ mod tests {
                 runner: self.runner,
                 lease_id: tuple.lease_id,
                 fence,
+                // The job's own slot: every reservation of it is a claim of this job.
+                slot_token: fence,
                 state,
                 lease_expiry: at(expiry),
                 outcome,

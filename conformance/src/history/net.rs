@@ -187,6 +187,7 @@ impl HttpApi {
                         fence: lease.fence,
                     },
                     lease_expiry: lease.lease_expiry,
+                    slot_token: lease.slot_token,
                     source_revision: lease.source_revision,
                     source_digest: lease.source_digest,
                     command: lease.command,

@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 impl Store {
     /// Rule R1 `claim`: the earliest-submitted queued job of the runner's project whose target
-    /// is free, under a new attempt with `fence = job.fence + 1`.
+    /// slot is free (reserved by no job of any project), under a new attempt with
+    /// `fence = job.fence + 1`; the claim reserves the slot and issues the attempt's slot token.
     pub async fn claim(
         &self,
         runner: RunnerId,
@@ -26,8 +27,8 @@ impl Store {
         })
     }
 
-    /// Rule R1 `claim`, batched: up to `k` jobs in one transaction. Rejected `no_queued_job`
-    /// when not even one job could be claimed.
+    /// Rule R1 `claim`, batched: up to `k` jobs in one transaction, at most one per target slot.
+    /// Rejected `no_queued_job` when not even one job could be claimed.
     pub async fn claim_batch(
         &self,
         runner: RunnerId,
@@ -60,7 +61,7 @@ impl Store {
             let job: Uuid = picked.try_get("id")?;
             let target: String = picked.try_get("target")?;
             let attempt = AttemptId::new_random();
-            let reserved = sqlx::query(self.sql(sql::TARGET_RESERVE_IF_FREE))
+            let slot_token: Option<i64> = sqlx::query_scalar(self.sql(sql::TARGET_RESERVE_IF_FREE))
                 .bind(project.0)
                 .bind(&target)
                 .bind(job)
@@ -68,10 +69,10 @@ impl Store {
                 .bind(now)
                 .fetch_optional(&mut *tx)
                 .await?;
-            if reserved.is_none() {
+            let Some(slot_token) = slot_token else {
                 skipped.push(job);
                 continue;
-            }
+            };
             let started = sqlx::query(self.sql(sql::JOB_START_IF_QUEUED))
                 .bind(job)
                 .bind(attempt.0)
@@ -90,6 +91,7 @@ impl Store {
                 .bind(fence)
                 .bind(lease_expiry)
                 .bind(now)
+                .bind(slot_token)
                 .execute(&mut *tx)
                 .await?;
             leases.push(Lease {
@@ -101,6 +103,7 @@ impl Store {
                     fence,
                 },
                 lease_expiry,
+                slot_token,
                 source_revision: started.try_get("source_revision")?,
                 source_digest: started.try_get("source_digest")?,
                 command: started.try_get("command")?,

@@ -159,6 +159,7 @@ fn attempt_view(row: &PgRow) -> Result<AttemptView, Error> {
         runner: RunnerId(row.try_get("runner_id")?),
         lease_id: LeaseId(row.try_get("lease_id")?),
         fence: row.try_get("fence")?,
+        slot_token: row.try_get("slot_token")?,
         state: parse(row.try_get("state")?, AttemptState::from_code)?,
         lease_expiry: row.try_get("lease_expiry")?,
         outcome: match row.try_get::<Option<&str>, _>("outcome")? {

@@ -33,6 +33,19 @@ pub const ALL: &[(&str, CheckFn)] = &[
     ("reconnect", |w| Box::pin(reconnect(w))),
     ("target_boundary", |w| Box::pin(target_boundary(w))),
     ("side_effect_rules", |w| Box::pin(side_effect_rules(w))),
+    ("shared_slot_reserved", |w| {
+        Box::pin(shared_slot_reserved(w))
+    }),
+    ("shared_slot_stale_token", |w| {
+        Box::pin(shared_slot_stale_token(w))
+    }),
+    ("shared_slot_next_job", |w| {
+        Box::pin(shared_slot_next_job(w))
+    }),
+    ("slot_kind_mismatch", |w| Box::pin(slot_kind_mismatch(w))),
+    ("batch_claim_one_per_slot", |w| {
+        Box::pin(batch_claim_one_per_slot(w))
+    }),
 ];
 
 fn rejected<T>(reason: Reason) -> Verdict<T> {
@@ -1250,7 +1263,8 @@ pub async fn rejoin_answers(w: World) -> Check {
 /// attempt has started.
 pub async fn reconnect(w: World) -> Check {
     let job = w.submit().await?;
-    let t = w.claim().await?.tuple;
+    let lease = w.claim().await?;
+    let t = lease.tuple;
     let target = w
         .store
         .demo_target(TargetKind::Unfenced, &job.to_string())
@@ -1258,7 +1272,7 @@ pub async fn reconnect(w: World) -> Check {
     let mutation = TargetMutation {
         job,
         attempt: t.attempt,
-        fence: t.fence,
+        slot_token: lease.slot_token,
         deployment_id: job.to_string(),
     };
     ensure_eq!(
@@ -1316,32 +1330,38 @@ pub async fn target_boundary(w: World) -> Check {
         w.claim().await?;
         w.lose_and_retry(job).await?;
     }
-    let a10 = w.claim().await?.tuple;
+    let a10 = w.claim().await?;
     w.lose_and_retry(job).await?;
-    let a11 = w.claim_by(w.second_runner).await?.tuple;
-    ensure_eq!((a10.fence, a11.fence), (10, 11), "the fences");
+    let a11 = w.claim_by(w.second_runner).await?;
+    ensure_eq!((a10.tuple.fence, a11.tuple.fence), (10, 11), "the fences");
+    // The job's own slot was reserved by its attempts only: its tokens are its reservations.
+    ensure_eq!(
+        (a10.slot_token, a11.slot_token),
+        (10, 11),
+        "the slot tokens"
+    );
     let slot = w.job(job).await?.target;
     let target = w.store.demo_target(TargetKind::Fenced, &slot).await?;
-    let deploy = |t: Tuple| TargetMutation {
+    let deploy = |lease: &Lease| TargetMutation {
         job,
-        attempt: t.attempt,
-        fence: t.fence,
+        attempt: lease.tuple.attempt,
+        slot_token: lease.slot_token,
         deployment_id: job.to_string(),
     };
     ensure_eq!(
-        target.mutate(&deploy(a11)).await?,
+        target.mutate(&deploy(&a11)).await?,
         Verdict::Accepted(()),
         "A11's mutation"
     );
     ensure_eq!(
-        target.mutate(&deploy(a10)).await?,
+        target.mutate(&deploy(&a10)).await?,
         rejected(Reason::StaleFence),
         "A10's mutation"
     );
     ensure_eq!(
-        target.state().await?.highest_fence,
+        target.state().await?.highest_slot_token,
         Some(11),
-        "the target's fence"
+        "the target's slot token"
     );
     ensure_eq!(target.state().await?.applied_count, 1, "applied once");
     let job = JobId::new_random();
@@ -1349,31 +1369,31 @@ pub async fn target_boundary(w: World) -> Check {
         .store
         .demo_target(TargetKind::Fenced, "fenced-slot")
         .await?;
-    let m = |fence| TargetMutation {
+    let m = |slot_token| TargetMutation {
         job,
         attempt: AttemptId::new_random(),
-        fence,
+        slot_token,
         deployment_id: "d".into(),
     };
     ensure_eq!(
         fenced.mutate(&m(11)).await?,
         Verdict::Accepted(()),
-        "fence 11"
+        "slot token 11"
     );
     ensure_eq!(
         fenced.mutate(&m(10)).await?,
         rejected(Reason::StaleFence),
-        "fence 10 afterwards"
+        "slot token 10 afterwards"
     );
     ensure_eq!(
         fenced.mutate(&m(11)).await?,
         Verdict::Accepted(()),
-        "fence 11 again"
+        "slot token 11 again"
     );
     ensure_eq!(
-        fenced.state().await?.highest_fence,
+        fenced.state().await?.highest_slot_token,
         Some(11),
-        "the highest fence"
+        "the highest slot token"
     );
     let idempotent = w
         .store
@@ -1437,6 +1457,247 @@ pub async fn target_boundary(w: World) -> Check {
         w.claim_by(w.second_runner).await?.tuple.job,
         second,
         "the second deployment after reconciliation"
+    );
+    Ok(())
+}
+
+/// A job of `project` naming the target slot `slot` of `kind`.
+async fn submit_to_slot(
+    w: &World,
+    project: ProjectId,
+    slot: &str,
+    kind: TargetKind,
+) -> Result<JobId, Fail> {
+    Ok(w.store
+        .submit_job(
+            project,
+            NewJob {
+                target: Some(slot.into()),
+                target_kind: kind,
+                ..NewJob::new("r", "d", "deploy")
+            },
+        )
+        .await?)
+}
+
+/// The mutation an attempt's runner sends to its slot's target: it carries the lease's slot token.
+fn deployment(lease: &Lease) -> TargetMutation {
+    TargetMutation {
+        job: lease.tuple.job,
+        attempt: lease.tuple.attempt,
+        slot_token: lease.slot_token,
+        deployment_id: lease.tuple.job.to_string(),
+    }
+}
+
+/// Claims `job` of `project` by `runner` until its attempt holds slot token `token` (every
+/// earlier attempt's lease expires and is reconciled `stopped` + `retry`); the last lease.
+async fn claim_until_token(
+    w: &World,
+    project: ProjectId,
+    runner: RunnerId,
+    job: JobId,
+    token: i64,
+) -> Result<Lease, Fail> {
+    loop {
+        let lease = w.claim_by(runner).await?;
+        ensure_eq!(lease.tuple.job, job, "the claimed job");
+        if lease.slot_token >= token {
+            ensure_eq!(lease.slot_token, token, "the slot token");
+            return Ok(lease);
+        }
+        w.advance_secs(LEASE_TTL_SECS);
+        w.store.sweep_expired().await?;
+        ensure_eq!(
+            w.store
+                .reconcile(project, job, Finding::Stopped, Decision::Retry)
+                .await?,
+            Verdict::Accepted(()),
+            "reconcile stopped + retry"
+        );
+    }
+}
+
+/// §10.5 (a): slots are global. While project P1's job on `prod` is `uncertain` (its slot
+/// reserved), project P2's runner cannot claim P2's job naming `prod`; after the reconciliation it
+/// can, with the slot's next token.
+pub async fn shared_slot_reserved(w: World) -> Check {
+    let p1_job = submit_to_slot(&w, w.project, "prod", TargetKind::Unfenced).await?;
+    let p2_job = submit_to_slot(&w, w.other_project, "prod", TargetKind::Unfenced).await?;
+    let p1 = w.claim().await?;
+    ensure_eq!((p1.tuple.job, p1.slot_token), (p1_job, 1), "P1's claim");
+    ensure_eq!(
+        w.store.claim(w.other_runner, None).await?,
+        rejected(Reason::NoQueuedJob),
+        "P2 while P1 holds prod"
+    );
+    w.advance_secs(LEASE_TTL_SECS);
+    w.store.sweep_expired().await?;
+    ensure_eq!(w.job(p1_job).await?.state, JobState::Uncertain, "P1's job");
+    ensure_eq!(
+        w.store.claim(w.other_runner, None).await?,
+        rejected(Reason::NoQueuedJob),
+        "P2 while P1's job is uncertain"
+    );
+    ensure_eq!(
+        w.store.target_reservation(p1_job).await?,
+        Some(("prod".to_owned(), p1.tuple.attempt)),
+        "the reservation stays with P1's uncertain attempt"
+    );
+    ensure_eq!(
+        w.store
+            .reconcile(w.project, p1_job, Finding::Stopped, Decision::Abort)
+            .await?,
+        Verdict::Accepted(()),
+        "reconcile"
+    );
+    let p2 = w.claim_by(w.other_runner).await?;
+    ensure_eq!((p2.tuple.job, p2.slot_token), (p2_job, 2), "P2's claim");
+    ensure_eq!(p2.tuple.fence, 1, "P2's job fence is its own");
+    Ok(())
+}
+
+/// §10.5 (b): P1's job reached slot token 3 on a fenced `prod` and was cut off; after the
+/// reconciliation P2's job is claimed with token 4 and deploys; the cut-off worker's token-3
+/// mutation is refused, although P2's job fence (1) is lower than P1's (3).
+pub async fn shared_slot_stale_token(w: World) -> Check {
+    let p1_job = submit_to_slot(&w, w.project, "prod", TargetKind::Fenced).await?;
+    let p1 = claim_until_token(&w, w.project, w.runner, p1_job, 3).await?;
+    ensure_eq!(p1.tuple.fence, 3, "P1's fence");
+    let p2_job = submit_to_slot(&w, w.other_project, "prod", TargetKind::Fenced).await?;
+    // P1's worker is cut off: its lease expires, the operator reconciles it as stopped.
+    w.advance_secs(LEASE_TTL_SECS);
+    w.store.sweep_expired().await?;
+    ensure_eq!(
+        w.store.claim(w.other_runner, None).await?,
+        rejected(Reason::NoQueuedJob),
+        "P2 while P1's job is uncertain"
+    );
+    ensure_eq!(
+        w.store
+            .reconcile(w.project, p1_job, Finding::Stopped, Decision::Retry)
+            .await?,
+        Verdict::Accepted(()),
+        "reconcile"
+    );
+    let p2 = w.claim_by(w.other_runner).await?;
+    ensure_eq!((p2.tuple.job, p2.tuple.fence), (p2_job, 1), "P2's claim");
+    ensure_eq!(p2.slot_token, 4, "the slot's next token");
+    ensure_eq!(
+        w.store.claim(w.runner, None).await?,
+        rejected(Reason::NoQueuedJob),
+        "P1's requeued job waits for the slot"
+    );
+    let target = w.store.demo_target(TargetKind::Fenced, "prod").await?;
+    ensure_eq!(
+        target.mutate(&deployment(&p2)).await?,
+        Verdict::Accepted(()),
+        "P2's deployment"
+    );
+    ensure_eq!(
+        target.mutate(&deployment(&p1)).await?,
+        rejected(Reason::StaleFence),
+        "the cut-off worker's token-3 deployment"
+    );
+    let state = target.state().await?;
+    ensure_eq!(
+        (state.highest_slot_token, state.applied_count),
+        (Some(4), 1),
+        "the target"
+    );
+    Ok(())
+}
+
+/// §10.5 (c): job A of P1 reached fence 3 on a fenced `prod`, deployed and passed; job B (fence 1)
+/// is claimed with the next slot token and its deployment is accepted.
+pub async fn shared_slot_next_job(w: World) -> Check {
+    let a_job = submit_to_slot(&w, w.project, "prod", TargetKind::Fenced).await?;
+    let b_job = submit_to_slot(&w, w.project, "prod", TargetKind::Fenced).await?;
+    let target = w.store.demo_target(TargetKind::Fenced, "prod").await?;
+    let a = claim_until_token(&w, w.project, w.runner, a_job, 3).await?;
+    ensure_eq!(a.tuple.fence, 3, "A's fence");
+    ensure_eq!(
+        target.mutate(&deployment(&a)).await?,
+        Verdict::Accepted(()),
+        "A's deployment"
+    );
+    ensure_eq!(
+        w.store
+            .report_result(&a.tuple, Outcome::Passed, "d", None)
+            .await?,
+        Verdict::Accepted(()),
+        "A passed"
+    );
+    let b = w.claim().await?;
+    ensure_eq!((b.tuple.job, b.tuple.fence), (b_job, 1), "B's claim");
+    ensure_eq!(b.slot_token, 4, "B's slot token");
+    ensure_eq!(
+        target.mutate(&deployment(&b)).await?,
+        Verdict::Accepted(()),
+        "B's deployment"
+    );
+    ensure_eq!(
+        target.state().await?.highest_slot_token,
+        Some(4),
+        "the target"
+    );
+    Ok(())
+}
+
+/// §8.1: a slot has one kind. A job naming a slot registered with another kind is refused at
+/// submission (`target_kind_mismatch`), from any project; the same kind is accepted.
+pub async fn slot_kind_mismatch(w: World) -> Check {
+    submit_to_slot(&w, w.project, "prod", TargetKind::Fenced).await?;
+    for (project, kind) in [
+        (w.project, TargetKind::Unfenced),
+        (w.other_project, TargetKind::Idempotent),
+    ] {
+        let refused = w
+            .store
+            .submit_job(
+                project,
+                NewJob {
+                    target: Some("prod".into()),
+                    target_kind: kind,
+                    ..NewJob::new("r", "d", "deploy")
+                },
+            )
+            .await;
+        ensure!(
+            matches!(refused, Err(Error::TargetKindMismatch)),
+            "a {kind} job on the fenced prod: {refused:?}"
+        );
+    }
+    submit_to_slot(&w, w.other_project, "prod", TargetKind::Fenced).await?;
+    let p1 = w.claim().await?;
+    ensure_eq!(p1.slot_token, 1, "the refused jobs took no token");
+    Ok(())
+}
+
+/// R1: a batch claim takes at most one job per slot, and skips to the next free slot.
+pub async fn batch_claim_one_per_slot(w: World) -> Check {
+    let mut expected = Vec::new();
+    for slot in ["a", "a", "b", "a", "b", "c"] {
+        let job = submit_to_slot(&w, w.project, slot, TargetKind::Unfenced).await?;
+        if !expected.iter().any(|(s, _)| *s == slot) {
+            expected.push((slot, job));
+        }
+    }
+    let claimed = match w.store.claim_batch(w.runner, 6, None).await? {
+        Verdict::Accepted(leases) => leases,
+        other => return Err(Fail(format!("batch claim: {other:?}"))),
+    };
+    let jobs: Vec<JobId> = claimed.iter().map(|lease| lease.tuple.job).collect();
+    let want: Vec<JobId> = expected.iter().map(|(_, job)| *job).collect();
+    ensure_eq!(jobs, want, "the earliest job of each slot");
+    ensure!(
+        claimed.iter().all(|lease| lease.slot_token == 1),
+        "each slot's first token"
+    );
+    ensure_eq!(
+        w.store.claim(w.second_runner, None).await?,
+        rejected(Reason::NoQueuedJob),
+        "every slot is reserved"
     );
     Ok(())
 }

@@ -74,12 +74,12 @@ pub(super) fn reason_message(reason: Reason) -> &'static str {
         Reason::CancelNotRequested => "a cancelled result while no cancel was requested",
         Reason::SequenceConflict => "this log sequence number holds other content",
         Reason::NotFound => "no such artifact or cache entry",
-        Reason::NoQueuedJob => "no queued job whose target is free",
+        Reason::NoQueuedJob => "no queued job whose target slot is free",
         Reason::ReconcileRequired => "the job is uncertain: reconcile it",
         Reason::NotUncertain => "the job is not uncertain",
         Reason::ExecutionNotStopped => "nothing may be decided about an execution still running",
         Reason::NothingToAdopt => "no outcome was observed to adopt",
-        Reason::StaleFence => "the target has applied a higher fence",
+        Reason::StaleFence => "the target has applied a higher slot token",
     }
 }
 
@@ -111,6 +111,11 @@ impl From<leasewright_impl::Error> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "runner_name_taken", error.to_string())
             }
             E::UnknownProject => ApiError::not_found("unknown_project", error.to_string()),
+            E::TargetKindMismatch => ApiError::new(
+                StatusCode::CONFLICT,
+                "target_kind_mismatch",
+                error.to_string(),
+            ),
             E::InvalidArgument(_) => ApiError::bad_request(error.to_string()),
             E::Constraint { .. } | E::Invariant(_) => {
                 tracing::error!(%error, "internal error");

@@ -180,6 +180,7 @@ pub(super) fn attempt_body(a: AttemptView) -> AttemptBody {
         runner: a.runner.0,
         lease_id: a.lease_id.0,
         fence: a.fence,
+        slot_token: a.slot_token,
         state: a.state.as_str().into(),
         lease_expiry: a.lease_expiry,
         outcome: a.outcome.map(|o| o.as_str().into()),

@@ -77,6 +77,7 @@ pub(super) async fn claim(
             target_kind: view
                 .map(|v| v.target_kind.as_str().to_owned())
                 .unwrap_or_default(),
+            slot_token: lease.slot_token,
         });
     }
     ok(ClaimResponse {

@@ -18,9 +18,9 @@ pub(super) async fn target_deploy(
         .ok_or_else(|| ApiError::bad_request("kind must be fenced, idempotent or unfenced"))?;
     identifier(&slot, "the target slot")?;
     identifier(&body.deployment_id, "deployment_id")?;
-    // An attempt's fence is at least 1 (protocol §3): nothing else is a fence.
-    if body.fence < 1 {
-        return Err(ApiError::bad_request("fence must be at least 1"));
+    // A claim issues slot tokens from 1 (protocol §8.3): nothing else is a slot token.
+    if body.slot_token < 1 {
+        return Err(ApiError::bad_request("slot_token must be at least 1"));
     }
     let target = state
         .0
@@ -39,7 +39,7 @@ pub(super) async fn target_deploy(
         .mutate(&TargetMutation {
             job: JobId(body.job),
             attempt: AttemptId(body.attempt),
-            fence: body.fence,
+            slot_token: body.slot_token,
             deployment_id: body.deployment_id,
         })
         .await?;
@@ -54,16 +54,17 @@ pub(super) async fn target_state(
     state: &AppState,
     slot: &str,
 ) -> Result<Option<TargetBody>, ApiError> {
-    let row = sqlx::query("SELECT kind, highest_fence, applied_count FROM targets WHERE slot = $1")
-        .bind(slot)
-        .fetch_optional(state.0.store.pool())
-        .await
-        .map_err(db_error)?;
+    let row =
+        sqlx::query("SELECT kind, highest_slot_token, applied_count FROM targets WHERE slot = $1")
+            .bind(slot)
+            .fetch_optional(state.0.store.pool())
+            .await
+            .map_err(db_error)?;
     row.map(|row| {
         Ok(TargetBody {
             slot: slot.to_owned(),
             kind: row.try_get("kind").map_err(db_error)?,
-            highest_fence: row.try_get("highest_fence").map_err(db_error)?,
+            highest_slot_token: row.try_get("highest_slot_token").map_err(db_error)?,
             applied_count: row.try_get("applied_count").map_err(db_error)?,
         })
     })

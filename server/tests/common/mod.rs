@@ -694,7 +694,7 @@ impl World {
                 None,
                 &format!("/v1/targets/{slot}/deploy"),
                 &json!({"kind": kind, "job": lease.job, "attempt": lease.attempt,
-                        "fence": lease.fence, "deployment_id": lease.job.to_string()}),
+                        "slot_token": lease.slot_token, "deployment_id": lease.job.to_string()}),
             )
             .await;
             assert_eq!(status, 200, "{body}");
