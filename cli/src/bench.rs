@@ -121,10 +121,15 @@ struct SustainedArgs {
 fn invalid(command: &BenchCommand) -> Option<String> {
     let (concurrency, duration, rounds) = match command {
         BenchCommand::Claims(a) => (a.concurrency, a.duration, a.rounds),
-        BenchCommand::Lifecycle(a) => (a.concurrency, a.duration, a.rounds),
+        BenchCommand::Lifecycle(a) => {
+            if a.http == Some(0) {
+                return Some("--http takes at least 1 replica".into());
+            }
+            (a.concurrency, a.duration, a.rounds)
+        }
         BenchCommand::Writes(a) => {
             if a.operations == 0 || a.batch == 0 {
-                return Some("--operations and --batch must be at least 1".into());
+                return Some("--operations and --batch must be positive".into());
             }
             return None;
         }
@@ -141,18 +146,18 @@ fn invalid(command: &BenchCommand) -> Option<String> {
     };
     if !(duration.is_finite() && duration > 0.0) {
         return Some(format!(
-            "--duration must be a number of seconds above 0 (got {duration})"
+            "--duration must be positive (seconds; got {duration})"
         ));
     }
     if concurrency == 0 || rounds == 0 {
-        return Some("--concurrency and --rounds must be at least 1".into());
+        return Some("--concurrency and --rounds must be positive".into());
     }
     None
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     if let Some(problem) = invalid(&args.command) {
-        eprintln!("error: {problem}");
+        eprintln!("leasewright bench: {problem}");
         return Ok(2);
     }
     if let Some(url) = &args.database_url {
@@ -161,7 +166,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     }
     if fixture::uses_database_url() {
         if let Ok(url) = std::env::var("DATABASE_URL") {
-            crate::db::probe_blocking(&url)?;
+            if let Err(error) = crate::db::probe_blocking(&url) {
+                eprintln!("leasewright bench: {error:#}");
+                return Ok(2);
+            }
         }
         eprintln!("leasewright bench: creating a fresh database on DATABASE_URL's server");
     } else {
