@@ -54,6 +54,15 @@ async fn claim_answer(server: &Server, f: &Fixture, capacity: u32) -> (u16, Opti
     (status, answer["error"]["code"].as_str().map(str::to_owned))
 }
 
+/// Submits a job of `f`'s project naming the target slot `slot` of `kind`; its id.
+async fn submit(f: &Fixture, slot: &str, kind: &str) -> Uuid {
+    f.operator
+        .submit(f.project, &submit_request(Some(slot), kind))
+        .await
+        .unwrap()
+        .job
+}
+
 /// The lease's job loses its lease (the worker is cut off); the sweep makes the job `uncertain`.
 async fn cut_off(f: &Fixture) {
     f.operator.advance_clock(31_000).await.unwrap();
@@ -82,18 +91,8 @@ async fn a_slot_held_by_an_uncertain_job_of_one_project_is_never_claimed_by_anot
     let (_db, server) = start(true).await;
     let p1 = fixture_named(&server, "p1").await;
     let p2 = fixture_named(&server, "p2").await;
-    let p1_job = p1
-        .operator
-        .submit(p1.project, &submit_request(Some("prod"), "unfenced"))
-        .await
-        .unwrap()
-        .job;
-    let p2_job = p2
-        .operator
-        .submit(p2.project, &submit_request(Some("prod"), "unfenced"))
-        .await
-        .unwrap()
-        .job;
+    let p1_job = submit(&p1, "prod", "unfenced").await;
+    let p2_job = submit(&p2, "prod", "unfenced").await;
     let held = p1.runner.claim(1).await.unwrap().remove(0);
     assert_eq!((held.job, held.slot_token), (p1_job, 1));
     assert_eq!(
@@ -128,12 +127,7 @@ async fn a_cut_off_workers_token_3_deployment_is_refused_once_another_projects_j
     let (_db, server) = start(true).await;
     let p1 = fixture_named(&server, "p1").await;
     let p2 = fixture_named(&server, "p2").await;
-    let p1_job = p1
-        .operator
-        .submit(p1.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap()
-        .job;
+    let p1_job = submit(&p1, "prod", "fenced").await;
     let stale = claim_until_token(&p1, p1_job, 3).await;
     assert_eq!(stale.fence, 3);
     // P1's fence-3 worker is cut off; the operator establishes it stopped (wrongly: its
@@ -143,12 +137,7 @@ async fn a_cut_off_workers_token_3_deployment_is_refused_once_another_projects_j
         .reconcile(p1.project, p1_job, "stopped", "retry")
         .await
         .unwrap();
-    let p2_job = p2
-        .operator
-        .submit(p2.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap()
-        .job;
+    let p2_job = submit(&p2, "prod", "fenced").await;
     let next = p2.runner.claim(1).await.unwrap().remove(0);
     assert_eq!((next.job, next.fence, next.slot_token), (p2_job, 1, 4));
     assert_eq!(
@@ -171,18 +160,8 @@ async fn a_cut_off_workers_token_3_deployment_is_refused_once_another_projects_j
 async fn a_job_deploys_to_a_fenced_slot_after_another_job_reached_fence_3_there_and_passed() {
     let (_db, server) = start(true).await;
     let f = fixture(&server).await;
-    let a_job = f
-        .operator
-        .submit(f.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap()
-        .job;
-    let b_job = f
-        .operator
-        .submit(f.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap()
-        .job;
+    let a_job = submit(&f, "prod", "fenced").await;
+    let b_job = submit(&f, "prod", "fenced").await;
     let a = claim_until_token(&f, a_job, 3).await;
     assert_eq!(a.fence, 3);
     assert_eq!(deploy(&server, &a).await, (200, "accepted".into()));
@@ -205,10 +184,7 @@ async fn a_job_naming_a_slot_of_another_kind_is_refused_at_submission_from_any_p
     let (_db, server) = start(false).await;
     let p1 = fixture_named(&server, "p1").await;
     let p2 = fixture_named(&server, "p2").await;
-    p1.operator
-        .submit(p1.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap();
+    submit(&p1, "prod", "fenced").await;
     for (f, kind) in [(&p1, "unfenced"), (&p2, "idempotent")] {
         let error = f
             .operator
@@ -220,10 +196,7 @@ async fn a_job_naming_a_slot_of_another_kind_is_refused_at_submission_from_any_p
             "{kind}: {error:?}"
         );
     }
-    p2.operator
-        .submit(p2.project, &submit_request(Some("prod"), "fenced"))
-        .await
-        .unwrap();
+    submit(&p2, "prod", "fenced").await;
     assert_eq!(p1.operator.jobs(p1.project).await.unwrap().len(), 1);
     assert_eq!(p2.operator.jobs(p2.project).await.unwrap().len(), 1);
 }
@@ -234,12 +207,7 @@ async fn a_batch_claim_over_http_takes_one_job_per_slot() {
     let f = fixture(&server).await;
     let mut first_of_slot = Vec::new();
     for slot in ["a", "a", "b", "b", "c"] {
-        let job = f
-            .operator
-            .submit(f.project, &submit_request(Some(slot), "fenced"))
-            .await
-            .unwrap()
-            .job;
+        let job = submit(&f, slot, "fenced").await;
         if !first_of_slot.iter().any(|(s, _)| *s == slot) {
             first_of_slot.push((slot, job));
         }
