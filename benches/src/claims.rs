@@ -229,7 +229,7 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
     )
     .await?;
 
-    let lines: Vec<Line> = contenders
+    let mut lines: Vec<Line> = contenders
         .iter()
         .zip(&rounds)
         .map(|(contender, rounds)| line(&contender.name(), rounds))
@@ -267,7 +267,11 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
             None,
         );
     }
-    Ok(Report::new(
+    // Many jobs on few slots: its own row, after the alternating rounds (one slot's length).
+    let shared =
+        crate::shared_slots::measure(fixture, options.concurrency, slot, SHARED_SLOTS).await?;
+    lines.push(shared.line.clone());
+    let mut report = Report::new(
         "claims",
         options,
         settings,
@@ -275,8 +279,13 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
         &contenders,
         lines,
         ratios,
-    ))
+    );
+    report.notes.push(shared.note());
+    Ok(report)
 }
+
+/// The slots the shared-slot row's jobs share.
+const SHARED_SLOTS: usize = 4;
 
 pub(crate) fn divide(a: f64, b: f64) -> f64 {
     if b > 0.0 {

@@ -8,5 +8,6 @@ pub mod fixture;
 pub mod lifecycle;
 pub mod measure;
 pub mod scaling;
+pub mod shared_slots;
 pub mod vacuum;
 pub mod writes;
