@@ -16,3 +16,12 @@ pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
+
+/// How `serve` and `runner` write their logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people; colour only when stderr is a terminal.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields), for log collectors.
+    Json,
+}

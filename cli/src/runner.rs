@@ -6,6 +6,10 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct RunnerArgs {
+    /// How logs are written to stderr: `text` (colour only on a terminal) or `json` (one object
+    /// per line).
+    #[arg(long, value_enum, default_value_t = crate::output::LogFormat::Text)]
+    log_format: crate::output::LogFormat,
     /// The control plane's base URL.
     #[arg(long)]
     server: String,
@@ -30,7 +34,7 @@ pub struct RunnerArgs {
 }
 
 pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
-    serve::init_logging();
+    serve::init_logging(args.log_format == crate::output::LogFormat::Json);
     let options = RunnerOptions {
         server: args.server,
         token: args.token,

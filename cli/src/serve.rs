@@ -11,6 +11,10 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    /// How logs are written to stderr: `text` (colour only on a terminal) or `json` (one object
+    /// per line).
+    #[arg(long, value_enum, default_value_t = crate::output::LogFormat::Text)]
+    log_format: crate::output::LogFormat,
     /// PostgreSQL URL. Without it a throwaway cluster is started and removed at exit.
     #[arg(long)]
     database_url: Option<String>,
@@ -52,7 +56,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
-    serve::init_logging();
+    serve::init_logging(args.log_format == crate::output::LogFormat::Json);
     if !(args.lease_ttl.is_finite() && args.lease_ttl > 0.0) {
         anyhow::bail!("--lease-ttl must be a positive number of seconds");
     }

@@ -21,13 +21,20 @@ pub struct ServeOptions {
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
-pub fn init_logging() {
+pub fn init_logging(json: bool) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // `--log-format json`: one JSON object per line, for log collectors. Otherwise text, with
+    // colour only on a terminal (escape codes in a CI log or a file are noise).
+    let _ = if json {
+        logs.json().try_init()
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).try_init()
+    };
 }
 
 /// Raise the soft open-file limit to the hard one: every connection is a file descriptor, and
