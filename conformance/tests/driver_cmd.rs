@@ -165,3 +165,165 @@ async fn a_command_that_does_not_speak_the_protocol_is_refused_at_setup() {
         other_version.err()
     );
 }
+
+/// The subset of JSON Schema 2020-12 that docs/conformance-driver/ uses: `type`, `const`, `enum`,
+/// `required`, `properties`, `items`, `oneOf`, `minimum`, `maximum`. Returns the first violation.
+fn violation(schema: &serde_json::Value, v: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    let fail = |what: String| Some(format!("{at}: {what} (value {v})"));
+    if let Some(t) = schema.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let is = |t: &str| match t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            _ => false,
+        };
+        if !types.iter().any(|t| is(t)) {
+            return fail(format!("not of type {types:?}"));
+        }
+    }
+    if let Some(c) = schema.get("const") {
+        if c != v {
+            return fail(format!("not {c}"));
+        }
+    }
+    if let Some(Value::Array(options)) = schema.get("enum") {
+        if !options.contains(v) {
+            return fail("not one of the enum".into());
+        }
+    }
+    if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_i64), v.as_i64()) {
+        if n < min {
+            return fail(format!("below {min}"));
+        }
+    }
+    if let (Some(max), Some(n)) = (schema.get("maximum").and_then(Value::as_i64), v.as_i64()) {
+        if n > max {
+            return fail(format!("above {max}"));
+        }
+    }
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for r in required.iter().filter_map(Value::as_str) {
+            if v.get(r).is_none() {
+                return fail(format!("no `{r}`"));
+            }
+        }
+    }
+    if let (Some(Value::Object(props)), Some(obj)) = (schema.get("properties"), v.as_object()) {
+        for (k, s) in props {
+            if let Some(x) = obj.get(k) {
+                if let Some(e) = violation(s, x, &format!("{at}.{k}")) {
+                    return Some(e);
+                }
+            }
+        }
+    }
+    if let (Some(items), Some(list)) = (schema.get("items"), v.as_array()) {
+        for (i, x) in list.iter().enumerate() {
+            if let Some(e) = violation(items, x, &format!("{at}[{i}]")) {
+                return Some(e);
+            }
+        }
+    }
+    if let Some(Value::Array(options)) = schema.get("oneOf") {
+        let matching = options
+            .iter()
+            .filter(|s| violation(s, v, at).is_none())
+            .count();
+        if matching != 1 {
+            return fail(format!("matches {matching} of oneOf, not exactly 1"));
+        }
+    }
+    None
+}
+
+fn schema(kind: &str) -> serde_json::Value {
+    let path = format!(
+        "{}/../docs/conformance-driver/{kind}.schema.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every message of a real conversation (the scenarios and some random walks, recorded by `tee`
+/// around the example's driver) is valid against its JSON Schema, and a message that breaks its
+/// schema is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_message_of_a_conversation_matches_its_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let requests = dir.path().join("requests.jsonl");
+    let answers = dir.path().join("answers.jsonl");
+    let command = format!(
+        "tee {} | {} | tee {}",
+        requests.display(),
+        example(),
+        answers.display()
+    );
+    let driver = connect(&command).await;
+    let mut traces = scenarios::all().expect("the scenarios");
+    let model = LeaseModel::new(Config::one_job());
+    for walk in random_walks(&model, 5, 300, 40) {
+        traces.push((model.clone(), walk));
+    }
+    for (model, trace) in &traces {
+        let mut session = driver.open(model, &trace.name).await.expect("open");
+        if let Err(d) = replay(model, &mut session, trace).await {
+            panic!("{}", d.render());
+        }
+    }
+    drop(driver);
+    let read = |path: &std::path::Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (sent, answered) = (read(&requests), read(&answers));
+    assert_eq!(sent.len(), answered.len());
+    let mut kinds = std::collections::BTreeSet::new();
+    let mut actions = std::collections::BTreeSet::new();
+    for message in sent.iter().chain(&answered) {
+        let kind = message["type"].as_str().expect("a type");
+        kinds.insert(kind.to_owned());
+        if let Some(a) = message["step"]["action"].as_str() {
+            actions.insert(a.to_owned());
+        }
+        if let Some(e) = violation(&schema(kind), message, kind) {
+            panic!("{e}");
+        }
+    }
+    for kind in [
+        "hello",
+        "hello_ok",
+        "open",
+        "opened",
+        "step",
+        "verdict",
+        "project",
+        "projection",
+    ] {
+        assert!(kinds.contains(kind), "no `{kind}` in {kinds:?}");
+    }
+    assert!(actions.len() >= 8, "{actions:?}");
+    // The checker catches a broken message.
+    let mut broken = sent.iter().find(|m| m["type"] == "step").unwrap().clone();
+    broken["step"]["action"] = serde_json::json!("teleport");
+    assert!(violation(&schema("step"), &broken, "step").is_some());
+    let mut broken = answered
+        .iter()
+        .find(|m| m["type"] == "verdict")
+        .unwrap()
+        .clone();
+    broken["reason"] = serde_json::json!("because");
+    assert!(violation(&schema("verdict"), &broken, "verdict").is_some());
+}
