@@ -1,23 +1,52 @@
 -- name: attempt_commit_result_if_current
--- Rule R3 `result`: the exact current attempt, with a valid lease, commits its outcome. `cancelled`
--- only while the job is `cancelling`; `passed`/`failed` only while it is `running`.
--- Zero rows: classified by §6.1 (late report, duplicate, conflict, ...), never retried.
--- $1 runner, $2 job, $3 attempt, $4 lease id, $5 fence, $6 now, $7 outcome, $8 result digest,
--- $9 now (receipt time; $6 is the clock the lease is judged by, also now)
-UPDATE attempts AS a
-SET state = $7, outcome = $7, result_digest = $8, ended_at = $9
-FROM jobs AS j, runners AS r
-WHERE a.id = $3
-  AND a.job_id = $2
-  AND j.id = a.job_id
-  AND r.id = $1
-  AND j.project_id = r.project_id -- guard: project
-  AND a.runner_id = r.id
-  AND a.lease_id = $4 -- guard: lease
-  AND a.fence = $5 -- guard: fence
-  AND j.current_attempt_id = a.id -- guard: current
-  AND a.state = 'active'
-  AND $6 < a.lease_expiry -- guard: expiry
-  AND ((j.state = 'running' AND $7 IN ('passed', 'failed'))
-       OR (j.state = 'cancelling' AND $7 = 'cancelled'))
-RETURNING a.id
+-- Rule R3 `result`, the accept path in one statement (one round trip, one transaction): lock the
+-- job row (as job_lock does); the exact current attempt, with a valid lease, commits its outcome
+-- (`cancelled` only while the job is `cancelling`, `passed`/`failed` only while it is `running`);
+-- the job takes the outcome; its target reservation is released (as target_release does); the
+-- accepted result is recorded (as observation_record does).
+-- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 (late report,
+-- duplicate, conflict, ...) in a transaction of its own, never retrying this statement without
+-- its predicates. `committed` <> `finished` would be a bug (both follow from the locked job row).
+-- $1 runner, $2 job, $3 attempt, $4 lease id, $5 fence, $6 now (the lease is judged by it),
+-- $7 outcome, $8 result digest, $9 received at, $10 runner time, $11 payload sha256
+WITH job AS (
+    SELECT id, project_id, state, current_attempt_id
+    FROM jobs
+    WHERE id = $2
+    FOR NO KEY UPDATE
+), committed AS (
+    UPDATE attempts AS a
+    SET state = $7, outcome = $7, result_digest = $8, ended_at = $9
+    FROM job AS j, runners AS r
+    WHERE a.id = $3
+      AND a.job_id = $2
+      AND j.id = a.job_id
+      AND r.id = $1
+      AND j.project_id = r.project_id -- guard: project
+      AND a.runner_id = r.id
+      AND a.lease_id = $4 -- guard: lease
+      AND a.fence = $5 -- guard: fence
+      AND j.current_attempt_id = a.id -- guard: current
+      AND a.state = 'active'
+      AND $6 < a.lease_expiry -- guard: expiry
+      AND ((j.state = 'running' AND $7 IN ('passed', 'failed'))
+           OR (j.state = 'cancelling' AND $7 = 'cancelled'))
+    RETURNING a.id, a.job_id
+), finished AS (
+    UPDATE jobs
+    SET state = $7, outcome = $7, result_digest = $8, finished_at = $9
+    WHERE id = (SELECT job_id FROM committed)
+      AND current_attempt_id = $3
+      AND state IN ('running', 'cancelling')
+    RETURNING id
+), released AS (
+    DELETE FROM target_reservations
+    WHERE job_id = (SELECT id FROM finished)
+), recorded AS (
+    INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+        named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, outcome,
+        payload_sha256)
+    SELECT $1, 'result', $2, $3, $4, $5, $3, $9, $10, 'accepted', $7, $11
+    FROM finished
+)
+SELECT (SELECT count(*) FROM committed) AS committed, (SELECT count(*) FROM finished) AS finished

@@ -1,20 +1,37 @@
 -- name: attempt_heartbeat_if_current
--- Rule R2 `heartbeat`: extend the lease of the exact current attempt while it is still valid.
--- Zero rows: the tuple is not (or no longer) current; classified by §6.1, never retried.
--- $1 runner, $2 job, $3 attempt, $4 lease id, $5 fence, $6 now, $7 new lease expiry
-UPDATE attempts AS a
-SET lease_expiry = $7
-FROM jobs AS j, runners AS r
-WHERE a.id = $3
-  AND a.job_id = $2
-  AND j.id = a.job_id
-  AND r.id = $1
-  AND j.project_id = r.project_id -- guard: project
-  AND a.runner_id = r.id
-  AND a.lease_id = $4 -- guard: lease
-  AND a.fence = $5 -- guard: fence
-  AND j.current_attempt_id = a.id -- guard: current
-  AND a.state = 'active'
-  AND j.state IN ('running', 'cancelling')
-  AND $6 < a.lease_expiry -- guard: expiry
-RETURNING a.lease_expiry, j.cancel_requested
+-- Rule R2 `heartbeat`, the accept path in one statement (one round trip, one transaction): lock
+-- the job row (as job_lock does), extend the lease of the exact current attempt while it is still
+-- valid, and record the accepted heartbeat (as observation_record does).
+-- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 in a
+-- transaction of its own (job_lock, ...), never retrying this statement without its predicates.
+-- $1 runner, $2 job, $3 attempt, $4 lease id, $5 fence, $6 now (the lease is judged by it),
+-- $7 new lease expiry, $8 received at, $9 runner time
+WITH job AS (
+    SELECT id, project_id, state, current_attempt_id, cancel_requested
+    FROM jobs
+    WHERE id = $2
+    FOR NO KEY UPDATE
+), beat AS (
+    UPDATE attempts AS a
+    SET lease_expiry = $7
+    FROM job AS j, runners AS r
+    WHERE a.id = $3
+      AND a.job_id = $2
+      AND j.id = a.job_id
+      AND r.id = $1
+      AND j.project_id = r.project_id -- guard: project
+      AND a.runner_id = r.id
+      AND a.lease_id = $4 -- guard: lease
+      AND a.fence = $5 -- guard: fence
+      AND j.current_attempt_id = a.id -- guard: current
+      AND a.state = 'active'
+      AND j.state IN ('running', 'cancelling')
+      AND $6 < a.lease_expiry -- guard: expiry
+    RETURNING a.lease_expiry, j.cancel_requested
+), recorded AS (
+    INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+        named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, lease_expiry)
+    SELECT $1, 'heartbeat', $2, $3, $4, $5, $3, $8, $9, 'accepted', beat.lease_expiry
+    FROM beat
+)
+SELECT lease_expiry, cancel_requested FROM beat

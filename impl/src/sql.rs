@@ -67,7 +67,6 @@ statements! {
     ATTEMPT_AUTHORIZE_REJOIN = "attempt_authorize_rejoin";
     ATTEMPT_AUTHORIZE_SIDE_EFFECT = "attempt_authorize_side_effect";
     ATTEMPT_COMMIT_RESULT_IF_CURRENT = "attempt_commit_result_if_current";
-    JOB_COMMIT_OUTCOME = "job_commit_outcome";
     TARGET_RELEASE = "target_release";
     OBSERVATION_RECORD = "observation_record";
     JOB_SELECT_SOURCE = "job_select_source";

@@ -19,8 +19,9 @@ impl Store {
     ) -> Result<Verdict<HeartbeatAnswer>, Error> {
         let now = self.now();
         let judge_time = self.judge_time(now, runner_time);
-        let mut tx = self.begin().await?;
-        let job = self.lock_job(&mut tx, tuple.job).await?;
+        let lease_expiry = now + self.lease_ttl;
+        // The accept path: one statement, one round trip (it locks the job, extends the lease
+        // and records the heartbeat).
         let row = sqlx::query(self.sql(sql::ATTEMPT_HEARTBEAT_IF_CURRENT))
             .bind(tuple.runner.0)
             .bind(tuple.job.0)
@@ -28,39 +29,37 @@ impl Store {
             .bind(tuple.lease_id.0)
             .bind(tuple.fence)
             .bind(judge_time)
-            .bind(now + self.lease_ttl)
-            .fetch_optional(&mut *tx)
+            .bind(lease_expiry)
+            .bind(now)
+            .bind(runner_time)
+            .fetch_optional(self.pool())
             .await?;
-        let (verdict, attributed) = match row {
-            Some(row) => (
-                Verdict::Accepted(HeartbeatAnswer {
-                    lease_expiry: row.try_get("lease_expiry")?,
-                    cancel_requested: row.try_get("cancel_requested")?,
-                }),
-                Some(tuple.attempt),
-            ),
-            None => {
-                let classified = self
-                    .classify(&mut tx, tuple, job.as_ref(), Check::Heartbeat, judge_time)
-                    .await?;
-                (not_accepted(classified.verdict)?, classified.attributed)
-            }
-        };
+        if let Some(row) = row {
+            return Ok(Verdict::Accepted(HeartbeatAnswer {
+                lease_expiry: row.try_get("lease_expiry")?,
+                cancel_requested: row.try_get("cancel_requested")?,
+            }));
+        }
+        // Not accepted: nothing was changed or recorded. Classify with the job locked, and
+        // record the rejection, in a transaction of its own.
+        let mut tx = self.begin().await?;
+        let job = self.lock_job(&mut tx, tuple.job).await?;
+        let classified = self
+            .classify(&mut tx, tuple, job.as_ref(), Check::Heartbeat, judge_time)
+            .await?;
+        let verdict: Verdict<HeartbeatAnswer> = not_accepted(classified.verdict)?;
         self.record(
             &mut tx,
             Observation {
                 tuple,
                 kind: MessageKind::Heartbeat,
-                attributed,
+                attributed: classified.attributed,
                 now,
                 runner_time,
                 verdict: verdict.without_value(),
                 outcome: None,
                 payload_sha256: None,
-                lease_expiry: match &verdict {
-                    Verdict::Accepted(answer) => Some(answer.lease_expiry),
-                    _ => None,
-                },
+                lease_expiry: None,
             },
         )
         .await?;

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::sql;
 use crate::types::*;
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 
 impl Store {
     /// Rule R3 `result`: the exact current attempt with a valid lease commits `outcome`; the
@@ -22,9 +23,11 @@ impl Store {
     ) -> Result<Verdict<()>, Error> {
         let now = self.now();
         let judge_time = self.judge_time(now, runner_time);
-        let mut tx = self.begin().await?;
-        let job = self.lock_job(&mut tx, tuple.job).await?;
-        let committed = sqlx::query(self.sql(sql::ATTEMPT_COMMIT_RESULT_IF_CURRENT))
+        let payload_sha256 =
+            sha256_hex(format!("{}:{}", outcome.as_str(), result_digest).as_bytes());
+        // The accept path: one statement, one round trip (it locks the job, commits the outcome
+        // to the attempt and the job, releases the target and records the result).
+        let row = sqlx::query(self.sql(sql::ATTEMPT_COMMIT_RESULT_IF_CURRENT))
             .bind(tuple.runner.0)
             .bind(tuple.job.0)
             .bind(tuple.attempt.0)
@@ -34,58 +37,51 @@ impl Store {
             .bind(outcome.as_str())
             .bind(result_digest)
             .bind(now)
-            .fetch_optional(&mut *tx)
+            .bind(runner_time)
+            .bind(&payload_sha256)
+            .fetch_one(self.pool())
             .await?;
-        let (verdict, attributed) = if committed.is_some() {
-            let updated = sqlx::query(self.sql(sql::JOB_COMMIT_OUTCOME))
-                .bind(tuple.job.0)
-                .bind(tuple.attempt.0)
-                .bind(outcome.as_str())
-                .bind(result_digest)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            if updated.rows_affected() != 1 {
+        let committed: i64 = row.try_get("committed")?;
+        let finished: i64 = row.try_get("finished")?;
+        match (committed, finished) {
+            (1, 1) => return Ok(Verdict::Accepted(())),
+            (0, 0) => {}
+            _ => {
                 return Err(Error::Invariant(
                     "a committed attempt's job did not take the outcome",
-                ));
+                ))
             }
-            sqlx::query(self.sql(sql::TARGET_RELEASE))
-                .bind(tuple.job.0)
-                .execute(&mut *tx)
-                .await?;
-            (Verdict::Accepted(()), Some(tuple.attempt))
-        } else {
-            let check = Check::Result {
-                outcome,
-                result_digest,
-            };
-            let classified = self
-                .classify(&mut tx, tuple, job.as_ref(), check, judge_time)
-                .await?;
-            #[allow(unused_mut)]
-            let mut verdict = not_accepted(classified.verdict)?;
-            #[cfg(feature = "mutants")]
-            {
-                verdict = self
-                    .mutate_result_verdict(&mut tx, tuple, outcome, result_digest, verdict)
-                    .await?;
-            }
-            (verdict, classified.attributed)
+        }
+        // Not accepted: nothing was changed or recorded. Classify with the job locked, and
+        // record the answer, in a transaction of its own.
+        let mut tx = self.begin().await?;
+        let job = self.lock_job(&mut tx, tuple.job).await?;
+        let check = Check::Result {
+            outcome,
+            result_digest,
         };
+        let classified = self
+            .classify(&mut tx, tuple, job.as_ref(), check, judge_time)
+            .await?;
+        #[allow(unused_mut)]
+        let mut verdict = not_accepted(classified.verdict)?;
+        #[cfg(feature = "mutants")]
+        {
+            verdict = self
+                .mutate_result_verdict(&mut tx, tuple, outcome, result_digest, verdict)
+                .await?;
+        }
         self.record(
             &mut tx,
             Observation {
                 tuple,
                 kind: MessageKind::Result,
-                attributed,
+                attributed: classified.attributed,
                 now,
                 runner_time,
                 verdict,
                 outcome: Some(outcome),
-                payload_sha256: Some(sha256_hex(
-                    format!("{}:{}", outcome.as_str(), result_digest).as_bytes(),
-                )),
+                payload_sha256: Some(payload_sha256),
                 lease_expiry: None,
             },
         )
