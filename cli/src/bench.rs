@@ -201,9 +201,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                 }
             }
             BenchCommand::Lifecycle(a) => {
-                if a.http == Some(0) {
-                    anyhow::bail!("--http takes at least 1 replica");
-                }
                 let report = lifecycle::run(lifecycle::Options {
                     concurrency: a.concurrency,
                     duration_seconds: a.duration,

@@ -22,7 +22,7 @@ fn bad_options_exit_2_with_the_reason() {
     let (code, stderr) = bench(&["writes", "--operations", "0"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
-        stderr.contains("--operations and --batch must be positive"),
+        stderr.contains("--operations and --batch must be at least 1"),
         "{stderr}"
     );
 
@@ -35,12 +35,12 @@ fn bad_options_exit_2_with_the_reason() {
 
     let (code, stderr) = bench(&["lifecycle", "--rounds", "0"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("must be positive"), "{stderr}");
+    assert!(stderr.contains("--rounds must be at least 1"), "{stderr}");
 }
 
 #[test]
 fn an_unreachable_server_exits_2() {
     let (code, stderr) = bench(&["writes", "--operations", "10"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.starts_with("leasewright bench:"), "{stderr}");
+    assert!(stderr.contains("cannot connect to PostgreSQL"), "{stderr}");
 }
