@@ -22,7 +22,7 @@ fn bad_options_exit_2_with_the_reason() {
     let (code, stderr) = bench(&["writes", "--operations", "0"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
-        stderr.contains("--operations and --batch must be at least 1"),
+        stderr.contains("--operations and --batch must be positive"),
         "{stderr}"
     );
 
@@ -35,7 +35,7 @@ fn bad_options_exit_2_with_the_reason() {
 
     let (code, stderr) = bench(&["lifecycle", "--rounds", "0"]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("--rounds must be at least 1"), "{stderr}");
+    assert!(stderr.contains("--rounds must be positive"), "{stderr}");
 }
 
 #[test]
