@@ -47,6 +47,10 @@ pub struct StressArgs {
     /// Print the summary as one JSON document on stdout.
     #[arg(long)]
     json: bool,
+    /// Leave the database in place (needs --database-url or DATABASE_URL) and print its URL, so
+    /// that it can be audited (`leasewright audit --database-url URL`).
+    #[arg(long)]
+    keep_database: bool,
 }
 
 const FAULTS: [&str; 4] = [
@@ -99,6 +103,13 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
     }
     faults.dedup();
     let wants_restart = faults.iter().any(|f| f == "restart-postgres");
+    if args.keep_database && url.is_none() {
+        eprintln!(
+            "leasewright stress: --keep-database needs --database-url or DATABASE_URL (a \
+             throwaway cluster goes with this command)"
+        );
+        return Ok(2);
+    }
     if wants_restart && url.is_some() {
         eprintln!(
             "leasewright stress: restart-postgres restarts the server: it runs only on a \
@@ -140,7 +151,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         }
         // The database: a fresh one on the given server, or on a throwaway cluster (its own
         // when the server is to be restarted).
-        let (_guard, database_url) = if wants_restart {
+        let (guard, database_url) = if wants_restart {
             let cluster =
                 tokio::task::spawn_blocking(leasewright_impl::database::Cluster::start_private)
                     .await?
@@ -187,6 +198,19 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
                 return Ok(2);
             }
         };
+        if args.keep_database {
+            // The name only: the server's URL may hold a password.
+            if let Some(name) = guard.map(|db| {
+                let name = db.name().to_owned();
+                db.keep();
+                name
+            }) {
+                eprintln!(
+                    "leasewright stress: database `{name}` kept on the server; audit its ledger \
+                     with `leasewright audit --database-url <the server's URL with /{name}>`"
+                );
+            }
+        }
         let summary = &outcome.summary;
         if args.json {
             crate::output::print_json(summary)?;

@@ -338,6 +338,13 @@ impl TestDatabase {
         &self.name
     }
 
+    /// Keep the database when this is dropped (for a user to inspect or audit it), and return its
+    /// URL. On the throwaway cluster it still goes with the process.
+    pub fn keep(mut self) -> String {
+        self.drop_through = None;
+        self.url.clone()
+    }
+
     /// A [`Store`] on this database (migrations applied).
     pub async fn store(&self, clock: Arc<dyn Clock>, config: StoreConfig) -> Result<Store, Error> {
         Store::connect(&self.url, clock, config).await

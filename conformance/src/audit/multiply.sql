@@ -1,0 +1,80 @@
+-- Multiply a recorded ledger for measuring `leasewright audit` on a large one (docs/audit.md):
+--   psql "$DATABASE_URL" -v copies=50 -f conformance/src/audit/multiply.sql
+-- Each copy k of every job is the same history under fresh ids (md5 of the id and k), with its
+-- ledger_seq shifted past every earlier copy, so each copy replays exactly as the original did.
+-- The runners and projects are shared. Not part of the implementation: a measuring tool.
+
+\set ON_ERROR_STOP on
+BEGIN;
+CREATE TEMP TABLE base AS SELECT max(m) + 1 AS span FROM (
+    SELECT max(ledger_seq) AS m FROM jobs UNION ALL SELECT max(ledger_seq) FROM attempts
+    UNION ALL SELECT max(ledger_seq) FROM observations
+    UNION ALL SELECT max(ledger_seq) FROM reconciliations
+    UNION ALL SELECT max(ledger_seq) FROM cancels UNION ALL SELECT max(ledger_seq) FROM expiry_sweeps
+) AS t;
+CREATE TEMP TABLE copies AS SELECT generate_series(1, :copies) AS k;
+CREATE TEMP TABLE src_jobs AS SELECT * FROM jobs;
+CREATE TEMP TABLE src_attempts AS SELECT * FROM attempts;
+CREATE FUNCTION pg_temp.remap(id uuid, k int) RETURNS uuid
+    LANGUAGE sql IMMUTABLE AS $$ SELECT md5(id::text || ':' || k)::uuid $$;
+
+INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest, command, target,
+    target_kind, state, fence, current_attempt_id, cancel_requested, outcome, result_digest,
+    finished_at, ledger_seq)
+SELECT pg_temp.remap(j.id, c.k), j.project_id, j.submitted_at, j.source_revision, j.source_digest,
+    j.command,
+    CASE WHEN j.target = j.id::text THEN pg_temp.remap(j.id, c.k)::text ELSE j.target || ':' || c.k END,
+    j.target_kind, j.state, j.fence, pg_temp.remap(j.current_attempt_id, c.k), j.cancel_requested,
+    j.outcome, j.result_digest, j.finished_at, j.ledger_seq + c.k * b.span
+FROM src_jobs AS j, copies AS c, base AS b
+ORDER BY c.k, j.submitted_seq;
+
+INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state, lease_expiry,
+    outcome, result_digest, claimed_at, ended_at, ledger_seq, claim_lease_expiry)
+SELECT pg_temp.remap(a.id, c.k), pg_temp.remap(a.job_id, c.k), a.project_id, a.runner_id,
+    pg_temp.remap(a.lease_id, c.k), a.fence, a.state, a.lease_expiry, a.outcome, a.result_digest,
+    a.claimed_at, a.ended_at, a.ledger_seq + c.k * b.span, a.claim_lease_expiry
+FROM src_attempts AS a, copies AS c, base AS b;
+
+INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id, named_lease_id,
+    named_fence, attempt_id, received_at, runner_time, verdict, reason, outcome, payload_sha256,
+    ledger_seq, lease_expiry)
+SELECT o.sender_runner_id, o.kind, pg_temp.remap(o.named_job_id, c.k),
+    pg_temp.remap(o.named_attempt_id, c.k), pg_temp.remap(o.named_lease_id, c.k), o.named_fence,
+    pg_temp.remap(o.attempt_id, c.k), o.received_at, o.runner_time, o.verdict, o.reason,
+    o.outcome, o.payload_sha256, o.ledger_seq + c.k * b.span, o.lease_expiry
+FROM observations AS o, copies AS c, base AS b
+WHERE o.ledger_seq < b.span
+ORDER BY c.k, o.id;
+
+INSERT INTO reconciliations (project_id, job_id, attempt_id, finding, decision, verdict, reason,
+    decided_at, ledger_seq)
+SELECT r.project_id, pg_temp.remap(r.job_id, c.k), pg_temp.remap(r.attempt_id, c.k), r.finding,
+    r.decision, r.verdict, r.reason, r.decided_at, r.ledger_seq + c.k * b.span
+FROM reconciliations AS r, copies AS c, base AS b
+WHERE r.ledger_seq < b.span
+ORDER BY c.k, r.id;
+
+INSERT INTO cancels (project_id, job_id, attempt_id, verdict, reason, requested_at, ledger_seq)
+SELECT x.project_id, pg_temp.remap(x.job_id, c.k), pg_temp.remap(x.attempt_id, c.k), x.verdict,
+    x.reason, x.requested_at, x.ledger_seq + c.k * b.span
+FROM cancels AS x, copies AS c, base AS b
+WHERE x.ledger_seq < b.span
+ORDER BY c.k, x.id;
+
+INSERT INTO expiry_sweeps (job_id, attempt_id, swept_at, ledger_seq)
+SELECT pg_temp.remap(x.job_id, c.k), pg_temp.remap(x.attempt_id, c.k), x.swept_at,
+    x.ledger_seq + c.k * b.span
+FROM expiry_sweeps AS x, copies AS c, base AS b
+WHERE x.ledger_seq < b.span
+ORDER BY c.k, x.id;
+
+INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
+SELECT t.project_id,
+    CASE WHEN t.target = t.job_id::text THEN pg_temp.remap(t.job_id, c.k)::text ELSE t.target || ':' || c.k END,
+    pg_temp.remap(t.job_id, c.k), pg_temp.remap(t.attempt_id, c.k), t.reserved_at
+FROM target_reservations AS t, copies AS c;
+
+SELECT setval('ledger_seq', (SELECT span * (:copies + 1) FROM base));
+COMMIT;
+ANALYZE;
