@@ -9,6 +9,7 @@ mod conform;
 mod db;
 mod output;
 mod runner;
+mod secret;
 mod serve;
 mod stress;
 

@@ -1,5 +1,6 @@
 //! `leasewright runner`: the runner agent. The work is in leasewright-server's agent.
 
+use crate::secret;
 use leasewright_server::serve::{self, RunnerOptions};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,9 +14,13 @@ pub struct RunnerArgs {
     /// The control plane's base URL.
     #[arg(long)]
     server: String,
-    /// The runner's bearer token.
+    /// The runner's bearer token. Prefer --token-file or LEASEWRIGHT_RUNNER_TOKEN: a command
+    /// line is visible to every local user.
     #[arg(long)]
-    token: String,
+    token: Option<String>,
+    /// A file holding the runner's token (default: $LEASEWRIGHT_RUNNER_TOKEN).
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// How many jobs at once.
     #[arg(long, default_value_t = 1)]
     capacity: u32,
@@ -35,9 +40,29 @@ pub struct RunnerArgs {
 
 pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
     serve::init_logging(args.log_format == crate::output::LogFormat::Json);
+    let token = secret::read(secret::Sources {
+        what: "the runner token",
+        flag: args.token,
+        file: args.token_file.as_deref(),
+        env: "LEASEWRIGHT_RUNNER_TOKEN",
+    });
+    let token = match token {
+        Ok(Some(token)) => token,
+        Ok(None) => {
+            eprintln!(
+                "leasewright runner: no runner token: set LEASEWRIGHT_RUNNER_TOKEN or pass \
+                 --token-file FILE"
+            );
+            return Ok(2);
+        }
+        Err(error) => {
+            eprintln!("leasewright runner: {error}");
+            return Ok(2);
+        }
+    };
     let options = RunnerOptions {
         server: args.server,
-        token: args.token,
+        token,
         capacity: args.capacity,
         workdir: args.workdir,
         target_url: args.target_url,

@@ -1,6 +1,7 @@
 //! `leasewright serve` (the HTTP control plane) and `leasewright op` (its operator routes). The
 //! work is in leasewright-server; this module parses arguments.
 
+use crate::secret;
 use leasewright_server::app::ConnectionLimits;
 use leasewright_server::client::OperatorClient;
 use leasewright_server::serve::{self, ServeOptions};
@@ -15,7 +16,8 @@ pub struct ServeArgs {
     /// per line).
     #[arg(long, value_enum, default_value_t = crate::output::LogFormat::Text)]
     log_format: crate::output::LogFormat,
-    /// PostgreSQL URL. Without it a throwaway cluster is started and removed at exit.
+    /// PostgreSQL URL (default: $DATABASE_URL). Without either, a throwaway cluster is started
+    /// and removed at exit, with all its data.
     #[arg(long)]
     database_url: Option<String>,
     /// Address to listen on (port 0: any free port; the chosen one is printed).
@@ -28,9 +30,13 @@ pub struct ServeArgs {
     /// only on POST /v1/sweep.
     #[arg(long)]
     manual_clock: bool,
-    /// The operator token (generated and printed when absent).
+    /// The operator token (default: --operator-token-file, else $LEASEWRIGHT_OPERATOR_TOKEN,
+    /// else generated and printed). A command line is visible to every local user.
     #[arg(long)]
     operator_token: Option<String>,
+    /// A file holding the operator token.
+    #[arg(long, conflicts_with = "operator_token")]
+    operator_token_file: Option<PathBuf>,
     /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
     #[arg(long, default_value_t = 1000)]
     sweep_interval_ms: u64,
@@ -55,20 +61,54 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+/// The bounds of `--lease-ttl`: one second to one day (a lease longer than a day is no lease;
+/// far beyond it the expiry overflows the time type).
+const MIN_LEASE_TTL_SECONDS: f64 = 1.0;
+const MAX_LEASE_TTL_SECONDS: f64 = 86_400.0;
+
+/// The operator token from its flag, its file or `LEASEWRIGHT_OPERATOR_TOKEN`.
+fn operator_token(
+    flag: Option<String>,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<Option<String>> {
+    secret::read(secret::Sources {
+        what: "the operator token",
+        flag,
+        file,
+        env: "LEASEWRIGHT_OPERATOR_TOKEN",
+    })
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     serve::init_logging(args.log_format == crate::output::LogFormat::Json);
-    if !(args.lease_ttl.is_finite() && args.lease_ttl > 0.0) {
-        anyhow::bail!("--lease-ttl must be a positive number of seconds");
+    if !(MIN_LEASE_TTL_SECONDS..=MAX_LEASE_TTL_SECONDS).contains(&args.lease_ttl) {
+        eprintln!(
+            "leasewright serve: --lease-ttl must be between {MIN_LEASE_TTL_SECONDS} and \
+             {MAX_LEASE_TTL_SECONDS} seconds (one day), not {}",
+            args.lease_ttl
+        );
+        return Ok(2);
     }
-    if let Some(url) = &args.database_url {
+    let operator_token =
+        match operator_token(args.operator_token, args.operator_token_file.as_deref()) {
+            Ok(token) => token,
+            Err(error) => {
+                eprintln!("leasewright serve: {error}");
+                return Ok(2);
+            }
+        };
+    let database_url = args
+        .database_url
+        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    if let Some(url) = &database_url {
         crate::db::probe_blocking(url)?;
     }
     let options = ServeOptions {
-        database_url: args.database_url,
+        database_url,
         listen: args.listen,
         lease_ttl: Duration::from_secs_f64(args.lease_ttl),
         manual_clock: args.manual_clock,
-        operator_token: args.operator_token,
+        operator_token,
         sweep_interval: Duration::from_millis(args.sweep_interval_ms.max(10)),
         connections: ConnectionLimits {
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
@@ -87,9 +127,13 @@ pub struct OpArgs {
     /// The server's base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     server: String,
-    /// The operator token.
+    /// The operator token. Prefer --operator-token-file or LEASEWRIGHT_OPERATOR_TOKEN: a command
+    /// line is visible to every local user.
     #[arg(long)]
-    operator_token: String,
+    operator_token: Option<String>,
+    /// A file holding the operator token (default: $LEASEWRIGHT_OPERATOR_TOKEN).
+    #[arg(long, conflicts_with = "operator_token")]
+    operator_token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: OpCommand,
 }
@@ -174,14 +218,32 @@ fn git_revision(dir: &std::path::Path) -> String {
 
 pub fn op(args: OpArgs) -> anyhow::Result<i32> {
     use base64::Engine as _;
-    let client = OperatorClient::new(&args.server, &args.operator_token)?;
+    let token = match operator_token(args.operator_token, args.operator_token_file.as_deref()) {
+        Ok(Some(token)) => token,
+        Ok(None) => {
+            eprintln!(
+                "leasewright op: no operator token: set LEASEWRIGHT_OPERATOR_TOKEN or pass \
+                 --operator-token-file FILE"
+            );
+            return Ok(2);
+        }
+        Err(error) => {
+            eprintln!("leasewright op: {error}");
+            return Ok(2);
+        }
+    };
+    let client = OperatorClient::new(&args.server, &token)?;
     let json = |value: &dyn erased::Json| value.print();
+    let text = |text: &str| write_stdout(text.as_bytes());
     runtime()?.block_on(async move {
         match args.command {
-            OpCommand::Project { name } => println!("{}", client.create_project(&name).await?),
-            OpCommand::Runner { project, name } => {
-                println!("{}", client.create_runner(project, &name).await?.token)
+            OpCommand::Project { name } => {
+                text(&format!("{}\n", client.create_project(&name).await?))
             }
+            OpCommand::Runner { project, name } => text(&format!(
+                "{}\n",
+                client.create_runner(project, &name).await?.token
+            )),
             OpCommand::Submit {
                 project,
                 dir,
@@ -205,7 +267,7 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                     "source {} ({} files, blob {})",
                     submitted.source_digest, submitted.file_count, submitted.source_blob_sha256
                 );
-                println!("{}", submitted.job);
+                text(&format!("{}\n", submitted.job));
             }
             OpCommand::Job { project, job, wait } => {
                 let mut body = client.job(project, job).await?;
@@ -221,12 +283,10 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 json(&body);
             }
             OpCommand::Logs { project, job } => {
-                let logs = client.logs(project, job, None).await?;
-                print!("{}", String::from_utf8_lossy(&logs));
+                write_stdout(&client.logs(project, job, None).await?);
             }
             OpCommand::Artifact { project, job, name } => {
-                let content = client.artifact(project, job, &name).await?;
-                print!("{}", String::from_utf8_lossy(&content));
+                write_stdout(&client.artifact(project, job, &name).await?);
             }
             OpCommand::Ledger { project, job } => {
                 json(&client.attempts(project, job).await?);
@@ -248,6 +308,21 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
     })
 }
 
+/// Write to stdout. A reader that went away (`op ledger | head`) ends the process quietly with
+/// status 0, as with other Unix tools, instead of a panic.
+fn write_stdout(bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(error) => {
+            eprintln!("leasewright op: cannot write the output: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
 mod erased {
     /// Print any serializable value as pretty JSON.
     pub trait Json {
@@ -257,7 +332,7 @@ mod erased {
     impl<T: serde::Serialize> Json for T {
         fn print(&self) {
             match serde_json::to_string_pretty(self) {
-                Ok(text) => println!("{text}"),
+                Ok(text) => super::write_stdout(format!("{text}\n").as_bytes()),
                 Err(error) => eprintln!("cannot print: {error}"),
             }
         }

@@ -92,6 +92,34 @@ struct JobContext {
     /// Set once the result is being reported: no more heartbeats (a rejoin after a network
     /// failure still happens).
     reporting: AtomicBool,
+    /// Held while a rejoin is in flight: the job's tasks rejoin once, not each on its own.
+    rejoining: tokio::sync::Mutex<()>,
+}
+
+/// Exponential backoff with jitter: steps of 100 ms doubling up to 5 s, each wait drawn from the
+/// upper half of its step, so that runners cut off together do not all come back at once.
+struct Backoff {
+    step: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const LONGEST: Duration = Duration::from_secs(5);
+
+    fn new() -> Self {
+        Self { step: Self::FIRST }
+    }
+
+    fn next_wait(&mut self) -> Duration {
+        let step = self.step;
+        self.step = (self.step * 2).min(Self::LONGEST);
+        let mut random = [0u8; 8];
+        let fraction = match getrandom::fill(&mut random) {
+            Ok(()) => (u64::from_le_bytes(random) % 1024) as f64 / 1024.0,
+            Err(_) => 0.5,
+        };
+        step.mul_f64(0.5 + 0.5 * fraction)
+    }
 }
 
 impl JobContext {
@@ -114,11 +142,12 @@ impl JobContext {
         self.stop_tx.borrow().clone()
     }
 
-    /// Classify a failed call: network errors mark the lease disconnected; rejections stop.
+    /// Classify a failed call: a transient failure (no answer, `503`, ...) marks the lease
+    /// disconnected, so the next call rejoins first; rejections stop.
     fn on_error(&self, what: &str, error: &CallError) {
         match error {
-            CallError::Network(message) => {
-                tracing::warn!(job = %self.lease.job, what, %message, "lost contact with the control plane");
+            error if error.is_transient() => {
+                tracing::warn!(job = %self.lease.job, what, %error, "no decision from the control plane");
                 self.connected_tx.send_replace(false);
             }
             CallError::Rejected { code, .. } => {
@@ -129,23 +158,57 @@ impl JobContext {
                     self.stop(Stop::Revoked(code.clone()));
                 }
             }
-            CallError::Http { status, code, .. } => {
-                tracing::warn!(job = %self.lease.job, what, status, %code, "call failed");
-            }
+            other => tracing::warn!(job = %self.lease.job, what, %other, "call failed"),
         }
     }
 
-    /// Wait until connected again (a rejoin answered), or a stop.
-    async fn wait_connected(&self) {
-        let mut connected = self.connected_tx.subscribe();
-        let mut stop = self.stop_tx.subscribe();
-        loop {
-            if *connected.borrow_and_update() || stop.borrow_and_update().is_some() {
-                return;
+    /// After lost contact: rejoin with the original tuple and obey (`continue`, `cancel`, or
+    /// `stop`). Nothing when connected, or when the rejoin itself gets no decision (the lease
+    /// stays disconnected and the next call tries again).
+    async fn rejoin_if_disconnected(&self) {
+        let _one_at_a_time = self.rejoining.lock().await;
+        if *self.connected_tx.borrow() {
+            return;
+        }
+        match self.client.rejoin(&self.tuple()).await {
+            Ok(answer) => {
+                tracing::info!(job = %self.lease.job, instruction = %answer.instruction, "rejoined");
+                if answer.instruction == "cancel" {
+                    self.stop(Stop::Cancel);
+                }
+                self.connected_tx.send_replace(true);
             }
-            tokio::select! {
-                changed = connected.changed() => if changed.is_err() { return },
-                changed = stop.changed() => if changed.is_err() { return },
+            Err(CallError::Rejected { code, .. }) => {
+                tracing::warn!(job = %self.lease.job, %code, "rejoin answered stop");
+                self.stop(Stop::Revoked(code));
+                self.connected_tx.send_replace(true);
+            }
+            Err(error) => self.on_error("rejoin", &error),
+        }
+    }
+
+    /// Send a message about the lease until the server decides it: a transient failure is
+    /// retried (every runner message is idempotent: the same tuple and content again is
+    /// `acknowledged` if the first one committed) after a backoff with jitter and a rejoin. The
+    /// answer, or the error that is a decision (a rejection, another 4xx).
+    async fn deliver<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, CallError>
+    where
+        F: FnMut(TupleBody) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CallError>>,
+    {
+        let mut backoff = Backoff::new();
+        loop {
+            self.rejoin_if_disconnected().await;
+            match call(self.tuple()).await {
+                Ok(answer) => return Ok(answer),
+                Err(error) if error.is_transient() => {
+                    self.on_error(what, &error);
+                    tokio::time::sleep(backoff.next_wait()).await;
+                }
+                Err(error) => {
+                    self.on_error(what, &error);
+                    return Err(error);
+                }
             }
         }
     }
@@ -176,7 +239,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         let want = match config.max_jobs {
             Some(max) => free.min((max - started) as u32),
             None => free,
-        };
+        }
+        .min(crate::app::MAX_CLAIM_CAPACITY);
         match client.claim(want).await {
             Ok(leases) if !leases.is_empty() => {
                 let mut permit = Some(first);
@@ -259,6 +323,9 @@ impl LogSink {
     }
 }
 
+/// Upload the log chunks in order, each under the next sequence number. A chunk is retried until
+/// the server decides it, and the number moves on only past a stored chunk, so the stored log
+/// has no gap. After a rejection (the lease is no longer ours) nothing more is sent.
 async fn upload_logs(
     ctx: Arc<JobContext>,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
@@ -274,29 +341,25 @@ async fn upload_logs(
             }
         }
         queued.fetch_sub(chunk.len(), Ordering::SeqCst);
-        if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
+        if ctx.stopped().is_some_and(|stop| stop != Stop::Cancel) {
             continue;
         }
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match ctx.client.log_append(&ctx.tuple(), seq, &chunk).await {
-                Ok(_) => break,
-                Err(error @ CallError::Network(_)) => {
-                    ctx.on_error("log append", &error);
-                    ctx.wait_connected().await;
-                    if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
-                        break;
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-                Err(error) => {
-                    ctx.on_error("log append", &error);
-                    break;
-                }
+        let (client, chunk) = (&ctx.client, &chunk);
+        let sent = ctx
+            .deliver("log append", |tuple| async move {
+                client.log_append(&tuple, seq, chunk).await
+            })
+            .await;
+        match sent {
+            Ok(_) => seq += 1,
+            Err(CallError::Rejected { .. }) => {}
+            Err(error) => {
+                // A refusal that is not the protocol's (a bug): stop here rather than leave a
+                // gap.
+                tracing::error!(job = %ctx.lease.job, seq, %error, "log append refused; the rest of the log is not uploaded");
+                return;
             }
         }
-        seq += 1;
     }
 }
 
@@ -324,21 +387,9 @@ async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::R
             }
         } else {
             // Back after lost contact: rejoin with the original tuple and obey.
-            match ctx.client.rejoin(&ctx.tuple()).await {
-                Ok(answer) => {
-                    tracing::info!(job = %ctx.lease.job, instruction = %answer.instruction, "rejoined");
-                    if answer.instruction == "cancel" {
-                        ctx.stop(Stop::Cancel);
-                    }
-                    ctx.connected_tx.send_replace(true);
-                }
-                Err(CallError::Rejected { code, .. }) => {
-                    tracing::warn!(job = %ctx.lease.job, %code, "rejoin answered stop");
-                    ctx.stop(Stop::Revoked(code));
-                    ctx.connected_tx.send_replace(true);
-                    return;
-                }
-                Err(error) => ctx.on_error("rejoin", &error),
+            ctx.rejoin_if_disconnected().await;
+            if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
+                return;
             }
         }
     }
@@ -398,29 +449,14 @@ async fn prepare_source(
         .clone()
         .ok_or("the lease names no source blob")?;
     let archive = job_dir.join("source.tar.gz");
-    let mut attempt = 0;
-    let download = loop {
-        attempt += 1;
-        match ctx
-            .client
-            .source_to_file(
-                &ctx.tuple(),
-                &archive,
-                limits.max_total_bytes.saturating_mul(2),
-            )
-            .await
-        {
-            Ok(download) => break download,
-            Err(CallError::Network(message)) if attempt < 5 => {
-                tracing::warn!(%message, "source download failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
-            }
-            Err(error) => {
-                ctx.on_error("source fetch", &error);
-                return Err(format!("source fetch failed: {error}"));
-            }
-        }
-    };
+    let max_bytes = limits.max_total_bytes.saturating_mul(2);
+    let download = ctx
+        .deliver("source fetch", |tuple| {
+            let (client, archive) = (&ctx.client, &archive);
+            async move { client.source_to_file(&tuple, archive, max_bytes).await }
+        })
+        .await
+        .map_err(|error| format!("source fetch failed: {error}"))?;
     if download.source_digest.as_deref() != Some(ctx.lease.source_digest.as_str()) {
         return Err("the served source identity is not the leased one".into());
     }
@@ -458,6 +494,7 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
         stop_tx,
         connected_tx,
         reporting: AtomicBool::new(false),
+        rejoining: tokio::sync::Mutex::new(()),
     });
     let lease = &ctx.lease;
     // The workspace is keyed by (run, job, lease).
@@ -597,32 +634,18 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
             };
             match tokio::fs::read(&path).await {
                 Ok(content) => {
-                    let mut tries = 0;
-                    loop {
-                        tries += 1;
-                        match ctx
-                            .client
-                            .artifact_put(&ctx.tuple(), declared, &content)
-                            .await
-                        {
-                            Ok(_) => {
-                                sink.line(&format!(
-                                    "artifact {declared}: uploaded ({} bytes)",
-                                    content.len()
-                                ));
-                                break;
-                            }
-                            Err(error @ CallError::Network(_)) if tries < 5 => {
-                                ctx.on_error("artifact put", &error);
-                                ctx.wait_connected().await;
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                            }
-                            Err(error) => {
-                                ctx.on_error("artifact put", &error);
-                                sink.line(&format!("artifact {declared}: {error}"));
-                                break;
-                            }
-                        }
+                    let (client, content) = (&ctx.client, &content);
+                    let put = ctx
+                        .deliver("artifact put", |tuple| async move {
+                            client.artifact_put(&tuple, declared, content).await
+                        })
+                        .await;
+                    match put {
+                        Ok(_) => sink.line(&format!(
+                            "artifact {declared}: uploaded ({} bytes)",
+                            content.len()
+                        )),
+                        Err(error) => sink.line(&format!("artifact {declared}: {error}")),
                     }
                 }
                 Err(error) => sink.line(&format!("artifact {declared}: {error}")),
@@ -650,34 +673,20 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     drop(sink);
     let _ = uploader.await;
     ctx.reporting.store(true, Ordering::SeqCst);
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match ctx
-            .client
-            .result(&ctx.tuple(), outcome, &result_digest)
-            .await
-        {
-            Ok(answer) => {
-                tracing::info!(job = %lease.job, outcome, verdict = %answer.verdict, "result reported");
-                break;
-            }
-            Err(error @ CallError::Network(_)) => {
-                tracing::warn!(job = %lease.job, %error, "result not delivered; retrying");
-                ctx.on_error("result", &error);
-                // Rejoin first (the heartbeat task does), then report.
-                let _ = tokio::time::timeout(Duration::from_secs(5), ctx.wait_connected()).await;
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            Err(CallError::Rejected { code, .. }) => {
-                tracing::warn!(job = %lease.job, outcome, %code, "result rejected (kept as a late observation)");
-                break;
-            }
-            Err(error) => {
-                tracing::error!(job = %lease.job, %error, "result failed");
-                break;
-            }
+    let reported = ctx
+        .deliver("result", |tuple| {
+            let (client, result_digest) = (&ctx.client, &result_digest);
+            async move { client.result(&tuple, outcome, result_digest).await }
+        })
+        .await;
+    match reported {
+        Ok(answer) => {
+            tracing::info!(job = %lease.job, outcome, verdict = %answer.verdict, "result reported");
         }
+        Err(CallError::Rejected { code, .. }) => {
+            tracing::warn!(job = %lease.job, outcome, %code, "result rejected (kept as a late observation)");
+        }
+        Err(error) => tracing::error!(job = %lease.job, %error, "result failed"),
     }
     let _ = done_tx.send(true);
     let _ = heartbeat.await;

@@ -34,6 +34,17 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// Whether the call may succeed if sent again: no answer, or an answer that says the
+    /// server could not decide now (`503`: the database is unavailable or the request timed
+    /// out; `502`/`504` from a proxy; `408`; `429`). The outcome of such a call is unknown.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CallError::Network(_) => true,
+            CallError::Http { status, .. } => matches!(status, 408 | 429 | 502 | 503 | 504),
+            CallError::Rejected { .. } => false,
+        }
+    }
+
     /// The rejection reason, if this is a protocol rejection.
     pub fn rejection(&self) -> Option<&str> {
         match self {
@@ -70,6 +81,21 @@ async fn check(response: reqwest::Response) -> Result<reqwest::Response, CallErr
             message: String::from_utf8_lossy(&bytes).into_owned(),
         }),
     }
+}
+
+/// `text` as one URL path segment: every byte but RFC 3986's unreserved characters
+/// percent-encoded, so that `out/report.txt` stays one segment and `../x` cannot climb. (`.`
+/// and `..` alone are dot segments however encoded: callers refuse them.)
+pub fn path_segment(text: &str) -> String {
+    let mut segment = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            segment.push(char::from(byte));
+        } else {
+            segment.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    segment
 }
 
 /// The shared plumbing: a base URL and a bearer token.
@@ -425,6 +451,14 @@ impl OperatorClient {
         job: Uuid,
         name: &str,
     ) -> Result<Vec<u8>, CallError> {
+        if name == "." || name == ".." {
+            return Err(CallError::Http {
+                status: 400,
+                code: "bad_request".into(),
+                message: "an artifact name cannot be . or ..".into(),
+            });
+        }
+        let name = path_segment(name);
         self.http
             .get_bytes(&format!(
                 "/v1/projects/{project}/jobs/{job}/artifacts/{name}"
@@ -487,6 +521,7 @@ impl OperatorClient {
     }
 
     pub async fn target(&self, slot: &str) -> Result<TargetBody, CallError> {
+        let slot = path_segment(slot);
         self.http.get(&format!("/v1/targets/{slot}")).await
     }
 }

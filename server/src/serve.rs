@@ -63,7 +63,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
                 tokio::task::spawn_blocking(leasewright_impl::database::throwaway_cluster)
                     .await??;
             eprintln!(
-                "leasewright: no --database-url: started a throwaway PostgreSQL cluster in {} \
+                "leasewright: no --database-url and no DATABASE_URL: started a throwaway PostgreSQL cluster in {} \
                  (it is removed when this process exits, with all its data)",
                 cluster.dir().display()
             );

@@ -236,3 +236,322 @@ async fn made_up_methods_and_paths_add_no_metric_series() {
         );
     }
 }
+
+/// A TCP proxy between the server and PostgreSQL that can make the database unreachable: every
+/// open connection cut, every new one closed at once (so each call in flight and each new one
+/// fails: `503 database_unavailable`).
+struct DatabaseProxy {
+    addr: std::net::SocketAddr,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl DatabaseProxy {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accept = {
+            let (down, links) = (down.clone(), links.clone());
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if down.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    let link = tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    links.lock().unwrap().push(link.abort_handle());
+                }
+            })
+        };
+        Self {
+            addr,
+            down,
+            links,
+            _accept: accept,
+        }
+    }
+
+    /// The database unreachable until [`DatabaseProxy::up`].
+    fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `url` (`postgres://user@host:port/db`) split into the address and the URL through `via`.
+fn proxied_url(url: &str, via: std::net::SocketAddr) -> (String, String) {
+    let scheme_end = url.find("://").unwrap() + 3;
+    let authority_start = url[scheme_end..]
+        .find('@')
+        .map_or(scheme_end, |at| scheme_end + at + 1);
+    let authority_end = authority_start + url[authority_start..].find('/').unwrap();
+    let upstream = url[authority_start..authority_end].to_owned();
+    let proxied = format!("{}{via}{}", &url[..authority_start], &url[authority_end..]);
+    (upstream, proxied)
+}
+
+/// Finding 3: a 3-second database outage lost a passed job's result, artifact and log chunks
+/// (the runner took each `503 database_unavailable` as final). Now it retries them with backoff
+/// and jitter, rejoins, and the job passes with its artifact and a gapless log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_mid_job_loses_no_log_chunk_artifact_or_result() {
+    use leasewright_server::agent::{self, AgentConfig};
+    use leasewright_server::source::{build_snapshot, SourceFile};
+    let db = leasewright_impl::database::TestDatabase::create()
+        .await
+        .unwrap();
+    let unused: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let (upstream, _) = proxied_url(db.url(), unused);
+    let proxy = DatabaseProxy::start(upstream).await;
+    let (_, proxied) = proxied_url(db.url(), proxy.addr);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server =
+        leasewright_server::app::start(&proxied, Duration::from_secs(30), listener, config(false))
+            .await
+            .unwrap();
+    let direct = sqlx::PgPool::connect(db.url()).await.unwrap();
+    let f = fixture(&server).await;
+    // 60 numbered lines over about 6 s, then the artifact: the outage starts after the first
+    // lines are stored and lasts past the command's end, so log appends, the artifact upload
+    // and the result all meet it.
+    let script = "i=1; while [ $i -le 60 ]; do echo line $i; i=$((i+1)); sleep 0.1; done\n\
+                  echo report > out.txt\n";
+    let snapshot = build_snapshot(vec![SourceFile {
+        path: "run.sh".into(),
+        mode: 0o755,
+        content: script.as_bytes().to_vec(),
+    }])
+    .unwrap();
+    let mut request = submit_request(None, "unfenced");
+    request.source_archive_base64 = b64(&snapshot.archive);
+    request.artifacts = vec!["out.txt".into()];
+    let job = f.operator.submit(f.project, &request).await.unwrap().job;
+    let workdir = tempfile::tempdir().unwrap();
+    let mut agent_config = AgentConfig::new(&server.url(), &f.token, workdir.path().to_owned());
+    agent_config.max_jobs = Some(1);
+    let runner = tokio::spawn(agent::run(agent_config));
+
+    // Wait (bounded) for the first log chunks, then take the database away for 8 s.
+    let stored_chunks = |direct: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM logs")
+            .fetch_one(&direct)
+            .await
+            .unwrap()
+    };
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while stored_chunks(direct.clone()).await < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the job's first log chunks");
+    proxy.down();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    proxy.up();
+
+    tokio::time::timeout(Duration::from_secs(120), runner)
+        .await
+        .expect("the runner finishes its job")
+        .unwrap()
+        .unwrap();
+    let state: String = sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+        .bind(job)
+        .fetch_one(&direct)
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = sqlx::query_scalar("SELECT seq FROM logs ORDER BY seq")
+        .fetch_all(&direct)
+        .await
+        .unwrap();
+    let artifact = f.operator.artifact(f.project, job, "out.txt").await;
+    let log = String::from_utf8(f.operator.logs(f.project, job, None).await.unwrap()).unwrap();
+    // The runner met the outage: runner routes were answered 503.
+    let metrics = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let unavailable: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.contains("route=\"/v1/runner/") && l.contains("status=\"503\""))
+        .collect();
+    assert!(
+        !unavailable.is_empty(),
+        "no runner call met the outage:\n{metrics}"
+    );
+    assert_eq!(state, "passed", "the job after the outage; log:\n{log}");
+    assert_eq!(
+        seqs,
+        (0..seqs.len() as i64).collect::<Vec<_>>(),
+        "the log's sequence numbers have a gap"
+    );
+    for i in 1..=60 {
+        assert!(
+            log.contains(&format!("line {i}\n")),
+            "line {i} is missing:\n{log}"
+        );
+    }
+    assert_eq!(artifact.unwrap(), b"report\n");
+    server.stop().await.unwrap();
+}
+
+/// Finding 8: `op artifact` sent the name unencoded: `out/report.txt` got 404, `../attempts`
+/// printed the attempts JSON. The name is one percent-encoded path segment now.
+#[tokio::test]
+async fn an_artifact_name_with_a_slash_or_dots_is_one_path_segment() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    for (name, content) in [("out/report.txt", &b"report"[..]), ("a b%2F?#", b"odd")] {
+        f.runner
+            .artifact_put(&lease.tuple(None), name, content)
+            .await
+            .unwrap();
+        let read = f.operator.artifact(f.project, job, name).await;
+        assert_eq!(read.unwrap(), content, "{name}");
+    }
+    for name in ["../attempts", "..%2Fattempts", "x/../../attempts"] {
+        let read = f.operator.artifact(f.project, job, name).await;
+        assert!(
+            matches!(
+                &read,
+                Err(leasewright_server::client::CallError::Http { status: 404, .. })
+            ),
+            "{name}: {read:?}"
+        );
+    }
+}
+
+/// Finding 8: claim capacities 0, 65 and 4294967295 were clamped; docs/http.md says 1..64.
+#[tokio::test]
+async fn a_claim_capacity_outside_1_to_64_is_a_400() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    for capacity in [0u64, 65, 4_294_967_295] {
+        let (status, body) = post(
+            &server,
+            Some(&f.token),
+            "/v1/runner/claim",
+            &serde_json::json!({ "capacity": capacity }),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{capacity}"
+        );
+    }
+    for capacity in [1u64, 64] {
+        let (status, body) = post(
+            &server,
+            Some(&f.token),
+            "/v1/runner/claim",
+            &serde_json::json!({ "capacity": capacity }),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (409, Some("no_queued_job")),
+            "{capacity}"
+        );
+    }
+}
+
+/// Finding 8: no Content-Type was checked (a browser page can POST `text/plain` to the
+/// unauthenticated deploy route without asking), and non-UTF-8 bytes in an unknown field were
+/// accepted.
+#[tokio::test]
+async fn a_body_that_is_not_declared_json_is_a_415_and_one_that_is_not_utf8_a_400() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let http = reqwest::Client::new();
+    let deploy = format!("{}/v1/targets/slot/deploy", server.url());
+    let body = serde_json::json!({
+        "kind": "idempotent",
+        "job": uuid::Uuid::new_v4(),
+        "attempt": uuid::Uuid::new_v4(),
+        "fence": 1,
+        "deployment_id": "d",
+    })
+    .to_string();
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        let mut request = http.post(&deploy).body(body.clone());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let answer = request.send().await.unwrap();
+        let status = answer.status().as_u16();
+        let json: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(
+            (status, json["error"]["code"].as_str()),
+            (415, Some("unsupported_media_type")),
+            "{content_type:?}"
+        );
+    }
+    let (status, _) = post(
+        &server,
+        None,
+        "/v1/targets/slot/deploy",
+        &serde_json::from_str(&body).unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "the same body as JSON is applied");
+    // Nothing was applied by the refused ones: the target saw one mutation.
+    let target = f.operator.target("slot").await.unwrap();
+    assert_eq!(target.applied_count, 1);
+
+    let mut not_utf8 = body.trim_end_matches('}').as_bytes().to_vec();
+    not_utf8.extend_from_slice(b", \"unknown\": \"\xff\xfe\"}");
+    let answer = http
+        .post(&deploy)
+        .header("content-type", "application/json")
+        .body(not_utf8)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    // An empty body on a route that takes one still needs no Content-Type.
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let cancel = http
+        .post(format!(
+            "{}/v1/projects/{}/jobs/{job}/cancel",
+            server.url(),
+            f.project
+        ))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status().as_u16(), 200);
+}

@@ -36,8 +36,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        json_content_type(req.headers())?;
         let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
         parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// A body is JSON only when it says so (`Content-Type: application/json`, parameters allowed):
+/// otherwise `415`. A browser page can send `text/plain` to another origin without asking
+/// (a "simple request"); it cannot send `application/json` that way.
+fn json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(str::trim);
+    match essence {
+        Some(essence) if essence.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be sent as Content-Type: application/json",
+        )),
     }
 }
 
@@ -74,6 +94,10 @@ pub(super) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
     if first != Some(&b'{') {
         return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    // Whole-body UTF-8 (RFC 8259 §8.1): serde skips the strings of unknown fields unchecked.
+    if std::str::from_utf8(bytes).is_err() {
+        return Err(ApiError::bad_request("the body is not UTF-8"));
     }
     if has_escaped_nul(bytes) {
         return Err(ApiError::bad_request(
@@ -162,10 +186,12 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJ
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let headers = req.headers().clone();
         let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJsonBody(T::default()));
         }
+        json_content_type(&headers)?;
         parse_json(&bytes).map(OptionalJsonBody)
     }
 }

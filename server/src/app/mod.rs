@@ -18,6 +18,7 @@ pub use extract::{
     MAX_IDENTIFIER_BYTES,
 };
 pub use listen::ConnectionLimits;
+pub use runner::MAX_CLAIM_CAPACITY;
 
 use crate::metrics::Metrics;
 use crate::source::Limits;

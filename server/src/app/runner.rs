@@ -31,12 +31,22 @@ pub(super) async fn job_spec(
     }
 }
 
+/// The most leases one claim asks for (docs/http.md).
+pub const MAX_CLAIM_CAPACITY: u32 = 64;
+
 pub(super) async fn claim(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
     JsonBody(body): JsonBody<ClaimRequest>,
 ) -> ApiResult {
-    let capacity = body.capacity.unwrap_or(1).clamp(1, 64) as usize;
+    let capacity = match body.capacity.unwrap_or(1) {
+        capacity @ 1..=MAX_CLAIM_CAPACITY => capacity as usize,
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "capacity must be between 1 and {MAX_CLAIM_CAPACITY}"
+            )))
+        }
+    };
     let store = &state.0.store;
     let verdict = store
         .claim_batch(runner, capacity, body.runner_time)
