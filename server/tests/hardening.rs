@@ -492,7 +492,7 @@ async fn a_body_that_is_not_declared_json_is_a_415_and_one_that_is_not_utf8_a_40
         "kind": "idempotent",
         "job": uuid::Uuid::new_v4(),
         "attempt": uuid::Uuid::new_v4(),
-        "fence": 1,
+        "slot_token": 1,
         "deployment_id": "d",
     })
     .to_string();
