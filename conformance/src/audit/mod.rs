@@ -313,21 +313,26 @@ pub async fn audit(
 fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
     reservations.sort_by(|a, b| a.target.cmp(&b.target).then(a.start.cmp(&b.start)));
     let mut out = Vec::new();
-    for pair in reservations.windows(2) {
-        let (first, second) = (&pair[0], &pair[1]);
-        if first.target == second.target && first.job != second.job && second.start < first.end {
+    // The reservation of each slot that ends last among those started so far.
+    let mut holder: Option<&replay::Reservation> = None;
+    for next in &reservations {
+        let first = match holder {
+            Some(held) if held.target == next.target => held,
+            _ => {
+                holder = Some(next);
+                continue;
+            }
+        };
+        if first.job != next.job && next.start < first.end {
             out.push(Violation {
                 kind: Kind::SlotOverlap,
-                job: second.job,
+                job: next.job,
                 project: Uuid::nil(),
-                record: format!(
-                    "attempt {} (claim, ledger {})",
-                    second.attempt, second.start
-                ),
+                record: format!("attempt {} (claim, ledger {})", next.attempt, next.start),
                 detail: format!(
                     "claimed target slot `{}` while attempt {} of job {} held it (reserved at \
                      ledger {}, {})",
-                    second.target,
+                    next.target,
                     first.attempt,
                     first.job,
                     first.start,
@@ -340,6 +345,49 @@ fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
                 steps: Vec::new(),
             });
         }
+        if next.end > first.end {
+            holder = Some(next);
+        }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{replay::Reservation, slot_overlaps, Kind};
+    use uuid::Uuid;
+
+    fn held(target: &str, job: u128, start: i64, end: i64) -> Reservation {
+        Reservation {
+            target: target.into(),
+            job: Uuid::from_u128(job),
+            attempt: Uuid::from_u128(job * 100 + start as u128),
+            start,
+            end,
+        }
+    }
+
+    #[test]
+    fn reservations_of_one_slot_overlap_only_across_jobs_and_only_while_held() {
+        // One after the other, two slots interleaved, a job's own retry: no overlap.
+        let clean = vec![
+            held("prod", 1, 1, 5),
+            held("prod", 2, 6, i64::MAX),
+            held("dev", 3, 2, 8),
+            held("dev", 4, 9, 10),
+            held("prod", 2, 20, 30),
+        ];
+        assert!(slot_overlaps(clean).is_empty());
+        // A long holder, then two later claims while it still holds the slot: both reported,
+        // the second although the first of them had already been released.
+        let overlapping = vec![
+            held("prod", 1, 1, i64::MAX),
+            held("prod", 2, 3, 4),
+            held("prod", 3, 6, 7),
+        ];
+        let found = slot_overlaps(overlapping);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found.iter().all(|v| v.kind == Kind::SlotOverlap));
+        assert_eq!(found[1].job, Uuid::from_u128(3));
+    }
 }

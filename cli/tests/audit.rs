@@ -1,0 +1,103 @@
+//! `leasewright audit` as a user runs it: exit codes (0 clean, 1 a violation, 2 setup), the
+//! numbered report, the JSON document and the JUnit file.
+
+use leasewright_impl::database::TestDatabase;
+use leasewright_impl::*;
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Arc;
+
+fn audit(url: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasewright"));
+    command.arg("audit").args(args).env_remove("DATABASE_URL");
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+    let out = command.output().expect("runs leasewright");
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8(out.stdout).expect("utf-8"),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_exits_0_clean_1_on_a_violation_and_2_on_setup() {
+    let (code, _, err) = audit(None, &[]);
+    assert_eq!(code, 2, "no database: {err}");
+    assert!(err.contains("DATABASE_URL"), "{err}");
+
+    // A database without the implementation's schema: setup, not a violation.
+    let empty = TestDatabase::create().await.expect("a test database");
+    let (code, _, err) = audit(Some(empty.url()), &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no audit ledger"), "{err}");
+
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .unwrap();
+    let project = store.create_project("p").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let job = store
+        .submit_job(project, NewJob::new("rev", "d", "c"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    store.heartbeat(&lease.tuple, None).await.unwrap();
+    store
+        .report_result(&lease.tuple, Outcome::Passed, "d", None)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let (code, out, err) = audit(Some(db.url()), &["--project", "p"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("every record is one the model allows"),
+        "{out}"
+    );
+    let (code, _, err) = audit(Some(db.url()), &["--project", "nobody"]);
+    assert_eq!(code, 2, "{err}");
+
+    sqlx::query("UPDATE jobs SET state = 'failed', outcome = 'failed' WHERE id = $1")
+        .bind(job.0)
+        .execute(&sqlx::PgPool::connect(db.url()).await.unwrap())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE attempts SET state = 'failed', outcome = 'failed' WHERE job_id = $1")
+        .bind(job.0)
+        .execute(&sqlx::PgPool::connect(db.url()).await.unwrap())
+        .await
+        .unwrap();
+    let (code, out, _) = audit(Some(db.url()), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("VIOLATION 1 [replaced_outcome]"), "{out}");
+    assert!(out.contains("   1. job "), "numbered steps: {out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("audit.xml");
+    let junit_arg = junit.to_str().unwrap();
+    let (code, out, _) = audit(Some(db.url()), &["--json", "--junit", junit_arg]);
+    assert_eq!(code, 1, "{out}");
+    let doc: Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(doc["violations"][0]["kind"], "replaced_outcome");
+    assert_eq!(doc["jobs"], 1);
+    let watermark = doc["watermark"].as_i64().expect("a watermark");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("failures=\"1\""), "{xml}");
+
+    // Resumed from its watermark with nothing new: nothing to audit, clean.
+    let since = watermark.to_string();
+    let (code, out, _) = audit(Some(db.url()), &["--since", &since, "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (doc["jobs"].as_i64(), doc["watermark"].as_i64()),
+        (Some(0), Some(watermark))
+    );
+}
