@@ -95,6 +95,27 @@ fn a_refused_database_is_exit_2_at_once_with_its_address_and_without_its_passwor
 }
 
 #[test]
+fn secrets_come_from_the_environment() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["op", "--server", "http://127.0.0.1:9", "project", "p"])
+        .env("LEASEWRIGHT_OPERATOR_TOKEN", "t")
+        .output()
+        .expect("runs leasewright");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Past argument parsing: it tried the server.
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("127.0.0.1:9"), "{err}");
+    let help = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["runner", "--help"])
+        .env("LEASEWRIGHT_RUNNER_TOKEN", "do-not-show")
+        .output()
+        .expect("runs leasewright");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("LEASEWRIGHT_RUNNER_TOKEN"), "{help}");
+    assert!(!help.contains("do-not-show"), "{help}");
+}
+
+#[test]
 fn an_unreachable_server_is_exit_2() {
     let (code, _, err, _) = leasewright(&[
         "op",

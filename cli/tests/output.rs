@@ -15,11 +15,11 @@ fn runner_logs(format: &str) -> String {
             format,
             "--server",
             "http://127.0.0.1:9",
-            "--token",
-            "t",
             "--poll-interval-ms",
             "100",
         ])
+        // The secret from the environment, not the command line.
+        .env("LEASEWRIGHT_RUNNER_TOKEN", "t")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
