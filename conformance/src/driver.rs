@@ -9,8 +9,8 @@ use std::fmt;
 use std::future::Future;
 
 use leasewright_model::{
-    Action, AttemptState, Expected, Fence, JobState, LeaseModel, MessageKind, Reason, RunnerId,
-    State, Verdict,
+    Action, AttemptState, Expected, Fence, JobState, LeaseModel, MessageKind, Outcome, Reason,
+    RunnerId, State, Verdict,
 };
 use serde::Serialize;
 
@@ -28,6 +28,78 @@ pub struct Projection {
     /// named job and attempt, verdict, reason), if it recorded one. Comparing every step's record
     /// checks that every received message is recorded, against the right attempt.
     pub observation: Option<ObservationProjection>,
+    /// The rest of what the last step recorded and returned (class 5 of docs/conformance.md),
+    /// from the drivers that read it (`None` from a driver that does not: then it is not
+    /// compared).
+    pub details: Option<Details>,
+}
+
+/// What a step recorded and returned beyond the verdict and the observation's core.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Details {
+    /// The observation's remaining fields, if the step recorded one.
+    pub observation: Option<ObservationDetails>,
+    /// The value the step's rule returned with an accepted verdict (or a rejoin's instruction).
+    pub answer: Option<Answer>,
+}
+
+/// The recorded fields of an observation that [`ObservationProjection`] leaves out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ObservationDetails {
+    /// The named lease id (model lease id; 0: forged).
+    pub lease: u8,
+    /// The named fence.
+    pub fence: Fence,
+    /// The reported outcome of a `result`.
+    pub outcome: Option<Outcome>,
+    /// The runner's observed time, as the model's runner time.
+    pub runner_time: Option<u8>,
+    /// Which payload the payload digest is the digest of (`None`: no digest recorded). The drivers
+    /// check that one payload always has one digest and two payloads two digests.
+    pub payload: Option<String>,
+}
+
+/// The value a rule returns with its verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    /// An accepted claim: the job it took, the fence it issued, the lease time granted (ticks).
+    Claim {
+        job: u8,
+        fence: Fence,
+        lease_ticks: i64,
+    },
+    /// An accepted heartbeat: the lease time granted (ticks) and whether a cancel was requested.
+    Heartbeat {
+        lease_ticks: i64,
+        cancel_requested: bool,
+    },
+    /// A rejoin's instruction: `continue`, `cancel` or `stop` (R5).
+    Rejoin { instruction: &'static str },
+    /// The expiry sweep: the jobs it made `uncertain`.
+    Sweep { uncertain: Vec<u8> },
+}
+
+/// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
+/// digest the drivers send with it, [`crate::pg::result_digest`]).
+pub fn payload_label(kind: MessageKind) -> Option<String> {
+    match kind {
+        MessageKind::Result(outcome) => Some(format!(
+            "result {outcome} {}",
+            crate::pg::result_digest(outcome)
+        )),
+        _ => None,
+    }
+}
+
+/// A rejoin's instruction for its verdict (R5): `continue` when accepted, `cancel` when accepted
+/// while a cancel is requested, `stop` on any rejection.
+pub fn rejoin_instruction(accepted: bool, cancel_requested: bool) -> &'static str {
+    match (accepted, cancel_requested) {
+        (true, false) => "continue",
+        (true, true) => "cancel",
+        (false, _) => "stop",
+    }
 }
 
 /// One job.
@@ -161,9 +233,11 @@ pub fn project_model(
             },
         })
         .collect();
+    let details = Some(model_details(model, before, action, state));
     Projection {
         jobs,
         targets,
+        details,
         observation: match action {
             Action::Deliver { message } if recorded_by_server(message.kind) => {
                 Some(model.observation(before, message))
@@ -191,6 +265,68 @@ pub fn project_model(
             verdict: o.verdict,
             reason: o.reason,
         }),
+    }
+}
+
+/// The server-recorded message `action` delivers in `before`, if any.
+fn recorded_message(before: &State, action: &Action) -> Option<leasewright_model::Message> {
+    crate::coverage::delivered(before, action).filter(|m| recorded_by_server(m.kind))
+}
+
+/// The details the model's step implies: the recorded fields of its observation and the value
+/// its rule returns.
+fn model_details(model: &LeaseModel, before: &State, action: &Action, after: &State) -> Details {
+    let expected = model.expected(before, action);
+    let accepted = expected.is_some_and(|e| e.verdict == Verdict::Accepted);
+    let message = recorded_message(before, action);
+    let observation = message.map(|m| ObservationDetails {
+        lease: m.lease,
+        fence: m.fence,
+        outcome: match m.kind {
+            MessageKind::Result(o) => Some(o),
+            _ => None,
+        },
+        runner_time: Some(m.runner_time),
+        payload: payload_label(m.kind),
+    });
+    let answer = match (action, message) {
+        (Action::Claim { .. }, _) if accepted => {
+            after
+                .attempts
+                .get(before.attempts.len())
+                .map(|a| Answer::Claim {
+                    job: a.job,
+                    fence: a.fence,
+                    lease_ticks: i64::from(model.config.lease_ttl),
+                })
+        }
+        (Action::ExpirySweep, _) => Some(Answer::Sweep {
+            uncertain: (0..after.jobs.len())
+                .filter(|&j| {
+                    after.jobs[j].state == JobState::Uncertain
+                        && before.jobs[j].state != JobState::Uncertain
+                })
+                .map(|j| j as u8)
+                .collect(),
+        }),
+        (_, Some(m)) if m.kind == MessageKind::Heartbeat && accepted => Some(Answer::Heartbeat {
+            lease_ticks: i64::from(model.config.lease_ttl),
+            cancel_requested: after.jobs[m.job as usize].cancel_requested,
+        }),
+        (_, Some(m)) if m.kind == MessageKind::Rejoin => Some(Answer::Rejoin {
+            instruction: rejoin_instruction(
+                accepted,
+                before
+                    .jobs
+                    .get(m.job as usize)
+                    .is_some_and(|j| j.cancel_requested),
+            ),
+        }),
+        _ => None,
+    };
+    Details {
+        observation,
+        answer,
     }
 }
 

@@ -508,6 +508,7 @@ impl Session for CmdSession {
             jobs,
             targets,
             observation,
+            details: None,
         })
     }
 

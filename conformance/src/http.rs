@@ -733,6 +733,7 @@ impl Session for HttpSession {
             jobs,
             targets,
             observation,
+            details: None,
         })
     }
 }

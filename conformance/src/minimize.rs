@@ -3,7 +3,7 @@
 //! model and still diverges. Every candidate is re-derived through the model, so the expected
 //! verdicts of the shrunk trace are the model's own.
 
-use leasewright_model::{Action, Expected, LeaseModel, Reason, State};
+use leasewright_model::{Action, LeaseModel, State};
 use stateright::Model;
 
 use crate::driver::Driver;
@@ -29,16 +29,11 @@ pub fn rebuild(
             .map(|(_, s)| s);
         let next = match next {
             Some(next) => next,
-            None if matches!(action, Action::Claim { .. })
-                && model.expected(&state, action)
-                    == Some(Expected::rejected(Reason::NoQueuedJob)) =>
-            {
-                state.clone()
-            }
-            // A probe: a message or operator action sent on purpose where no well-behaved
-            // runner or operator would (crate::probe); the model's verdict decides.
+            // A probe: a claim, message or operator action sent where no well-behaved runner or
+            // operator would (crate::probe; the scenarios' rejected claims too); the model's
+            // verdict decides.
             None if crate::probe::applicable(&state, action) => {
-                model.next_state(&state, action.clone())?
+                crate::probe::apply(model, &state, action)?
             }
             None => return None,
         };

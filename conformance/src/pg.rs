@@ -16,8 +16,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::driver::{
-    AttemptProjection, Driver, DriverError, JobProjection, ObservationProjection, Observed,
-    Projection, Session, TargetProjection,
+    payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
+    JobProjection, ObservationDetails, ObservationProjection, Observed, Projection, Session,
+    TargetProjection,
 };
 
 /// One model tick in server time.
@@ -38,6 +39,20 @@ pub fn trace_epoch() -> DateTime<Utc> {
 /// depend on it.
 pub fn runner_time(t: u8) -> DateTime<Utc> {
     trace_epoch() + Duration::hours(i64::from(t) * 6 - 3)
+}
+
+/// The model's runner time of a recorded runner time ([`runner_time`] inverted; 255 when it is
+/// none of them).
+pub fn model_runner_time(at: DateTime<Utc>) -> u8 {
+    let hours = (at - trace_epoch()).num_hours() + 3;
+    if hours % 6 == 0
+        && (0..6 * 255).contains(&hours)
+        && (at - trace_epoch()).num_minutes() % 60 == 0
+    {
+        (hours / 6) as u8
+    } else {
+        u8::MAX
+    }
 }
 
 /// The result digest the driver sends for an outcome: identical results have identical digests.
@@ -169,6 +184,10 @@ impl Driver for PgDriver {
             target_kind: config.target,
             last_observation: 0,
             recorded: Vec::new(),
+            model: LeaseModel::new(config.clone()),
+            answer: None,
+            sent_payload: None,
+            payloads: BTreeMap::new(),
         })
     }
 }
@@ -197,6 +216,14 @@ pub struct PgSession {
     last_observation: i64,
     /// Observations recorded by the last step.
     recorded: Vec<imp::ObservationView>,
+    /// The trace's model (to choose a batch claim's size).
+    model: LeaseModel,
+    /// The value the last step's rule returned.
+    answer: Option<Answer>,
+    /// The payload label of the last message sent.
+    sent_payload: Option<String>,
+    /// Each payload label's digest as first recorded (one payload, one digest).
+    payloads: BTreeMap<String, String>,
 }
 
 impl PgSession {
@@ -244,15 +271,18 @@ impl PgSession {
     async fn deliver(&mut self, m: &model::Message) -> Result<Observed, DriverError> {
         let tuple = self.tuple(m)?;
         let at = Some(runner_time(m.runner_time));
+        self.sent_payload = payload_label(m.kind);
         Ok(match m.kind {
-            MessageKind::Heartbeat => observed(
-                &self
-                    .store
-                    .heartbeat(&tuple, at)
-                    .await
-                    .map_err(failed)?
-                    .without_value(),
-            ),
+            MessageKind::Heartbeat => {
+                let verdict = self.store.heartbeat(&tuple, at).await.map_err(failed)?;
+                if let imp::Verdict::Accepted(answer) = &verdict {
+                    self.answer = Some(Answer::Heartbeat {
+                        lease_ticks: self.ticks_from_now(answer.lease_expiry),
+                        cancel_requested: answer.cancel_requested,
+                    });
+                }
+                observed(&verdict.without_value())
+            }
             MessageKind::Result(outcome) => {
                 let o = imp::Outcome::from_code(outcome.as_str())
                     .ok_or_else(|| unmappable(format!("outcome {outcome}")))?;
@@ -264,14 +294,17 @@ impl PgSession {
                         .map_err(failed)?,
                 )
             }
-            MessageKind::Rejoin => observed(
-                &self
-                    .store
-                    .rejoin(&tuple, at)
-                    .await
-                    .map_err(failed)?
-                    .verdict(),
-            ),
+            MessageKind::Rejoin => {
+                let answer = self.store.rejoin(&tuple, at).await.map_err(failed)?;
+                self.answer = Some(Answer::Rejoin {
+                    instruction: match answer {
+                        imp::RejoinAnswer::Continue => rejoin_instruction(true, false),
+                        imp::RejoinAnswer::Cancel => rejoin_instruction(true, true),
+                        imp::RejoinAnswer::Stop(_) => rejoin_instruction(false, false),
+                    },
+                });
+                observed(&answer.verdict())
+            }
             MessageKind::TargetMutation => {
                 let slot_token = *self
                     .slot_tokens
@@ -297,23 +330,46 @@ impl Session for PgSession {
         action: &Action,
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
+        self.answer = None;
+        self.sent_payload = None;
         let verdict = match action {
             Action::Claim { runner } => {
                 let id = *self
                     .runners
                     .get(*runner as usize)
                     .ok_or_else(|| unmappable(format!("runner {runner}")))?;
-                let verdict = self.store.claim(id, None).await.map_err(failed)?;
-                if let imp::Verdict::Accepted(lease) = &verdict {
+                // A batch claim of two jobs whenever the model leaves no second job to take
+                // (then it takes what one claim takes): the batch's search runs every time.
+                let k = if self.model.claimable_job(after, *runner).is_none() {
+                    2
+                } else {
+                    1
+                };
+                let verdict = self.store.claim_batch(id, k, None).await.map_err(failed)?;
+                if let imp::Verdict::Accepted(leases) = &verdict {
                     let index = self.attempts.len();
-                    let Some(created) = after.attempts.get(index) else {
-                        return Err(DriverError::Implementation(
-                            "the implementation accepted a claim the model rejected".into(),
-                        ));
+                    let (Some(created), [lease]) = (after.attempts.get(index), leases.as_slice())
+                    else {
+                        return Err(DriverError::Implementation(format!(
+                            "the implementation accepted a claim of {} jobs where the model \
+                             took {}",
+                            leases.len(),
+                            after.attempts.len() - index
+                        )));
                     };
                     self.attempts.push(lease.tuple.attempt);
                     self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.tuple.lease_id);
+                    self.answer = Some(Answer::Claim {
+                        job: Self::index_of(&self.jobs, &lease.tuple.job, "job")?,
+                        fence: u8::try_from(lease.tuple.fence).map_err(|_| {
+                            DriverError::Implementation(format!(
+                                "fence {} out of range",
+                                lease.tuple.fence
+                            ))
+                        })?,
+                        lease_ticks: self.ticks_from_now(lease.lease_expiry),
+                    });
                 }
                 Some(observed(&verdict.without_value()))
             }
@@ -337,17 +393,24 @@ impl Session for PgSession {
                 self.clock.advance(TICK);
                 None
             }
-            Action::ExpirySweep => Some(
-                match self
+            Action::ExpirySweep => {
+                let swept = self
                     .store
                     .sweep_expired_in(Some(self.project))
                     .await
-                    .map_err(failed)?
-                {
-                    imp::SweepVerdict::Uncertain(_) => Expected::UNCERTAIN,
-                    imp::SweepVerdict::Accepted => Expected::ACCEPTED,
-                },
-            ),
+                    .map_err(failed)?;
+                let (verdict, jobs) = match swept {
+                    imp::SweepVerdict::Uncertain(jobs) => (Expected::UNCERTAIN, jobs),
+                    imp::SweepVerdict::Accepted => (Expected::ACCEPTED, Vec::new()),
+                };
+                let mut uncertain = jobs
+                    .iter()
+                    .map(|j| Self::index_of(&self.jobs, j, "job"))
+                    .collect::<Result<Vec<u8>, _>>()?;
+                uncertain.sort_unstable();
+                self.answer = Some(Answer::Sweep { uncertain });
+                Some(verdict)
+            }
             Action::Cancel { job } | Action::OutsiderCancel { job } => {
                 let project = self.operator_project(action);
                 let id = self.jobs[*job as usize];
@@ -482,15 +545,74 @@ impl Session for PgSession {
                 )))
             }
         };
+        let details = Some(Details {
+            observation: match self.recorded.clone().as_slice() {
+                [o] => Some(self.observation_details(o)?),
+                _ => None,
+            },
+            answer: self.answer.clone(),
+        });
         Ok(Projection {
             jobs,
             targets,
             observation,
+            details,
         })
     }
 }
 
 impl PgSession {
+    /// Whole ticks from the clock's now to `at`.
+    fn ticks_from_now(&self, at: DateTime<Utc>) -> i64 {
+        (at - imp::Clock::now(self.clock.as_ref())).num_milliseconds() / TICK.num_milliseconds()
+    }
+
+    /// The fields of `o` the core projection leaves out. The payload digest is checked to be a
+    /// function of the payload, one to one, within the trace.
+    fn observation_details(
+        &mut self,
+        o: &imp::ObservationView,
+    ) -> Result<ObservationDetails, DriverError> {
+        let lease = if o.named.lease_id == imp::LeaseId(FORGED_LEASE) {
+            model::FORGED_LEASE
+        } else {
+            self.leases
+                .iter()
+                .find(|(_, id)| **id == o.named.lease_id)
+                .map(|(m, _)| *m)
+                .ok_or_else(|| {
+                    DriverError::Implementation("an observation names an unknown lease id".into())
+                })?
+        };
+        let payload = match (&o.payload_sha256, &self.sent_payload) {
+            (None, _) => None,
+            (Some(digest), None) => Some(format!("a digest ({digest}) of no payload")),
+            (Some(digest), Some(label)) => Some(match self.payloads.get(label) {
+                Some(first) if first == digest => label.clone(),
+                Some(first) => format!("{label}, with a digest other than its first ({first})"),
+                None => match self.payloads.iter().find(|(_, d)| *d == digest) {
+                    Some((other, _)) => format!("{label}, with the digest of {other}"),
+                    None => {
+                        self.payloads.insert(label.clone(), digest.clone());
+                        label.clone()
+                    }
+                },
+            }),
+        };
+        Ok(ObservationDetails {
+            lease,
+            fence: u8::try_from(o.named.fence).map_err(|_| {
+                DriverError::Implementation(format!("fence {} out of range", o.named.fence))
+            })?,
+            outcome: match o.outcome {
+                Some(outcome) => Some(code(outcome.as_str())?),
+                None => None,
+            },
+            runner_time: o.runner_time.map(model_runner_time),
+            payload,
+        })
+    }
+
     /// Every observation naming one of this trace's jobs, oldest first.
     async fn records(&self) -> Result<Vec<imp::ObservationView>, DriverError> {
         let mut all = Vec::new();

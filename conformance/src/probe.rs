@@ -17,8 +17,8 @@
 //! stable order, and `extra` more are drawn at random from the rest with the given seed.
 
 use leasewright_model::{
-    Action, Decision, Finding, Forge, LeaseModel, Message, MessageKind, State, FORGED_FENCE,
-    FORGED_LEASE,
+    Action, Decision, Expected, Finding, Forge, LeaseModel, Message, MessageKind, Reason, State,
+    FORGED_FENCE, FORGED_LEASE,
 };
 use stateright::Model;
 
@@ -104,6 +104,10 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
             });
         }
     }
+    // A claim by every runner, executing or not (a buggy runner claims while it holds a job).
+    for runner in 0..senders {
+        out.push(Action::Claim { runner });
+    }
     for job in 0..s.jobs.len() as u8 {
         out.push(Action::Cancel { job });
         if model.outsider().is_some() {
@@ -129,6 +133,16 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
     out
 }
 
+/// The state after the probe `action` in `s`: the model's next state, or `s` itself for a claim
+/// the model rejects (`no_queued_job` changes nothing).
+pub fn apply(model: &LeaseModel, s: &State, action: &Action) -> Option<State> {
+    model.next_state(s, action.clone()).or_else(|| {
+        (matches!(action, Action::Claim { .. })
+            && model.expected(s, action) == Some(Expected::rejected(Reason::NoQueuedJob)))
+        .then(|| s.clone())
+    })
+}
+
 /// Whether `action` can be sent in `s` as a probe: an operator action, or a message whose
 /// sender, job, attempt and lease id exist there (a driver maps only identities it has seen).
 pub fn applicable(s: &State, action: &Action) -> bool {
@@ -142,6 +156,7 @@ pub fn applicable(s: &State, action: &Action) -> bool {
                 && (message.lease == FORGED_LEASE
                     || s.attempts.iter().any(|a| a.lease == message.lease))
         }
+        Action::Claim { runner } => (*runner as usize) < s.runners.len(),
         Action::Cancel { job }
         | Action::OutsiderCancel { job }
         | Action::Reconcile { job, .. }
@@ -169,7 +184,7 @@ pub fn probes(
         let state = steps.last().map_or(init, |(_, s)| s);
         for action in candidates(model, state) {
             count += 1;
-            let Some(after) = model.next_state(state, action.clone()) else {
+            let Some(after) = apply(model, state, &action) else {
                 continue;
             };
             let mut cells = Coverage::default();
@@ -196,9 +211,7 @@ pub fn probes(
         .map(|(i, (p, action))| {
             let (init, steps) = &paths[p];
             let state = steps.last().map_or(init, |(_, s)| s);
-            let after = model
-                .next_state(state, action.clone())
-                .expect("a probe kept is a model step");
+            let after = apply(model, state, &action).expect("a probe kept is a model step");
             let mut steps = steps.clone();
             steps.push((action, after));
             Generated {

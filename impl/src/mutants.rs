@@ -29,11 +29,34 @@ pub enum Mutant {
     RunnerClockDecidesExpiry,
     /// A late report (`not_current`) is not recorded as an observation.
     LateReportDropped,
+    // The mutants below are the slips the conformance suite's blind classes let through
+    // (docs/conformance.md, "Coverage by class"); each changes one predicate, comparison or
+    // expression of one statement (`Mutant::substitution`), and `conform` kills it.
+    /// Class 1: a `cancelled` result is accepted while the job is `running` (the statement's
+    /// `j.state = 'cancelling'` condition dropped).
+    CancelledResultWhileRunning,
+    /// Class 2: the attempt named by a rejected message is looked up without its job, so a tuple
+    /// naming another job's attempt passes check 4 and fails a later one.
+    AttemptLookupIgnoresJob,
+    /// Class 3: `reconcile` with `retry` ignores a cancel request (its `-- guard: cancel` dropped).
+    RetryIgnoresCancelRequest,
+    /// Class 4: the idempotent target upserts a repeated deployment id, applying it again.
+    IdempotentTargetReapplies,
+    /// Class 5: `rejoin` answers `continue` instead of `cancel` (`'cancelled'` for `'cancelling'`).
+    RejoinMissesCancel,
+    /// Class 5: the observation records the receipt time as the runner's time.
+    ObservationRunnerTimeIsReceipt,
+    /// Class 6: a claim takes the latest queued job instead of the earliest.
+    ClaimTakesLatestJob,
+    /// Class 7: `cancel` on an `uncertain` job requests the cancel instead of `reconcile_required`.
+    CancelOnUncertainRequests,
+    /// Class 7: `reconcile` with `abort` also aborts a `running` job (not only an `uncertain` one).
+    AbortWithoutUncertain,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 9] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -43,7 +66,68 @@ impl Mutant {
         Mutant::NoProjectCheck,
         Mutant::RunnerClockDecidesExpiry,
         Mutant::LateReportDropped,
+        Mutant::CancelledResultWhileRunning,
+        Mutant::AttemptLookupIgnoresJob,
+        Mutant::RetryIgnoresCancelRequest,
+        Mutant::IdempotentTargetReapplies,
+        Mutant::RejoinMissesCancel,
+        Mutant::ObservationRunnerTimeIsReceipt,
+        Mutant::ClaimTakesLatestJob,
+        Mutant::CancelOnUncertainRequests,
+        Mutant::AbortWithoutUncertain,
     ];
+
+    /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
+    /// kills it; the others are killed by `leasewright conform` (docs/conformance.md).
+    pub fn killed_by_impl_tests(self) -> bool {
+        Mutant::ALL[..9].contains(&self)
+    }
+
+    /// The one change this mutant makes to one statement: (statement, text, replacement), the
+    /// text occurring exactly once in the statement.
+    fn substitution(self) -> Option<(&'static str, &'static str, &'static str)> {
+        Some(match self {
+            Mutant::CancelledResultWhileRunning => (
+                "attempt_commit_result_if_current",
+                "OR (j.state = 'cancelling' AND $7 = 'cancelled'))",
+                "OR $7 = 'cancelled')",
+            ),
+            Mutant::AttemptLookupIgnoresJob => (
+                "attempt_select_of_job",
+                "WHERE id = $1 AND job_id = $2",
+                "WHERE id = $1",
+            ),
+            Mutant::IdempotentTargetReapplies => (
+                "target_idempotent_apply_once",
+                "DO NOTHING",
+                "DO UPDATE SET applied_at = $3",
+            ),
+            Mutant::RejoinMissesCancel => (
+                "attempt_authorize_rejoin",
+                "j.state = 'cancelling' AS cancel",
+                "j.state = 'cancelled' AS cancel",
+            ),
+            Mutant::ObservationRunnerTimeIsReceipt => {
+                ("observation_record", "$7, $8, $9, $10", "$7, $8, $8, $10")
+            }
+            Mutant::ClaimTakesLatestJob => (
+                "job_pick_earliest_queued_with_free_target",
+                "ORDER BY j.submitted_seq",
+                "ORDER BY j.submitted_seq DESC",
+            ),
+            Mutant::CancelOnUncertainRequests => (
+                "job_request_cancel_if_running",
+                "AND state = 'running'",
+                "AND state IN ('running', 'uncertain')",
+            ),
+            Mutant::AbortWithoutUncertain => (
+                "job_abort_if_uncertain_and_stopped",
+                "AND j.state = 'uncertain'",
+                "AND j.state IN ('uncertain', 'running')",
+            ),
+            _ => return None,
+        })
+    }
 
     /// The guard label this mutant removes, and from which statements (`None`: all).
     fn removed_guard(self) -> Option<(&'static str, Option<&'static [&'static str]>)> {
@@ -56,6 +140,9 @@ impl Mutant {
                 Some(("expiry", Some(&["attempt_heartbeat_if_current"])))
             }
             Mutant::NoProjectCheck => Some(("project", None)),
+            Mutant::RetryIgnoresCancelRequest => {
+                Some(("cancel", Some(&["job_requeue_if_uncertain_and_stopped"])))
+            }
             _ => None,
         }
     }
@@ -73,26 +160,49 @@ pub(crate) const ATTEMPT_OVERWRITE_OUTCOME: &str = include_str!(concat!(
 
 type Cache = Mutex<HashMap<(Mutant, &'static str), &'static str>>;
 
-/// The text of `statement` under `mutant`: the lines marked with the removed guard are dropped.
+/// The text of `statement` under `mutant`: with the mutant's one substitution, or with the lines
+/// marked with the removed guard dropped.
 pub(crate) fn statement_text(mutant: Option<Mutant>, statement: Statement) -> &'static str {
-    let Some((label, only)) = mutant.and_then(Mutant::removed_guard) else {
+    let Some(mutant) = mutant else {
         return statement.text;
     };
-    if only.is_some_and(|names| !names.contains(&statement.name)) {
+    let changed = match (mutant.substitution(), mutant.removed_guard()) {
+        (Some((name, _, _)), _) if name != statement.name => return statement.text,
+        (Some(_), _) => true,
+        (None, Some((_, Some(names)))) if !names.contains(&statement.name) => {
+            return statement.text
+        }
+        (None, Some(_)) => true,
+        (None, None) => false,
+    };
+    if !changed {
         return statement.text;
     }
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Cache::default);
     let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
-    let key = (mutant.unwrap_or(Mutant::NoProjectCheck), statement.name);
-    cache.entry(key).or_insert_with(|| {
-        let marker = format!("-- guard: {label}");
-        let text: String = statement
-            .text
-            .lines()
-            .filter(|line| !line.trim_end().ends_with(&marker))
-            .map(|line| format!("{line}\n"))
-            .collect();
+    cache.entry((mutant, statement.name)).or_insert_with(|| {
+        let text = match (mutant.substitution(), mutant.removed_guard()) {
+            (Some((_, from, to)), _) => {
+                assert_eq!(
+                    statement.text.matches(from).count(),
+                    1,
+                    "{mutant:?}: `{from}` must occur once in {}",
+                    statement.name
+                );
+                statement.text.replacen(from, to, 1)
+            }
+            (None, Some((label, _))) => {
+                let marker = format!("-- guard: {label}");
+                statement
+                    .text
+                    .lines()
+                    .filter(|line| !line.trim_end().ends_with(&marker))
+                    .map(|line| format!("{line}\n"))
+                    .collect()
+            }
+            (None, None) => unreachable!("an unchanged statement is returned above"),
+        };
         // Leaked once per (mutant, statement): test-only and bounded.
         Box::leak(text.into_boxed_str())
     })

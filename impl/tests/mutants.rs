@@ -19,6 +19,8 @@ fn killers(mutant: Mutant) -> &'static [&'static str] {
         Mutant::NoProjectCheck => &["cross_project", "cancel_table", "cross_project_reconcile"],
         Mutant::RunnerClockDecidesExpiry => &["runner_clock_skew"],
         Mutant::LateReportDropped => &["stale_completion", "retry_after_reconciliation"],
+        // Killed by `leasewright conform` (docs/conformance.md, "Coverage by class").
+        _ => &[],
     }
 }
 
@@ -85,9 +87,16 @@ async fn a_late_report_that_is_dropped_instead_of_recorded_is_caught() {
 
 #[test]
 fn every_mutant_has_a_test_above() {
-    // The nine tests above cover Mutant::ALL; a new mutant must get a killer and a test.
-    assert_eq!(Mutant::ALL.len(), 9);
-    for mutant in Mutant::ALL {
+    // The nine tests above cover the mutants the implementation's own checks kill; a new one
+    // must get a killer and a test (the others are `conform`'s, docs/conformance.md).
+    assert_eq!(
+        Mutant::ALL
+            .iter()
+            .filter(|m| m.killed_by_impl_tests())
+            .count(),
+        9
+    );
+    for mutant in Mutant::ALL.into_iter().filter(|m| m.killed_by_impl_tests()) {
         assert!(
             !killers(mutant).is_empty(),
             "{mutant:?} has no killing check"
