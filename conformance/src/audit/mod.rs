@@ -41,6 +41,8 @@ pub enum Kind {
     Gap,
     /// Two attempts holding one target slot at once (invariant 14).
     SlotOverlap,
+    /// A slot token not above every earlier reservation's of the slot (invariant 15).
+    SlotTokenOrder,
 }
 
 impl Kind {
@@ -57,6 +59,7 @@ impl Kind {
             Kind::Attribution => "attribution",
             Kind::Gap => "gap",
             Kind::SlotOverlap => "slot_overlap",
+            Kind::SlotTokenOrder => "slot_token_order",
         }
     }
 }
@@ -315,7 +318,25 @@ fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
     let mut out = Vec::new();
     // The reservation of each slot that ends last among those started so far.
     let mut holder: Option<&replay::Reservation> = None;
+    // The largest slot token issued so far for the slot, and by which reservation.
+    let mut highest: Option<&replay::Reservation> = None;
     for next in &reservations {
+        match highest {
+            Some(top) if top.target == next.target && next.slot_token <= top.slot_token => out
+                .push(Violation {
+                    kind: Kind::SlotTokenOrder,
+                    job: next.job,
+                    project: Uuid::nil(),
+                    record: format!("attempt {} (claim, ledger {})", next.attempt, next.start),
+                    detail: format!(
+                        "slot token {} for slot `{}`, not above token {} of the earlier \
+                         reservation by attempt {} (ledger {})",
+                        next.slot_token, next.target, top.slot_token, top.attempt, top.start
+                    ),
+                    steps: Vec::new(),
+                }),
+            _ => highest = Some(next),
+        }
         let first = match holder {
             Some(held) if held.target == next.target => held,
             _ => {
@@ -363,6 +384,8 @@ mod tests {
             job: Uuid::from_u128(job),
             attempt: Uuid::from_u128(job * 100 + start as u128),
             start,
+            // Tokens in reservation order, as the claims issue them.
+            slot_token: start,
             end,
         }
     }
@@ -389,5 +412,17 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found.iter().all(|v| v.kind == Kind::SlotOverlap));
         assert_eq!(found[1].job, Uuid::from_u128(3));
+    }
+
+    #[test]
+    fn slot_tokens_must_increase_in_reservation_order_across_jobs() {
+        let mut reused = held("prod", 2, 6, 7);
+        reused.slot_token = 1;
+        let found = slot_overlaps(vec![held("prod", 1, 1, 5), reused, held("dev", 3, 2, 3)]);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(
+            (found[0].kind, found[0].job),
+            (Kind::SlotTokenOrder, Uuid::from_u128(2))
+        );
     }
 }

@@ -2,7 +2,7 @@
 --   psql "$DATABASE_URL" -v copies=50 -f conformance/src/audit/multiply.sql
 -- Each copy k of every job is the same history under fresh ids (md5 of the id and k), with its
 -- ledger_seq shifted past every earlier copy, so each copy replays exactly as the original did.
--- The runners and projects are shared. Not part of the implementation: a measuring tool.
+-- The runners and projects are shared; slots are copied with their jobs. Schema: migrations 0001-0004. Not part of the implementation: a measuring tool.
 
 \set ON_ERROR_STOP on
 BEGIN;
@@ -18,6 +18,11 @@ CREATE TEMP TABLE src_attempts AS SELECT * FROM attempts;
 CREATE FUNCTION pg_temp.remap(id uuid, k int) RETURNS uuid
     LANGUAGE sql IMMUTABLE AS $$ SELECT md5(id::text || ':' || k)::uuid $$;
 
+INSERT INTO target_slots (slot, kind, slot_token)
+SELECT CASE WHEN j.id IS NOT NULL THEN pg_temp.remap(j.id, c.k)::text ELSE s.slot || ':' || c.k END,
+    s.kind, s.slot_token
+FROM target_slots AS s LEFT JOIN src_jobs AS j ON j.id::text = s.slot, copies AS c;
+
 INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest, command, target,
     target_kind, state, fence, current_attempt_id, cancel_requested, outcome, result_digest,
     finished_at, ledger_seq)
@@ -30,10 +35,10 @@ FROM src_jobs AS j, copies AS c, base AS b
 ORDER BY c.k, j.submitted_seq;
 
 INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state, lease_expiry,
-    outcome, result_digest, claimed_at, ended_at, ledger_seq, claim_lease_expiry)
+    outcome, result_digest, claimed_at, ended_at, ledger_seq, claim_lease_expiry, slot_token)
 SELECT pg_temp.remap(a.id, c.k), pg_temp.remap(a.job_id, c.k), a.project_id, a.runner_id,
     pg_temp.remap(a.lease_id, c.k), a.fence, a.state, a.lease_expiry, a.outcome, a.result_digest,
-    a.claimed_at, a.ended_at, a.ledger_seq + c.k * b.span, a.claim_lease_expiry
+    a.claimed_at, a.ended_at, a.ledger_seq + c.k * b.span, a.claim_lease_expiry, a.slot_token
 FROM src_attempts AS a, copies AS c, base AS b;
 
 INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id, named_lease_id,

@@ -38,6 +38,8 @@ pub struct AttemptRow {
     pub result_digest: Option<String>,
     pub claimed_at: Time,
     pub ledger_seq: i64,
+    /// The slot token the claim issued (§8.3).
+    pub slot_token: i64,
 }
 
 /// One received runner message.
@@ -236,6 +238,7 @@ fn attempt_row(r: &PgRow) -> Result<(Uuid, AttemptRow), sqlx::Error> {
             result_digest: r.try_get("result_digest")?,
             claimed_at: r.try_get("claimed_at")?,
             ledger_seq: r.try_get("ledger_seq")?,
+            slot_token: r.try_get("slot_token")?,
         },
     ))
 }
@@ -275,7 +278,7 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
     .await?;
     let attempts = sqlx::query(
         "SELECT job_id, id, runner_id, lease_id, fence, state, lease_expiry, claim_lease_expiry, \
-                outcome, result_digest, claimed_at, ledger_seq \
+                outcome, result_digest, claimed_at, ledger_seq, slot_token \
          FROM attempts WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
     )
     .bind(ids)

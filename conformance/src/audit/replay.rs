@@ -38,6 +38,8 @@ pub struct Reservation {
     pub job: Uuid,
     pub attempt: Uuid,
     pub start: i64,
+    /// The slot token the claim issued.
+    pub slot_token: i64,
     /// `i64::MAX`: still held.
     pub end: i64,
 }
@@ -350,6 +352,7 @@ impl Replay<'_> {
             job: self.jl.job.id,
             attempt: a.id,
             start: a.ledger_seq,
+            slot_token: a.slot_token,
             end: i64::MAX,
         });
         Ok(())
