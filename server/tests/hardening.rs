@@ -555,3 +555,97 @@ async fn a_body_that_is_not_declared_json_is_a_415_and_one_that_is_not_utf8_a_40
         .unwrap();
     assert_eq!(cancel.status().as_u16(), 200);
 }
+
+/// Finding 4: a submission was two commits (the job, then its source spec): a claim in between
+/// got a lease without a source. A reader polling for jobs without a spec while 40 submissions
+/// run never finds one now (one transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_job_is_never_seen_without_its_source_spec() {
+    let (db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let direct = sqlx::PgPool::connect(db.url()).await.unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (direct, done) = (direct.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut polls, mut seen) = (0u64, 0i64);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let without: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM jobs j LEFT JOIN server_job_specs s ON s.job_id = j.id \
+                     WHERE s.job_id IS NULL",
+                )
+                .fetch_one(&direct)
+                .await
+                .unwrap();
+                seen = seen.max(without);
+                polls += 1;
+            }
+            (polls, seen)
+        })
+    };
+    for _ in 0..40 {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (polls, seen) = poller.await.unwrap();
+    assert!(polls > 0);
+    assert_eq!(
+        seen, 0,
+        "a job without its source spec was visible ({polls} polls)"
+    );
+}
+
+/// Finding 4: a submitter that lost the answer and sent again created a second job. With the
+/// same `Idempotency-Key` it gets the first job back; the key with another request is a 409.
+#[tokio::test]
+async fn a_submission_sent_again_with_its_idempotency_key_creates_one_job() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/projects/{}/jobs", server.url(), f.project);
+    let request = submit_request(None, "unfenced");
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let answer = http
+            .post(&url)
+            .bearer_auth(OPERATOR)
+            .header("idempotency-key", "build-42")
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        answers.push((status, body["job"].clone()));
+    }
+    assert_eq!(answers[0].0, 201);
+    assert!(
+        answers.iter().all(|(_, job)| *job == answers[0].1),
+        "{answers:?}"
+    );
+    assert_eq!(f.operator.jobs(f.project).await.unwrap().len(), 1);
+    let mut other = request.clone();
+    other.command = "sh other.sh".into();
+    let answer = http
+        .post(&url)
+        .bearer_auth(OPERATOR)
+        .header("idempotency-key", "build-42")
+        .json(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 409);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused");
+    // Without a key every submission is a job of its own, as before.
+    http.post(&url)
+        .bearer_auth(OPERATOR)
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(f.operator.jobs(f.project).await.unwrap().len(), 2);
+}

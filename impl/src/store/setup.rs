@@ -68,6 +68,19 @@ impl Store {
 
     /// Submit a job to `project`: `queued`, fence 0, no attempt.
     pub async fn submit_job(&self, project: ProjectId, job: NewJob) -> Result<JobId, Error> {
+        let mut conn = self.pool.acquire().await?;
+        self.submit_job_in(&mut conn, project, job).await
+    }
+
+    /// [`Store::submit_job`] on `conn`, inside the caller's transaction: the caller commits the
+    /// job together with rows of its own (the server's source spec), so that no claim ever sees
+    /// the job without them and no crash leaves one half written.
+    pub async fn submit_job_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        project: ProjectId,
+        job: NewJob,
+    ) -> Result<JobId, Error> {
         let id = JobId::new_random();
         let target = job.target.unwrap_or_else(|| id.0.to_string());
         sqlx::query(self.sql(sql::JOB_INSERT))
@@ -79,7 +92,7 @@ impl Store {
             .bind(&job.command)
             .bind(&target)
             .bind(job.target_kind.as_str())
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
         Ok(id)
     }

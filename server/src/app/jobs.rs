@@ -19,15 +19,32 @@ use leasewright_impl::{
     TargetKind, Verdict,
 };
 use serde::Deserialize;
+use sha2::Digest as _;
 use uuid::Uuid;
 
 pub(super) async fn submit_job(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments(project): Segments<String>,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<SubmitJobRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be visible ASCII"))?;
+            if key.is_empty() {
+                return Err(ApiError::bad_request("Idempotency-Key must not be empty"));
+            }
+            Some(identifier(key, "Idempotency-Key")?.to_owned())
+        }
+    };
+    let request_sha256 = hex::encode(sha2::Sha256::digest(
+        serde_json::to_vec(&body).map_err(|e| ApiError::bad_request(e.to_string()))?,
+    ));
     let kind = match body.target_kind.as_deref() {
         None => TargetKind::Unfenced,
         Some(code) => TargetKind::from_code(code).ok_or_else(|| {
@@ -56,7 +73,43 @@ pub(super) async fn submit_job(
             e.to_string(),
         )
     })?;
-    let pool = state.0.store.pool();
+    // One transaction: the blob, the job, its spec and its idempotency key are stored together
+    // or not at all, so a claim never sees a job without its source and a crash leaves no half.
+    let mut tx = state.0.store.pool().begin().await.map_err(db_error)?;
+    if let Some(key) = &idempotency_key {
+        // Submissions of one key wait for each other; the first one's job is every one's answer.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+            .bind(project.0.to_string())
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let earlier: Option<(Uuid, String)> = sqlx::query_as(
+            "SELECT job_id, request_sha256 FROM server_submissions \
+             WHERE project_id = $1 AND idempotency_key = $2",
+        )
+        .bind(project.0)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if let Some((job, earlier_sha256)) = earlier {
+            if earlier_sha256 != request_sha256 {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used for another submission",
+                ));
+            }
+            return ok(SubmitJobResponse {
+                job,
+                source_revision: body.source_revision,
+                source_digest: snapshot.manifest_digest,
+                source_blob_sha256: snapshot.blob_sha256,
+                file_count: snapshot.file_count,
+            });
+        }
+    }
     sqlx::query(
         "INSERT INTO server_source_blobs (sha256, manifest_digest, content, stored_at) \
          VALUES ($1, $2, $3, $4) ON CONFLICT (sha256) DO NOTHING",
@@ -65,13 +118,14 @@ pub(super) async fn submit_job(
     .bind(&snapshot.manifest_digest)
     .bind(&snapshot.archive)
     .bind(Utc::now())
-    .execute(pool)
+    .execute(&mut *tx)
     .await
     .map_err(db_error)?;
     let job = state
         .0
         .store
-        .submit_job(
+        .submit_job_in(
+            &mut tx,
             project,
             NewJob {
                 source_revision: body.source_revision.clone(),
@@ -88,9 +142,23 @@ pub(super) async fn submit_job(
     .bind(job.0)
     .bind(&snapshot.blob_sha256)
     .bind(&body.artifacts)
-    .execute(pool)
+    .execute(&mut *tx)
     .await
     .map_err(db_error)?;
+    if let Some(key) = &idempotency_key {
+        sqlx::query(
+            "INSERT INTO server_submissions (project_id, idempotency_key, job_id, request_sha256) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(project.0)
+        .bind(key)
+        .bind(job.0)
+        .bind(&request_sha256)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    }
+    tx.commit().await.map_err(db_error)?;
     created(SubmitJobResponse {
         job: job.0,
         source_revision: body.source_revision,
