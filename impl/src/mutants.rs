@@ -40,8 +40,6 @@ pub enum Mutant {
     AttemptLookupIgnoresJob,
     /// Class 3: `reconcile` with `retry` ignores a cancel request (its `-- guard: cancel` dropped).
     RetryIgnoresCancelRequest,
-    /// Class 4: the idempotent target upserts a repeated deployment id, applying it again.
-    IdempotentTargetReapplies,
     /// Class 5: `rejoin` answers `continue` instead of `cancel` (`'cancelled'` for `'cancelling'`).
     RejoinMissesCancel,
     /// Class 5: the observation records the receipt time as the runner's time.
@@ -56,7 +54,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -69,7 +67,6 @@ impl Mutant {
         Mutant::CancelledResultWhileRunning,
         Mutant::AttemptLookupIgnoresJob,
         Mutant::RetryIgnoresCancelRequest,
-        Mutant::IdempotentTargetReapplies,
         Mutant::RejoinMissesCancel,
         Mutant::ObservationRunnerTimeIsReceipt,
         Mutant::ClaimTakesLatestJob,
@@ -96,11 +93,6 @@ impl Mutant {
                 "attempt_select_of_job",
                 "WHERE id = $1 AND job_id = $2",
                 "WHERE id = $1",
-            ),
-            Mutant::IdempotentTargetReapplies => (
-                "target_idempotent_apply_once",
-                "DO NOTHING",
-                "DO UPDATE SET applied_at = $3",
             ),
             Mutant::RejoinMissesCancel => (
                 "attempt_authorize_rejoin",
