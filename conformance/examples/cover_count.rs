@@ -45,7 +45,10 @@ fn main() {
     ];
     for (name, config) in configs {
         let t0 = std::time::Instant::now();
-        let cover = transition_cover(LeaseModel::new(config), true);
+        let cover = transition_cover(
+            LeaseModel::new(config),
+            Some(leasewright_model::State::representative_keeping_outcomes),
+        );
         let steps: usize = cover.iter().map(|t| t.steps.len()).sum();
         println!(
             "{name:<32} traces {:>8} steps {:>9} ({:.1} s)",

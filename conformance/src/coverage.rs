@@ -153,7 +153,7 @@ pub fn delivered(before: &State, action: &Action) -> Option<Message> {
             runner,
             message,
             forge,
-        } => Some(LeaseModel::replayed(message, *runner, *forge)),
+        } => Some(LeaseModel::replayed(before, message, *runner, *forge)),
         Action::Heartbeat {
             runner,
             runner_time,

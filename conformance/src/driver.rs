@@ -211,12 +211,12 @@ pub fn project_model(
                 _ => None,
             };
             JobProjection {
+                target_reserved: state.reserved(j as u8),
                 state: job.state,
                 current_attempt: job.current,
                 fence: job.fence,
                 lease_holder,
                 cancel_requested: job.cancel_requested,
-                target_reserved: job.target_reserved,
                 ledger,
             }
         })
@@ -227,7 +227,7 @@ pub fn project_model(
         .map(|t| TargetProjection {
             applied: t.applied.min(applied_cap(model.config.target)),
             highest_fence: if model.config.target == leasewright_model::TargetKind::Fenced {
-                t.highest_fence
+                t.highest_token
             } else {
                 0
             },
@@ -251,9 +251,10 @@ pub fn project_model(
                 runner,
                 message,
                 forge,
-            } if recorded_by_server(message.kind) => {
-                Some(model.observation(before, &LeaseModel::replayed(message, *runner, *forge)))
-            }
+            } if recorded_by_server(message.kind) => Some(model.observation(
+                before,
+                &LeaseModel::replayed(before, message, *runner, *forge),
+            )),
             _ => None,
         }
         .map(|o| ObservationProjection {

@@ -260,7 +260,7 @@ fn delivery(m: &Message) -> Value {
         MessageKind::Rejoin => with(tuple(m), json!({"action": "rejoin"})),
         MessageKind::Result(outcome) => with(
             tuple(m),
-            json!({"action": "result", "outcome": outcome.as_str(), "digest": result_digest(outcome)}),
+            json!({"action": "result", "outcome": outcome.as_str(), "digest": result_digest(outcome, m.digest)}),
         ),
         // Today's model gives every job a slot of its own, so an attempt's slot token (the
         // slot's reservations so far) is its fence (the job's claims so far).
@@ -308,7 +308,7 @@ pub fn step_request(
             runner,
             message,
             forge,
-        } => delivery(&LeaseModel::replayed(message, *runner, *forge)),
+        } => delivery(&LeaseModel::replayed(before, message, *runner, *forge)),
         Action::Tick => json!({"action": "tick"}),
         Action::ExpirySweep => json!({"action": "expiry_sweep", "project": 0}),
         Action::Cancel { job } | Action::OutsiderCancel { job } => json!({

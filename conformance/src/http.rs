@@ -390,7 +390,7 @@ impl HttpSession {
             ),
             MessageKind::Result(outcome) => answer(
                 client
-                    .result(&tuple, outcome.as_str(), &result_digest(outcome))
+                    .result(&tuple, outcome.as_str(), &result_digest(outcome, m.digest))
                     .await,
                 |r| &r.verdict,
             ),
@@ -578,7 +578,7 @@ impl Session for HttpSession {
                 message,
                 forge,
             } => Some(
-                self.deliver(&LeaseModel::replayed(message, *runner, *forge))
+                self.deliver(&LeaseModel::replayed(before, message, *runner, *forge))
                     .await?,
             ),
             Action::Tick => {

@@ -56,8 +56,12 @@ pub fn model_runner_time(at: DateTime<Utc>) -> u8 {
 }
 
 /// The result digest the driver sends for an outcome: identical results have identical digests.
-pub fn result_digest(outcome: model::Outcome) -> String {
-    format!("sha256:{}", outcome.as_str())
+pub fn result_digest(outcome: model::Outcome, digest: model::Digest) -> String {
+    if digest == 0 {
+        format!("sha256:{}", outcome.as_str())
+    } else {
+        format!("sha256:{}-{digest}", outcome.as_str())
+    }
 }
 
 /// The in-process PostgreSQL driver.
@@ -289,7 +293,7 @@ impl PgSession {
                 observed(
                     &self
                         .store
-                        .report_result(&tuple, o, &result_digest(outcome), at)
+                        .report_result(&tuple, o, &result_digest(outcome, m.digest), at)
                         .await
                         .map_err(failed)?,
                 )
@@ -386,7 +390,7 @@ impl Session for PgSession {
                 message,
                 forge,
             } => Some(
-                self.deliver(&LeaseModel::replayed(message, *runner, *forge))
+                self.deliver(&LeaseModel::replayed(before, message, *runner, *forge))
                     .await?,
             ),
             Action::Tick => {

@@ -74,6 +74,8 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
                             fence,
                             // Any runner time: it decides nothing, and must be recorded as sent.
                             runner_time: ((usize::from(sender) + k + usize::from(a)) % 3) as u8,
+                            digest: 0,
+                            token: 0,
                         };
                         out.push(Action::Replay {
                             runner: sender,
@@ -96,6 +98,9 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
                 lease: attempt.lease,
                 fence,
                 runner_time: 0,
+                digest: 0,
+                // Every job has a slot of its own here: a slot token is the job's fence.
+                token: fence,
             };
             out.push(Action::Replay {
                 runner: attempt.runner,

@@ -224,7 +224,7 @@ pub fn ownership_tuple(outcome: Outcome) -> Result<(LeaseModel, Generated<LeaseM
     )?;
     // The result stays in flight: sent, forged copies, then the exact one arrives.
     s.take("runner 0 sends a result", None, move |a, _| {
-        matches!(a, Action::Result { runner: 0, outcome: o, runner_time: 0 } if *o == outcome)
+        matches!(a, Action::Result { runner: 0, outcome: o, runner_time: 0, digest: 0 } if *o == outcome)
     })?;
     let result = *s
         .state
@@ -287,7 +287,7 @@ pub fn unfenced_target_stays_reserved() -> Result<(LeaseModel, Generated<LeaseMo
     };
     let (model, mut trace) = shortest(NAMES[3], config, 14, |_, _, after, _| {
         after.jobs[0].state == JobState::Uncertain
-            && after.jobs[0].target_reserved
+            && after.reserved(0)
             && after.targets[0].applied > 0
     })?;
     let last = trace
@@ -359,7 +359,8 @@ pub fn reconnect() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
             Action::Result {
                 runner: 0,
                 outcome: Outcome::Passed,
-                runner_time: 0
+                runner_time: 0,
+                digest: 0
             }
         )
     })?

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use leasewright_model::{Config, LeaseModel, TargetKind};
+use leasewright_model::{Config, LeaseModel, State, TargetKind};
 
 use crate::coverage::Coverage;
 use crate::generate::{
@@ -194,8 +194,14 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     } else {
         Arc::new(LeaseModel::new(cover_config(&model.config)))
     };
-    let cover_paths = (selection.wants(Suite::Cover) || selection.wants(Suite::Probes))
-        .then(|| state_paths((*cover_model).clone(), true).1);
+    let cover_paths =
+        (selection.wants(Suite::Cover) || selection.wants(Suite::Probes)).then(|| {
+            state_paths(
+                (*cover_model).clone(),
+                Some(State::representative_keeping_outcomes),
+            )
+            .1
+        });
     if let (true, Some(paths)) = (selection.wants(Suite::Cover), &cover_paths) {
         let traces = cover_of(cover_model.as_ref(), paths);
         batches.push(Batch::new(Arc::clone(&cover_model), traces));
@@ -207,7 +213,10 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                 ..cover_model.config.clone()
             };
             let other = Arc::new(LeaseModel::new(config));
-            let mut all = transition_cover((*other).clone(), true);
+            let mut all = transition_cover(
+                (*other).clone(),
+                Some(State::representative_keeping_outcomes),
+            );
             let total = all.len();
             let mut rng = SplitMix64::new(selection.seed ^ 0xC0E7);
             let mut traces = Vec::new();

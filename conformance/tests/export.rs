@@ -262,7 +262,10 @@ fn the_exported_corpus_is_read_back_by_the_itf_crate() {
         ..Config::one_job()
     };
     let cover_model = LeaseModel::new(small);
-    let cover = transition_cover(cover_model.clone(), true);
+    let cover = transition_cover(
+        cover_model.clone(),
+        Some(leasewright_model::State::representative_keeping_outcomes),
+    );
     assert!(cover.len() > 20, "{} cover traces", cover.len());
     let mut suites: Vec<Suite<'_>> = scenario_list
         .iter()

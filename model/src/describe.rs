@@ -9,17 +9,31 @@ pub fn runner(r: RunnerId) -> String {
     format!("R{r}")
 }
 
-/// A message's tuple as `(job J, attempt A, lease L, fence F)`.
+/// A message's tuple as `(job J, attempt A, lease L, fence F)`, with the slot token of a target
+/// mutation.
 pub fn tuple(m: &Message) -> String {
+    let token = if m.kind == MessageKind::TargetMutation {
+        format!(", slot token {}", m.token)
+    } else {
+        String::new()
+    };
     format!(
-        "(job {}, attempt {}, lease {}, fence {})",
+        "(job {}, attempt {}, lease {}, fence {}{token})",
         m.job, m.attempt, m.lease, m.fence
     )
 }
 
-fn kind(k: MessageKind) -> String {
-    match k {
-        MessageKind::Result(o) => format!("result({o})"),
+fn result(outcome: Outcome, digest: Digest) -> String {
+    if digest == 0 {
+        format!("result({outcome})")
+    } else {
+        format!("result({outcome}, digest {digest})")
+    }
+}
+
+fn kind_of(m: &Message) -> String {
+    match m.kind {
+        MessageKind::Result(o) => result(o, m.digest),
         other => other.name().to_string(),
     }
 }
@@ -38,10 +52,12 @@ pub fn action(a: &Action) -> String {
             runner: r,
             outcome,
             runner_time: skew,
+            digest,
         } => {
             format!(
-                "{} sends result({outcome}) (runner time {skew})",
-                runner(*r)
+                "{} sends {} (runner time {skew})",
+                runner(*r),
+                result(*outcome, *digest)
             )
         }
         Action::TargetMutation { runner: r } => format!("{} sends a target mutation", runner(*r)),
@@ -62,15 +78,16 @@ pub fn action(a: &Action) -> String {
             forge,
         } => {
             let how = match forge {
-                Forge::AsIs => "under its own identity",
-                Forge::WrongLease => "with a forged lease id",
-                Forge::WrongFence => "with a forged fence",
+                Forge::AsIs => "under its own identity".to_string(),
+                Forge::WrongLease => "with a forged lease id".to_string(),
+                Forge::WrongFence => "with a forged fence".to_string(),
+                Forge::OtherAttempt { attempt } => format!("naming attempt {attempt}'s tuple"),
             };
             format!(
                 "{} replays {}'s {} {} {how}",
                 runner(*r),
                 runner(message.sender),
-                kind(message.kind),
+                kind_of(message),
                 tuple(message)
             )
         }
@@ -83,7 +100,7 @@ pub fn action(a: &Action) -> String {
             format!(
                 "{to} receives {}'s {} {}",
                 runner(message.sender),
-                kind(message.kind),
+                kind_of(message),
                 tuple(message)
             )
         }
@@ -141,10 +158,11 @@ pub fn state(s: &State) -> String {
                 _ => String::new(),
             };
             format!(
-                "attempt {a} of job {} by {} fence {} {} ({lease}{exec})",
+                "attempt {a} of job {} by {} fence {} slot token {} {} ({lease}{exec})",
                 at.job,
                 runner(at.runner),
                 at.fence,
+                at.token,
                 at.state,
             )
         })
@@ -158,11 +176,14 @@ pub fn state(s: &State) -> String {
         .targets
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.applied > 0)
-        .map(|(j, t)| {
+        .filter(|(_, t)| t.applied > 0 || t.holder.is_some())
+        .map(|(slot, t)| {
+            let holder = t
+                .holder
+                .map_or("free".to_string(), |j| format!("reserved by job {j}"));
             format!(
-                "target {j} applied {}x (last fence {})",
-                t.applied, t.last_fence
+                "slot {slot} {holder}, applied {}x (last from slot token {})",
+                t.applied, t.last_applied
             )
         })
         .collect();
@@ -254,7 +275,7 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                 format!(
                     "Note over {to}: receives {}'s {} {}: {verdict}",
                     runner(message.sender),
-                    kind(message.kind),
+                    kind_of(message),
                     tuple(message)
                 )
             }

@@ -13,6 +13,7 @@ pub mod describe;
 pub mod itf;
 mod model;
 pub mod properties;
+pub mod search;
 mod state;
 mod symmetry;
 pub mod trace;

@@ -23,6 +23,8 @@ pub struct LeaseModel {
     /// fixed cost per property and state. The checker stops at the first violation anyway, and
     /// [`properties::violated`] names the invariants that fail there.
     pub one_invariant: bool,
+    /// With [`LeaseModel::one_invariant`]: check only this invariant (see [`LeaseModel::focused`]).
+    pub focus: Option<&'static str>,
 }
 
 impl LeaseModel {
@@ -32,6 +34,7 @@ impl LeaseModel {
             config,
             skip_no_ops: false,
             one_invariant: false,
+            focus: None,
         }
     }
 
@@ -43,7 +46,16 @@ impl LeaseModel {
             config,
             skip_no_ops: true,
             one_invariant: true,
+            focus: None,
         }
+    }
+
+    /// This model checking only the invariant named `property` (as "every invariant holds"):
+    /// a breadth-first search then finds the shortest counterexample to that one property.
+    pub fn focused(mut self, property: &'static str) -> Self {
+        self.one_invariant = true;
+        self.focus = Some(property);
+        self
     }
 
     /// The runner id of the outsider (project 1), if the configuration has one.
@@ -51,20 +63,23 @@ impl LeaseModel {
         self.config.outsider.then_some(self.config.runners)
     }
 
-    /// The initial state: every job `queued`, every runner connected and idle, nothing in flight.
+    /// The initial state: every job `queued`, every slot free, every runner connected and idle,
+    /// nothing in flight. Project 0's jobs come first, then the outsider's.
     pub fn init_state(&self) -> State {
         let c = &self.config;
-        let job = Job {
-            project: 0,
-            state: JobState::Queued,
-            fence: 0,
-            current: None,
-            attempts_left: c.attempts_per_job,
-            cancel_requested: false,
-            target_reserved: false,
-            committed: None,
-            completed_by: None,
-        };
+        let jobs: Jobs = (0..c.all_jobs())
+            .map(|j| Job {
+                project: if j < c.jobs { 0 } else { 1 },
+                slot: c.slot_of(j),
+                state: JobState::Queued,
+                fence: 0,
+                current: None,
+                attempts_left: c.attempts_per_job,
+                cancel_requested: false,
+                committed: None,
+                completed_by: None,
+            })
+            .collect();
         let mut runners: Runners = (0..c.runners)
             .map(|_| Runner {
                 project: 0,
@@ -81,12 +96,17 @@ impl LeaseModel {
         }
         State {
             clock: 0,
-            jobs: Jobs::from_elem(job, c.jobs as usize),
+            jobs,
             attempts: Attempts::new(),
             runners,
             in_flight: Default::default(),
-            targets: Targets::from_elem(Target::default(), c.jobs as usize),
+            targets: Targets::from_elem(Target::default(), c.slots() as usize),
         }
+    }
+
+    /// The project of `job` (project 0 for an id that names no job).
+    pub fn project_of(s: &State, job: JobId) -> ProjectId {
+        s.jobs.get(job as usize).map_or(0, |j| j.project)
     }
 
     // ----- the server's verdicts ---------------------------------------------------------------
@@ -101,7 +121,9 @@ impl LeaseModel {
                 runner,
                 message,
                 forge,
-            } => Some(self.delivery_verdict(state, &Self::replayed(message, *runner, *forge))),
+            } => {
+                Some(self.delivery_verdict(state, &Self::replayed(state, message, *runner, *forge)))
+            }
             Action::Heartbeat {
                 runner,
                 runner_time,
@@ -117,18 +139,34 @@ impl LeaseModel {
             } else {
                 Expected::ACCEPTED
             }),
-            Action::Cancel { job } => Some(self.cancel_verdict(state, 0, *job)),
+            Action::Cancel { job } => {
+                Some(self.cancel_verdict(state, Self::project_of(state, *job), *job))
+            }
             Action::Reconcile {
                 job,
                 finding,
                 decision,
-            } => Some(self.reconcile_verdict(state, 0, *job, *finding, *decision)),
-            Action::OutsiderCancel { job } => Some(self.cancel_verdict(state, 1, *job)),
+            } => Some(self.reconcile_verdict(
+                state,
+                Self::project_of(state, *job),
+                *job,
+                *finding,
+                *decision,
+            )),
+            Action::OutsiderCancel { job } => {
+                Some(self.cancel_verdict(state, 1 - Self::project_of(state, *job), *job))
+            }
             Action::OutsiderReconcile {
                 job,
                 finding,
                 decision,
-            } => Some(self.reconcile_verdict(state, 1, *job, *finding, *decision)),
+            } => Some(self.reconcile_verdict(
+                state,
+                1 - Self::project_of(state, *job),
+                *job,
+                *finding,
+                *decision,
+            )),
             _ => None,
         }
     }
@@ -142,16 +180,40 @@ impl LeaseModel {
         }
     }
 
-    /// R9: the target's own rule (§8).
+    /// What the target compares: the mutation's slot token (or, in a flawed design, the job fence).
+    fn carried_token(&self, m: &Message) -> Token {
+        if self.config.variant == Variant::SlotComparesJobFences {
+            m.fence
+        } else {
+            m.token
+        }
+    }
+
+    /// R9: the target's own rule (§8.4), for the slot the named job deploys to.
     fn target_verdict(&self, s: &State, m: &Message) -> Expected {
-        let Some(slot) = s.targets.get(m.job as usize) else {
+        let Some(slot) = s
+            .jobs
+            .get(m.job as usize)
+            .and_then(|j| s.targets.get(j.slot as usize))
+        else {
             return Expected::rejected(Reason::UnknownJob);
         };
+        let variant = self.config.variant;
         match self.config.target {
-            TargetKind::Fenced if m.fence < slot.highest_fence => {
+            TargetKind::Fenced
+                if variant != Variant::TargetIgnoresFence
+                    && self.carried_token(m) < slot.highest_token =>
+            {
                 Expected::rejected(Reason::StaleFence)
             }
-            TargetKind::Idempotent if slot.applied > 0 => Expected::ACKNOWLEDGED,
+            TargetKind::Idempotent if variant == Variant::IdempotencyKeyPerAttempt => {
+                if slot.attempts_applied & bit(m.attempt) != 0 {
+                    Expected::ACKNOWLEDGED
+                } else {
+                    Expected::ACCEPTED
+                }
+            }
+            TargetKind::Idempotent if slot.deployed & bit(m.job) != 0 => Expected::ACKNOWLEDGED,
             _ => Expected::ACCEPTED,
         }
     }
@@ -188,7 +250,7 @@ impl LeaseModel {
             .get(m.attempt as usize)
             .filter(|a| a.job == m.job)
             .ok_or(Reason::UnknownAttempt)?;
-        if attempt.runner != m.sender {
+        if attempt.runner != m.sender && self.config.variant != Variant::RunnerNotChecked {
             return Err(Reason::RunnerMismatch);
         }
         Ok(m.attempt)
@@ -196,28 +258,40 @@ impl LeaseModel {
 
     /// §6.1 for `heartbeat`, `result` and `rejoin`, in precedence order.
     fn server_verdict(&self, s: &State, m: &Message) -> Expected {
-        if let Some(flawed) = self.flawed_completion(s, m) {
-            return flawed;
-        }
-        let a = match self.identify(s, m) {
-            Ok(a) => a,
-            Err(reason) => return Expected::rejected(reason),
+        self.judge(s, m).0
+    }
+
+    /// [`LeaseModel::server_verdict`], and the attempt the message's record is attributed to.
+    fn judge(&self, s: &State, m: &Message) -> (Expected, Option<AttemptId>) {
+        let identified = self.identify(s, m);
+        let verdict = match (self.flawed_completion(s, m), identified) {
+            (Some(flawed), _) => flawed,
+            (None, Err(reason)) => Expected::rejected(reason),
+            (None, Ok(a)) => self.standing(s, m, a),
         };
+        (verdict, identified.ok())
+    }
+
+    /// §6.1 checks 6–13 for a message attributed to attempt `a`.
+    fn standing(&self, s: &State, m: &Message, a: AttemptId) -> Expected {
+        let variant = self.config.variant;
         let job = &s.jobs[m.job as usize];
         let attempt = &s.attempts[a as usize];
-        if m.lease != attempt.lease {
+        if m.lease != attempt.lease && variant != Variant::LeaseNotChecked {
             return Expected::rejected(Reason::LeaseMismatch);
         }
-        if m.fence != attempt.fence {
+        if m.fence != attempt.fence && variant != Variant::FenceNotChecked {
             return Expected::rejected(Reason::FenceMismatch);
         }
         if job.current != Some(a) {
             return Expected::rejected(Reason::NotCurrent);
         }
         if let (MessageKind::Result(outcome), Some(committed)) = (m.kind, attempt.state.outcome()) {
-            return if outcome == committed {
+            let same_digest =
+                attempt.digest.is_none_or(|d| d == m.digest) || variant == Variant::DigestIgnored;
+            return if outcome == committed && same_digest {
                 Expected::ACKNOWLEDGED
-            } else if self.config.variant == Variant::ConflictOverwrites {
+            } else if variant == Variant::ConflictOverwrites {
                 Expected::ACCEPTED
             } else {
                 Expected::rejected(Reason::ConflictingResult)
@@ -226,11 +300,15 @@ impl LeaseModel {
         if job.state.is_terminal() {
             return Expected::rejected(Reason::JobFinished);
         }
-        let skip_time_check = self.config.variant == Variant::HeartbeatExtendsExpired
-            && m.kind == MessageKind::Heartbeat;
-        if attempt.state == AttemptState::Uncertain
-            || (!skip_time_check && s.clock >= attempt.lease_expiry)
-        {
+        let skip_expiry = match m.kind {
+            MessageKind::Heartbeat => variant == Variant::HeartbeatExtendsExpired,
+            MessageKind::Rejoin => variant == Variant::RejoinResurrectsLease,
+            MessageKind::Result(_) => variant == Variant::ResultAfterExpiry,
+            MessageKind::TargetMutation => false,
+        };
+        let swept = attempt.state == AttemptState::Uncertain;
+        let expired = s.clock >= attempt.lease_expiry;
+        if !skip_expiry && (swept || expired) {
             return Expected::rejected(Reason::LeaseExpired);
         }
         let allowed_while_cancelling = matches!(
@@ -240,7 +318,7 @@ impl LeaseModel {
         if job.state == JobState::Cancelling && !allowed_while_cancelling {
             return Expected::rejected(Reason::CancelRequested);
         }
-        if m.kind == MessageKind::Result(Outcome::Cancelled) && job.state == JobState::Running {
+        if m.kind == MessageKind::Result(Outcome::Cancelled) && job.state != JobState::Cancelling {
             return Expected::rejected(Reason::CancelNotRequested);
         }
         Expected::ACCEPTED
@@ -280,20 +358,36 @@ impl LeaseModel {
         if j.state != JobState::Uncertain {
             return Expected::rejected(Reason::NotUncertain);
         }
-        if finding == Finding::StillRunning {
+        let variant = self.config.variant;
+        if finding == Finding::StillRunning && variant != Variant::StillRunningAllowsRetry {
             return Expected::rejected(Reason::ExecutionNotStopped);
         }
-        if decision == Decision::Adopt && finding == Finding::Stopped {
+        let observed = matches!(finding, Finding::ObservedPassed | Finding::ObservedFailed);
+        if decision == Decision::Adopt && !observed {
             return Expected::rejected(Reason::NothingToAdopt);
         }
-        if decision == Decision::Retry && j.cancel_requested {
+        if decision == Decision::Retry && j.cancel_requested && variant != Variant::RetryAfterCancel
+        {
             return Expected::rejected(Reason::CancelRequested);
         }
         Expected::ACCEPTED
     }
 
+    /// Whether a claim by a runner of `project` finds `slot` free (§8.2): reserved by no job of
+    /// any project.
+    fn slot_free(&self, s: &State, project: ProjectId, slot: SlotId) -> bool {
+        match s.targets[slot as usize].holder {
+            None => true,
+            Some(holder) => {
+                self.config.variant == Variant::ReservationPerProject
+                    && s.jobs[holder as usize].project != project
+            }
+        }
+    }
+
     /// R1: the job a claim by `runner` takes, if any: the lowest-numbered `queued` job of the
-    /// runner's project whose target is free (and which the model's bounds allow another attempt).
+    /// runner's project whose target slot is free (and which the model's bounds allow another
+    /// attempt).
     pub fn claimable_job(&self, s: &State, runner: RunnerId) -> Option<JobId> {
         let r = s.runners.get(runner as usize)?;
         s.jobs
@@ -301,8 +395,8 @@ impl LeaseModel {
             .position(|j| {
                 j.project == r.project
                     && j.state == JobState::Queued
-                    && !j.target_reserved
                     && j.attempts_left > 0
+                    && self.slot_free(s, r.project, j.slot)
             })
             .map(|j| j as JobId)
     }
@@ -338,10 +432,12 @@ impl LeaseModel {
     }
 
     /// The message of `kind` that `runner` sends about the attempt it holds (with runner time
-    /// `skew`; target mutations carry none), if it holds one.
+    /// `skew`; target mutations carry none, and the attempt's slot token instead), if it holds
+    /// one. A result carries digest 0 ([`LeaseModel::result_message`] for another).
     pub fn message(s: &State, runner: RunnerId, kind: MessageKind, skew: u8) -> Option<Message> {
         let a = s.runners.get(runner as usize)?.holding?;
         let attempt = &s.attempts[a as usize];
+        let mutation = kind == MessageKind::TargetMutation;
         Some(Message {
             kind,
             sender: runner,
@@ -349,19 +445,28 @@ impl LeaseModel {
             attempt: a,
             lease: attempt.lease,
             fence: attempt.fence,
-            runner_time: if kind == MessageKind::TargetMutation {
-                0
-            } else {
-                skew
-            },
+            runner_time: if mutation { 0 } else { skew },
+            digest: 0,
+            token: if mutation { attempt.token } else { 0 },
         })
     }
 
+    /// The result `runner` sends about the attempt it holds.
+    pub fn result_message(
+        s: &State,
+        runner: RunnerId,
+        outcome: Outcome,
+        skew: u8,
+        digest: Digest,
+    ) -> Option<Message> {
+        let m = Self::message(s, runner, MessageKind::Result(outcome), skew)?;
+        Some(Message { digest, ..m })
+    }
+
     /// Every message the server or the target could receive next: the messages in flight and
-    /// the heartbeat each connected, executing runner could send now. The properties check the
-    /// verdict of each of them in every state.
+    /// the heartbeat each connected, executing runner could send now.
     pub fn deliverable<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Message> + 'a {
-        let heartbeats = (0..self.config.runners).filter_map(move |runner| {
+        let heartbeats = (0..s.runners.len() as RunnerId).filter_map(move |runner| {
             let connected = s.runners.get(runner as usize)?.connected;
             self.executing(s, runner)?;
             connected
@@ -371,9 +476,92 @@ impl LeaseModel {
         s.in_flight.iter().copied().chain(heartbeats)
     }
 
+    /// Every message the server could receive next, genuine or forged. Genuine: each deliverable
+    /// message (see [`LeaseModel::deliverable`]), and each result in flight again with another
+    /// digest (digests are opaque, so one other digest stands for every other). Forged: for each
+    /// distinct tuple a genuine message carries, a heartbeat and a result naming it, sent by every
+    /// other runner (of either project) and by an unknown runner, with a forged lease id, with a
+    /// forged fence, naming every other attempt's tuple (another runner's, another job's, a
+    /// superseded one), an unknown attempt or an unknown job; and a `result` of `cancelled` and a
+    /// `rejoin` with each heartbeat's tuple. The properties check the verdict, record and effect
+    /// of every probe in every state, so every forgery is checked in every configuration without
+    /// adding a state.
+    pub fn probes(&self, s: &State) -> Vec<Message> {
+        let mut out: Vec<Message> = Vec::with_capacity(64);
+        let mut tuples: Vec<Message> = Vec::with_capacity(8);
+        for m in self.deliverable(s) {
+            out.push(m);
+            match m.kind {
+                MessageKind::TargetMutation => continue,
+                MessageKind::Result(_) => out.push(Message {
+                    digest: m.digest ^ 1,
+                    ..m
+                }),
+                MessageKind::Heartbeat => {
+                    for kind in [MessageKind::Result(Outcome::Cancelled), MessageKind::Rejoin] {
+                        out.push(Message { kind, ..m });
+                    }
+                }
+                MessageKind::Rejoin => {}
+            }
+            let tuple = Message {
+                kind: MessageKind::Heartbeat,
+                runner_time: 0,
+                digest: 0,
+                ..m
+            };
+            if !tuples.contains(&tuple) {
+                tuples.push(tuple);
+            }
+        }
+        let runners = s.runners.len() as RunnerId;
+        for m in tuples {
+            let first = out.len();
+            for sender in (0..=runners).filter(|&r| r != m.sender) {
+                out.push(Message { sender, ..m });
+            }
+            out.push(Message {
+                lease: FORGED_LEASE,
+                ..m
+            });
+            out.push(Message {
+                fence: FORGED_FENCE,
+                ..m
+            });
+            for (a, attempt) in s.attempts.iter().enumerate() {
+                if a as AttemptId != m.attempt {
+                    out.push(Message {
+                        job: attempt.job,
+                        attempt: a as AttemptId,
+                        lease: attempt.lease,
+                        fence: attempt.fence,
+                        ..m
+                    });
+                }
+            }
+            out.push(Message {
+                attempt: s.attempts.len() as AttemptId,
+                ..m
+            });
+            out.push(Message {
+                job: s.jobs.len() as JobId,
+                ..m
+            });
+            for i in first..out.len() {
+                for outcome in [Outcome::Passed, Outcome::Failed] {
+                    out.push(Message {
+                        kind: MessageKind::Result(outcome),
+                        ..out[i]
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// The copy of `m` that `runner` sends in a [`Action::Replay`]: delivered at once, never put in
     /// flight.
-    pub fn replayed(m: &Message, runner: RunnerId, forge: Forge) -> Message {
+    pub fn replayed(s: &State, m: &Message, runner: RunnerId, forge: Forge) -> Message {
         let mut copy = Message {
             sender: runner,
             ..*m
@@ -382,22 +570,28 @@ impl LeaseModel {
             Forge::AsIs => {}
             Forge::WrongLease => copy.lease = FORGED_LEASE,
             Forge::WrongFence => copy.fence = FORGED_FENCE,
+            Forge::OtherAttempt { attempt } => {
+                if let Some(other) = s.attempts.get(attempt as usize) {
+                    copy.job = other.job;
+                    copy.attempt = attempt;
+                    copy.lease = other.lease;
+                    copy.fence = other.fence;
+                }
+            }
         }
         copy
     }
 
     // ----- effects -----------------------------------------------------------------------------
 
-    /// The observation the server (or the target) records when `m` is delivered in `s` (§7
-    /// notes): attributed to the named attempt when checks 1–5 pass, unattributed otherwise.
-    /// Target mutations are recorded by the target, unattributed. The model does not keep
-    /// observations in its state (that would multiply the state space by every delivery); the
-    /// properties check the observation of every message that could be delivered in every state.
+    /// The observation a correct server records when `m` is delivered in `s` (§7 notes):
+    /// attributed to the named attempt when checks 1–5 pass, unattributed otherwise. Target
+    /// mutations are recorded by the target, unattributed. (What this model's server, possibly a
+    /// flawed variant, records is [`LeaseModel::record`].)
     pub fn observation(&self, s: &State, m: &Message) -> Observation {
-        let verdict = self.delivery_verdict(s, m);
-        let attempt = match m.kind {
-            MessageKind::TargetMutation => None,
-            _ => self.identify(s, m).ok(),
+        let (verdict, attempt) = match m.kind {
+            MessageKind::TargetMutation => (self.target_verdict(s, m), None),
+            _ => self.judge(s, m),
         };
         Observation {
             attempt,
@@ -407,33 +601,84 @@ impl LeaseModel {
             named_attempt: m.attempt,
             verdict: verdict.verdict,
             reason: verdict.reason,
+            result: match m.kind {
+                MessageKind::Result(o) => Some((o, m.digest)),
+                _ => None,
+            },
         }
     }
 
-    fn deliver(&self, s: &mut State, m: &Message) {
+    /// The record this model's server writes into its ledger when it receives `m` in `s`, or
+    /// `None` when it writes none. The protocol records every runner message it receives
+    /// ([`LeaseModel::observation`]); two flawed variants drop some.
+    pub fn record(&self, s: &State, m: &Message) -> Option<Observation> {
+        let o = self.observation(s, m);
+        let dropped = matches!(
+            (self.config.variant, m.kind, o.reason),
+            (
+                Variant::LateReportDropped,
+                MessageKind::Result(_),
+                Some(Reason::NotCurrent | Reason::LeaseExpired),
+            ) | (
+                Variant::ConflictNotRecorded,
+                _,
+                Some(Reason::ConflictingResult)
+            )
+        );
+        (!dropped).then_some(o)
+    }
+
+    /// Applies the effect of delivering `m` in `s` (the verdict decides; a rejected message
+    /// changes nothing but the record, which the model does not keep: see [`LeaseModel::record`]).
+    pub fn deliver(&self, s: &mut State, m: &Message) {
         let verdict = self.delivery_verdict(s, m);
-        if m.kind == MessageKind::TargetMutation {
-            if verdict.verdict == Verdict::Accepted {
-                let slot = &mut s.targets[m.job as usize];
-                // A fenced target's rule does not depend on how often it applied: count to 1.
-                let cap = if self.config.target == TargetKind::Fenced {
-                    1
-                } else {
-                    2
-                };
-                slot.applied = (slot.applied + 1).min(cap);
-                slot.last_fence = m.fence;
-                slot.highest_fence = slot.highest_fence.max(m.fence);
-            }
-            return;
-        }
         if verdict.verdict != Verdict::Accepted {
             return;
         }
+        let variant = self.config.variant;
         match m.kind {
+            MessageKind::TargetMutation => {
+                let kind = self.config.target;
+                let carried = self.carried_token(m);
+                let issued = s.attempts.get(m.attempt as usize).map_or(0, |a| a.token);
+                let Some(job) = s.jobs.get(m.job as usize) else {
+                    return;
+                };
+                let slot = &mut s.targets[job.slot as usize];
+                // A fenced target's rule does not depend on how often it applied: count to 1.
+                let cap = if kind == TargetKind::Fenced { 1 } else { 2 };
+                slot.applied = (slot.applied + 1).min(cap);
+                match kind {
+                    TargetKind::Fenced | TargetKind::Unfenced => {
+                        if kind == TargetKind::Fenced {
+                            slot.highest_token = slot.highest_token.max(carried);
+                        }
+                        slot.last_applied = issued;
+                        slot.highest_applied = slot.highest_applied.max(issued);
+                    }
+                    TargetKind::Idempotent => {
+                        if slot.deployed & bit(m.job) != 0 {
+                            slot.applied_twice = true;
+                        }
+                        slot.deployed |= bit(m.job);
+                        if variant == Variant::IdempotencyKeyPerAttempt {
+                            slot.attempts_applied |= bit(m.attempt);
+                        }
+                    }
+                }
+            }
             MessageKind::Heartbeat => {
-                let now = s.clock;
-                s.attempts[m.attempt as usize].lease_expiry = now + self.config.lease_ttl;
+                let expiry = if variant == Variant::RunnerClockExtendsLease {
+                    m.runner_time.saturating_add(self.config.lease_ttl)
+                } else {
+                    s.clock + self.config.lease_ttl
+                };
+                s.attempts[m.attempt as usize].lease_expiry = expiry;
+            }
+            MessageKind::Rejoin => {
+                if variant == Variant::RejoinResurrectsLease {
+                    s.attempts[m.attempt as usize].lease_expiry = s.clock + self.config.lease_ttl;
+                }
             }
             MessageKind::Result(outcome) => {
                 let job = &mut s.jobs[m.job as usize];
@@ -441,30 +686,47 @@ impl LeaseModel {
                 // completion variants complete whatever attempt is current.
                 let Some(a) = job.current else { return };
                 job.state = outcome.job_state();
-                job.target_reserved = false;
                 job.completed_by = Some((m.attempt, m.sender));
                 job.committed.get_or_insert(job.state);
-                s.attempts[a as usize].state = outcome.attempt_state();
+                let slot = job.slot;
+                let attempt = &mut s.attempts[a as usize];
+                attempt.state = outcome.attempt_state();
+                attempt.digest = Some(m.digest);
+                release(s, m.job, slot);
             }
-            MessageKind::Rejoin | MessageKind::TargetMutation => {}
         }
     }
 
     fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
         let a = s.attempts.len() as AttemptId;
+        let variant = self.config.variant;
         let j = &mut s.jobs[job as usize];
-        j.fence += 1;
+        j.fence = if variant == Variant::FenceReused {
+            1
+        } else {
+            j.fence + 1
+        };
         j.attempts_left = j.attempts_left.saturating_sub(1);
         j.current = Some(a);
         j.state = JobState::Running;
-        j.target_reserved = true;
+        let (fence, slot) = (j.fence, j.slot);
+        let target = &mut s.targets[slot as usize];
+        target.tokens = if variant == Variant::SlotTokenResets {
+            1
+        } else {
+            target.tokens + 1
+        };
+        target.holder = Some(job);
+        let token = target.tokens;
         s.attempts.push(Attempt {
             job,
             runner,
             lease: a + 1,
-            fence: j.fence,
+            fence,
             lease_expiry: s.clock + self.config.lease_ttl,
             state: AttemptState::Active,
+            token,
+            digest: None,
             execution: Execution::Executing,
             expired: false,
         });
@@ -475,19 +737,19 @@ impl LeaseModel {
     fn sweep(&self, s: &mut State) {
         let expired: Vec<_> = self.expired_leases(s).collect();
         for (j, a) in expired {
+            let variant = self.config.variant;
             let job = &mut s.jobs[j as usize];
+            let slot = job.slot;
             let attempt = &mut s.attempts[a as usize];
-            match self.config.variant {
+            match variant {
                 Variant::RequeueOnExpiry => {
                     job.state = JobState::Queued;
                     job.current = None;
-                    job.target_reserved = false;
                     attempt.state = AttemptState::Uncertain;
                 }
                 Variant::AutoRetryUnfenced => {
                     job.state = JobState::Queued;
                     job.current = None;
-                    job.target_reserved = false;
                     attempt.state = AttemptState::Stopped;
                 }
                 _ => {
@@ -495,14 +757,22 @@ impl LeaseModel {
                     attempt.state = AttemptState::Uncertain;
                 }
             }
+            if matches!(
+                variant,
+                Variant::RequeueOnExpiry
+                    | Variant::AutoRetryUnfenced
+                    | Variant::UncertainReleasesSlot
+            ) {
+                release(s, j, slot);
+            }
         }
     }
 
     fn reconcile(&self, s: &mut State, job: JobId, finding: Finding, decision: Decision) {
         let j = &mut s.jobs[job as usize];
         let Some(a) = j.current else { return };
+        let slot = j.slot;
         let attempt = &mut s.attempts[a as usize];
-        j.target_reserved = false;
         match decision {
             Decision::Retry => {
                 attempt.state = AttemptState::Stopped;
@@ -530,6 +800,22 @@ impl LeaseModel {
                 j.committed.get_or_insert(j.state);
             }
         }
+        if !(decision == Decision::Retry && self.config.variant == Variant::RetryKeepsSlot) {
+            release(s, job, slot);
+        }
+    }
+}
+
+/// A one-bit set of the small id `id` (ids beyond 7 are not tracked).
+pub(crate) fn bit(id: u8) -> u8 {
+    1u8.checked_shl(id as u32).unwrap_or(0)
+}
+
+/// Releases `slot` if `job` holds it.
+fn release(s: &mut State, job: JobId, slot: SlotId) {
+    let target = &mut s.targets[slot as usize];
+    if target.holder == Some(job) {
+        target.holder = None;
     }
 }
 
@@ -539,8 +825,8 @@ impl LeaseModel {
     /// a result, heartbeat or rejoin naming an attempt that is no longer its job's current
     /// attempt (`not_current` from then on: a current attempt is never current again) or of a
     /// terminal job (`acknowledged` or rejected, and a terminal job never changes); and a target
-    /// mutation the target refuses or acknowledges for good (a fenced target's stale fence: its
-    /// highest fence only grows; an idempotent target's repeat). Once a message is forgotten in
+    /// mutation the target refuses or acknowledges for good (a fenced target's stale token: its
+    /// highest token only grows; an idempotent target's repeat). Once a message is forgotten in
     /// a state it is forgotten in every later one. Only for the protocol: a flawed variant may
     /// accept such a message later.
     fn forgotten(&self, s: &State, m: &Message) -> bool {
@@ -548,25 +834,62 @@ impl LeaseModel {
             return false;
         }
         let held = s.runners.get(m.sender as usize).and_then(|r| r.holding) == Some(m.attempt);
-        let (Some(job), Some(slot)) = (s.jobs.get(m.job as usize), s.targets.get(m.job as usize))
-        else {
+        let Some(job) = s.jobs.get(m.job as usize) else {
             return false;
         };
+        let slot = &s.targets[job.slot as usize];
         !held
             && match m.kind {
                 MessageKind::TargetMutation => match self.config.target {
-                    TargetKind::Fenced => m.fence < slot.highest_fence,
-                    TargetKind::Idempotent => slot.applied > 0,
+                    TargetKind::Fenced => m.token < slot.highest_token,
+                    TargetKind::Idempotent => slot.deployed & bit(m.job) != 0,
                     TargetKind::Unfenced => false,
                 },
                 _ => job.state.is_terminal() || job.current != Some(m.attempt),
             }
     }
 
+    /// The result `runner`, having finished its attempt with `first`, may still send: the other
+    /// of passed/failed (a conflicting result). The same outcome with another digest is a probe
+    /// ([`LeaseModel::probes`]): digests are opaque, so which of two digests was committed is a
+    /// symmetry, and its verdict and record are checked in every state without a state of its own.
+    fn conflicting_results(first: Outcome) -> [(Outcome, Digest); 1] {
+        let other = if first == Outcome::Passed {
+            Outcome::Failed
+        } else {
+            Outcome::Passed
+        };
+        [(other, 0)]
+    }
+
+    fn push_results(
+        &self,
+        s: &State,
+        runner: RunnerId,
+        results: &[(Outcome, Digest)],
+        actions: &mut Vec<Action>,
+    ) {
+        for &(outcome, digest) in results {
+            for skew in 0..=self.config.max_skew {
+                let already = Self::result_message(s, runner, outcome, skew, digest)
+                    .is_some_and(|m| s.in_flight.contains(&m));
+                if !already {
+                    actions.push(Action::Result {
+                        runner,
+                        outcome,
+                        runner_time: skew,
+                        digest,
+                    });
+                }
+            }
+        }
+    }
+
     fn all_actions(&self, s: &State, actions: &mut Vec<Action>) {
         let c = &self.config;
         let skews = 0..=c.max_skew;
-        for runner in 0..c.runners {
+        let runners = s.runners.len() as RunnerId;
+        for runner in 0..runners {
             let r = &s.runners[runner as usize];
             match self.executing(s, runner) {
                 Some(a) => {
@@ -581,24 +904,16 @@ impl LeaseModel {
                         // cancellation (the job is `cancelling`; answers are not modelled).
                         let cancelling = s.jobs[s.attempts[a as usize].job as usize].state
                             == JobState::Cancelling;
-                        let outcomes: &[Outcome] = if cancelling {
-                            Outcome::ALL
+                        let outcomes: &[(Outcome, Digest)] = if cancelling {
+                            &[
+                                (Outcome::Passed, 0),
+                                (Outcome::Failed, 0),
+                                (Outcome::Cancelled, 0),
+                            ]
                         } else {
-                            &[Outcome::Passed, Outcome::Failed]
+                            &[(Outcome::Passed, 0), (Outcome::Failed, 0)]
                         };
-                        for &outcome in outcomes {
-                            let already = |t| {
-                                Self::message(s, runner, MessageKind::Result(outcome), t)
-                                    .is_some_and(|m| s.in_flight.contains(&m))
-                            };
-                            for skew in skews.clone().filter(|&t| !already(t)) {
-                                actions.push(Action::Result {
-                                    runner,
-                                    outcome,
-                                    runner_time: skew,
-                                });
-                            }
-                        }
+                        self.push_results(s, runner, outcomes, actions);
                     }
                     let mutation = Self::message(s, runner, MessageKind::TargetMutation, 0);
                     if mutation.is_some_and(|m| !s.in_flight.contains(&m)) {
@@ -615,22 +930,12 @@ impl LeaseModel {
                         if let Execution::Finished(first @ (Outcome::Passed | Outcome::Failed)) =
                             s.attempts[a as usize].execution
                         {
-                            let outcome = if first == Outcome::Passed {
-                                Outcome::Failed
-                            } else {
-                                Outcome::Passed
-                            };
-                            let already = |t| {
-                                Self::message(s, runner, MessageKind::Result(outcome), t)
-                                    .is_some_and(|m| s.in_flight.contains(&m))
-                            };
-                            for skew in skews.clone().filter(|&t| !already(t)) {
-                                actions.push(Action::Result {
-                                    runner,
-                                    outcome,
-                                    runner_time: skew,
-                                });
-                            }
+                            self.push_results(
+                                s,
+                                runner,
+                                &Self::conflicting_results(first),
+                                actions,
+                            );
                         }
                     }
                 }
@@ -647,32 +952,45 @@ impl LeaseModel {
                 }
             }
         }
-        let runner_messages = s
+        // Replays are forged messages, which the properties check as probes in every state
+        // (`probes`): a replay the server accepts breaks an invariant in the state it is sent
+        // from. So an exhaustive check (`skip_no_ops`) leaves them out; conformance keeps them.
+        let replays = !self.skip_no_ops;
+        let results = s
             .in_flight
             .iter()
-            .filter(|m| m.kind != MessageKind::TargetMutation);
-        if let Some(outsider) = self.outsider() {
-            // The outsider replays results: the messages whose acceptance would change a job.
-            let results = runner_messages
-                .clone()
-                .filter(|m| matches!(m.kind, MessageKind::Result(_)));
-            for m in results.filter(|m| m.sender != outsider) {
+            .filter(|m| replays && matches!(m.kind, MessageKind::Result(_)));
+        // Another runner (of either project) replays a result in flight under its own identity.
+        for m in results {
+            for runner in (0..runners).filter(|&r| r != m.sender) {
                 actions.push(Action::Replay {
-                    runner: outsider,
+                    runner,
                     message: *m,
                     forge: Forge::AsIs,
                 });
             }
         }
-        if c.forgery {
+        if c.forgery && replays {
             // A runner re-sends one of its messages in flight, or the heartbeat it could send
-            // now, with a forged lease id or fence.
+            // now, with a forged lease id or fence, or naming another attempt's tuple.
             let messages: Vec<Message> = self
                 .deliverable(s)
-                .filter(|m| m.kind != MessageKind::TargetMutation && m.sender < c.runners)
+                .filter(|m| m.kind != MessageKind::TargetMutation)
                 .collect();
             for m in messages {
-                for forge in [Forge::WrongLease, Forge::WrongFence] {
+                let mut forges = vec![Forge::WrongLease, Forge::WrongFence];
+                // Another attempt's tuple: another runner's, or the sender's own superseded one
+                // (its own current tuple would be no forgery).
+                let own_current = |a: AttemptId| {
+                    let attempt = &s.attempts[a as usize];
+                    attempt.runner == m.sender && s.jobs[attempt.job as usize].current == Some(a)
+                };
+                forges.extend(
+                    (0..s.attempts.len() as AttemptId)
+                        .filter(|&a| a != m.attempt && !own_current(a))
+                        .map(|attempt| Forge::OtherAttempt { attempt }),
+                );
+                for forge in forges {
                     actions.push(Action::Replay {
                         runner: m.sender,
                         message: m,
@@ -695,10 +1013,11 @@ impl LeaseModel {
         if self.expired_leases(s).next().is_some() {
             actions.push(Action::ExpirySweep);
         }
+        let outsider = self.outsider().is_some();
         for (j, job) in s.jobs.iter().enumerate() {
             let j = j as JobId;
-            // The outsider's operator tries what project 0's operator may do (`wrong_project`).
-            let outsider = self.outsider().is_some();
+            // The other project's operator tries what the job's own operator may do
+            // (`wrong_project`).
             if matches!(job.state, JobState::Queued | JobState::Running) {
                 actions.push(Action::Cancel { job: j });
                 if outsider {
@@ -707,25 +1026,33 @@ impl LeaseModel {
             }
             if job.state == JobState::Uncertain {
                 let Some(a) = job.current else { continue };
-                let finding = self.truthful_finding(s, a);
+                let truthful = self.truthful_finding(s, a);
                 if outsider {
                     actions.push(Action::OutsiderReconcile {
                         job: j,
-                        finding,
+                        finding: truthful,
                         decision: Decision::Abort,
                     });
                 }
+                let mut findings = vec![truthful];
+                if self.config.variant == Variant::UntruthfulFinding
+                    && truthful == Finding::StillRunning
+                {
+                    findings.push(Finding::Stopped);
+                }
                 let retry_left = job.attempts_left > 0;
-                for decision in [Decision::Retry, Decision::Abort, Decision::Adopt] {
-                    let offered = decision != Decision::Retry || retry_left;
-                    if offered
-                        && self.reconcile_verdict(s, 0, j, finding, decision) == Expected::ACCEPTED
-                    {
-                        actions.push(Action::Reconcile {
-                            job: j,
-                            finding,
-                            decision,
-                        });
+                for finding in findings {
+                    for decision in [Decision::Retry, Decision::Abort, Decision::Adopt] {
+                        let offered = decision != Decision::Retry || retry_left;
+                        let accepted = self.reconcile_verdict(s, job.project, j, finding, decision)
+                            == Expected::ACCEPTED;
+                        if offered && accepted {
+                            actions.push(Action::Reconcile {
+                                job: j,
+                                finding,
+                                decision,
+                            });
+                        }
                     }
                 }
             }
@@ -786,13 +1113,14 @@ impl Model for LeaseModel {
                 runner,
                 outcome,
                 runner_time: skew,
+                digest,
             } => {
-                let a = s.runners.get(runner as usize)?.holding?;
-                let attempt = &mut s.attempts[a as usize];
+                let m = Self::result_message(&s, runner, outcome, skew, digest)?;
+                let attempt = &mut s.attempts[m.attempt as usize];
                 if attempt.execution == Execution::Executing {
                     attempt.execution = Execution::Finished(outcome);
                 }
-                send(&mut s, runner, MessageKind::Result(outcome), skew)?;
+                s.in_flight.insert(m);
             }
             Action::TargetMutation { runner } => {
                 send(&mut s, runner, MessageKind::TargetMutation, 0)?;
@@ -814,7 +1142,8 @@ impl Model for LeaseModel {
                 message,
                 forge,
             } => {
-                self.deliver(&mut s, &Self::replayed(&message, runner, forge));
+                let copy = Self::replayed(&s, &message, runner, forge);
+                self.deliver(&mut s, &copy);
             }
             Action::Deliver { message } => self.deliver(&mut s, &message),
             Action::Tick => {
@@ -827,12 +1156,12 @@ impl Model for LeaseModel {
                 }
             }
             Action::ExpirySweep => self.sweep(&mut s),
-            // Every job is project 0's: the outsider's operator is always refused.
+            // The operator of the other project is always refused.
             Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
                 debug_assert_ne!(self.expected(&s, &action), Some(Expected::ACCEPTED));
             }
             Action::Cancel { job } => {
-                if self.cancel_verdict(&s, 0, job) != Expected::ACCEPTED {
+                if self.cancel_verdict(&s, Self::project_of(&s, job), job) != Expected::ACCEPTED {
                     return Some(s);
                 }
                 let j = &mut s.jobs[job as usize];
@@ -849,7 +1178,9 @@ impl Model for LeaseModel {
                 finding,
                 decision,
             } => {
-                if self.reconcile_verdict(&s, 0, job, finding, decision) == Expected::ACCEPTED {
+                let project = Self::project_of(&s, job);
+                if self.reconcile_verdict(&s, project, job, finding, decision) == Expected::ACCEPTED
+                {
                     self.reconcile(&mut s, job, finding, decision);
                 }
             }
@@ -880,9 +1211,9 @@ impl Model for LeaseModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         if self.one_invariant {
-            properties::combined(self.config.target)
+            properties::combined(&self.config)
         } else {
-            properties::all(self.config.target)
+            properties::all(&self.config)
         }
     }
 

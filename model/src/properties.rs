@@ -1,5 +1,15 @@
 //! The properties the model checks: docs/protocol.md §11 as `always`, and `sometimes` properties
 //! that show each interesting case is reached (so no `always` holds only because nothing happened).
+//!
+//! Every `always` property can fail: [`caught_by`] names, for each flawed [`Variant`], the
+//! properties it violates, and the model's tests check that every property is violated by some
+//! variant (a property no variant violates fails the test).
+//!
+//! Many properties are about what the server would do with a message: they look at every
+//! **probe** ([`LeaseModel::probes`]): every message that could be delivered now, genuine or
+//! forged (another runner of either project, an unknown runner, a forged lease id or fence,
+//! another attempt's tuple, an unknown attempt or job). Their ground truth (who sent what, which
+//! attempt really is whose) is computed here, independently of the server's own checks.
 
 use crate::model::LeaseModel;
 use crate::state::*;
@@ -14,26 +24,40 @@ pub const FENCES_INCREASE: &str = "the fences of a job strictly increase";
 pub const NO_STALE_COMPLETION: &str = "no result from a non-current attempt completes a job";
 /// Invariant 4: a committed outcome never changes.
 pub const OUTCOME_NEVER_CHANGES: &str = "a committed outcome never changes";
-/// Invariant 5: a heartbeat never extends an expired lease.
-pub const NO_HEARTBEAT_AFTER_EXPIRY: &str = "a heartbeat never extends an expired lease";
+/// Invariant 5: no message extends an expired lease (a heartbeat, a rejoin).
+pub const NO_HEARTBEAT_AFTER_EXPIRY: &str = "an expired lease is never extended";
 /// Invariant 6: no two attempts of one job execute at the same time.
 pub const ONE_EXECUTION_PER_JOB: &str = "no two attempts of one job execute at the same time";
-/// Invariant 7: a fenced target never applies a stale fence.
-pub const FENCED_TARGET_MONOTONIC: &str = "a fenced target never applies a stale fence";
-/// Invariant 8: an idempotent target applies each deployment at most once.
+/// Invariant 7: a fenced target never applies an older reservation's mutation after a newer one's.
+pub const FENCED_TARGET_MONOTONIC: &str = "a fenced target never applies a stale slot token";
+/// Invariant 8: an idempotent target applies each deployment at most once per slot.
 pub const IDEMPOTENT_TARGET_ONCE: &str =
     "an idempotent target applies each deployment at most once";
 /// Invariant 9: an expired job is `uncertain`, never `queued`, until a reconciliation decides.
 pub const EXPIRED_IS_UNCERTAIN: &str = "an expired job is uncertain until a reconciliation decides";
-/// Invariant 10: every received report is recorded against the attempt that sent it.
-pub const REPORTS_ATTRIBUTED: &str = "every received report is recorded against its attempt";
-/// Invariant 11: verdicts never depend on runner clock values.
-pub const RUNNER_TIME_IRRELEVANT: &str = "verdicts never depend on runner time";
+/// Invariant 10: every received message is recorded, once, against the attempt that sent it.
+pub const REPORTS_ATTRIBUTED: &str = "every received message is recorded against its attempt";
+/// Invariant 11: verdicts and effects never depend on the runner's observed time.
+pub const RUNNER_TIME_IRRELEVANT: &str = "verdicts and effects never depend on runner time";
 /// Invariant 12: a runner never changes a job of another project.
 pub const NO_CROSS_PROJECT_CHANGE: &str = "a runner never changes a job of another project";
-/// Invariant 13: when only time can pass, every job is terminal, uncertain, or leased and waiting
-/// for its lease to expire.
+/// Invariant 13: when only time can pass (or an operator cancel), no job is `queued`.
 pub const QUIESCENCE_RESOLVED: &str = "quiescence leaves every job terminal or uncertain";
+/// Invariant 14: no two attempts that may execute hold one slot; a reserved slot blocks claims.
+pub const SLOT_EXCLUSIVE: &str = "one attempt at a time holds a slot";
+/// Invariant 15: slot tokens strictly increase in reservation order.
+pub const SLOT_TOKENS_INCREASE: &str = "slot tokens strictly increase in reservation order";
+/// Invariant 16: only the exact current ownership tuple is accepted.
+pub const EXACT_TUPLE_ONLY: &str = "only the exact current ownership tuple is accepted";
+/// Invariant 17: no result is accepted at or after its lease's expiry.
+pub const NO_RESULT_AFTER_EXPIRY: &str = "no result is accepted at or after its lease expiry";
+/// Invariant 18: a job with a cancel request is never retried.
+pub const NO_RETRY_AFTER_CANCEL: &str = "no retry after a cancel request";
+/// Invariant 19: a lease never expires later than `now + lease_ttl` of its last grant.
+pub const LEASE_BOUNDED: &str = "a lease never expires later than now + lease_ttl";
+/// Invariant 20: a result that differs from the committed one (outcome or digest) is recorded
+/// as a conflict with its own attempt.
+pub const CONFLICT_RECORDED: &str = "a conflicting result is recorded as a conflict";
 
 /// A result of a superseded attempt was rejected `not_current`.
 pub const SOMETIMES_STALE_COMPLETION_REJECTED: &str = "a stale completion is rejected";
@@ -41,6 +65,8 @@ pub const SOMETIMES_STALE_COMPLETION_REJECTED: &str = "a stale completion is rej
 pub const SOMETIMES_DUPLICATE_ACKNOWLEDGED: &str = "a duplicate result is acknowledged";
 /// A conflicting result was recorded.
 pub const SOMETIMES_CONFLICT_RECORDED: &str = "a conflicting result is recorded";
+/// A result with the committed outcome and another digest was recorded as a conflict.
+pub const SOMETIMES_DIGEST_CONFLICT: &str = "the same outcome with another digest is a conflict";
 /// Some job became `uncertain`.
 pub const SOMETIMES_UNCERTAIN: &str = "a job becomes uncertain";
 /// A job got a second attempt with a larger fence.
@@ -51,21 +77,25 @@ pub const SOMETIMES_LATE_REPORT: &str = "a late report is recorded";
 pub const SOMETIMES_HEARTBEAT_REJECTED: &str = "a heartbeat after expiry is rejected";
 /// A cancellation completed with the runner's `cancelled` result.
 pub const SOMETIMES_CANCELLED: &str = "a cancellation completes";
-/// The fenced target refused a stale fence (fenced targets only).
+/// The fenced target refused a stale slot token (fenced targets only).
 pub const SOMETIMES_STALE_FENCE: &str = "the fenced target refuses a stale fence";
 /// The idempotent target acknowledged a repeated deployment (idempotent targets only).
 pub const SOMETIMES_REPEAT_ACKNOWLEDGED: &str = "the idempotent target acknowledges a repeat";
-/// The unfenced target applied a second mutation (unfenced targets only): it cannot refuse one.
-pub const SOMETIMES_APPLIED_TWICE: &str = "the unfenced target applies a mutation twice";
+/// The unfenced target applied a mutation of an earlier reservation after a later one's: the
+/// residual risk of §8.5 (unfenced targets only).
+pub const SOMETIMES_APPLIED_TWICE: &str =
+    "the unfenced target applies a stale mutation (residual risk)";
+/// A claim found a queued job's slot reserved by another job (shared slots only).
+pub const SOMETIMES_SLOT_BLOCKS_CLAIM: &str = "a reserved slot blocks another job's claim";
 
-/// Every property for a target of kind `target`, `always` first, in a fixed order. The last
-/// `sometimes` property exercises the target's own rule, so it depends on the kind.
-pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
+/// Every property for `config`, `always` first, in a fixed order.
+pub fn all(config: &Config) -> Vec<Property<LeaseModel>> {
     let mut properties: Vec<Property<LeaseModel>> = INVARIANTS
         .iter()
-        .map(|&(name, condition)| Property::always(name, condition))
+        .zip(SINGLE)
+        .map(|(&(name, _), condition)| Property::always(name, condition))
         .collect();
-    properties.extend(sometimes(target));
+    properties.extend(sometimes(config));
     properties
 }
 
@@ -73,29 +103,121 @@ pub fn all(target: TargetKind) -> Vec<Property<LeaseModel>> {
 pub const EVERY_INVARIANT: &str = "every invariant holds";
 
 /// Every `always` property as one (for exhaustive checking: the checker's cost per state grows
-/// with the number of properties), then the `sometimes` properties. When it is violated,
-/// [`violated`] names the invariants that fail in the last state of the counterexample.
-pub fn combined(target: TargetKind) -> Vec<Property<LeaseModel>> {
+/// with the number of properties, and the probes are computed once), then the `sometimes`
+/// properties. When it is violated, [`violated`] names the invariants that fail in the last
+/// state of the counterexample.
+pub fn combined(config: &Config) -> Vec<Property<LeaseModel>> {
     let mut properties = vec![Property::always(EVERY_INVARIANT, every_invariant)];
-    properties.extend(sometimes(target));
+    properties.extend(sometimes(config));
     properties
 }
 
-/// Every invariant holds in `s`.
+/// Every invariant holds in `s` (only [`LeaseModel::focus`] if the model has one).
 pub fn every_invariant(m: &LeaseModel, s: &State) -> bool {
-    INVARIANTS.iter().all(|(_, holds)| holds(m, s))
+    let ctx = Ctx::new(m, s);
+    INVARIANTS
+        .iter()
+        .filter(|(name, _)| m.focus.is_none_or(|f| f == *name))
+        .all(|(_, holds)| holds(&ctx))
 }
 
 /// The names of the invariants that fail in `s`, in their fixed order.
 pub fn violated(m: &LeaseModel, s: &State) -> Vec<&'static str> {
+    let ctx = Ctx::new(m, s);
     INVARIANTS
         .iter()
-        .filter(|(_, holds)| !holds(m, s))
+        .filter(|(_, holds)| !holds(&ctx))
         .map(|&(name, _)| name)
         .collect()
 }
 
-type Condition = fn(&LeaseModel, &State) -> bool;
+/// The names of every `always` property, in their fixed order.
+pub fn invariant_names() -> impl Iterator<Item = &'static str> {
+    INVARIANTS.iter().map(|&(name, _)| name)
+}
+
+/// The `always` properties a flawed variant violates, the one its counterexample is printed
+/// for first. The model's tests check each of them (a breadth-first search of that property
+/// alone finds a counterexample), and that every property is in some variant's list.
+pub fn caught_by(variant: Variant) -> &'static [&'static str] {
+    match variant {
+        Variant::None => &[],
+        Variant::RequeueOnExpiry => &[EXPIRED_IS_UNCERTAIN, AT_MOST_ONE_CURRENT_ATTEMPT],
+        Variant::HeartbeatExtendsExpired => &[NO_HEARTBEAT_AFTER_EXPIRY],
+        Variant::CompletionChecksRunnerOnly => &[NO_STALE_COMPLETION, EXACT_TUPLE_ONLY],
+        Variant::CompletionChecksFenceOnly => &[NO_CROSS_PROJECT_CHANGE, EXACT_TUPLE_ONLY],
+        Variant::ConflictOverwrites => &[OUTCOME_NEVER_CHANGES, CONFLICT_RECORDED],
+        Variant::AutoRetryUnfenced => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
+        Variant::ResultAfterExpiry => &[NO_RESULT_AFTER_EXPIRY],
+        Variant::RetryAfterCancel => &[NO_RETRY_AFTER_CANCEL],
+        Variant::RunnerNotChecked => &[EXACT_TUPLE_ONLY, REPORTS_ATTRIBUTED],
+        Variant::LeaseNotChecked => &[EXACT_TUPLE_ONLY],
+        Variant::FenceNotChecked => &[EXACT_TUPLE_ONLY],
+        Variant::RunnerClockExtendsLease => &[LEASE_BOUNDED, RUNNER_TIME_IRRELEVANT],
+        Variant::LateReportDropped => &[REPORTS_ATTRIBUTED],
+        Variant::ConflictNotRecorded => &[CONFLICT_RECORDED, REPORTS_ATTRIBUTED],
+        Variant::DigestIgnored => &[CONFLICT_RECORDED],
+        Variant::TargetIgnoresFence => &[FENCED_TARGET_MONOTONIC],
+        Variant::SlotComparesJobFences => &[FENCED_TARGET_MONOTONIC],
+        Variant::ReservationPerProject => &[SLOT_EXCLUSIVE],
+        Variant::UncertainReleasesSlot => &[SLOT_EXCLUSIVE],
+        Variant::RetryKeepsSlot => &[QUIESCENCE_RESOLVED],
+        Variant::RejoinResurrectsLease => &[NO_HEARTBEAT_AFTER_EXPIRY],
+        Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
+        Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
+        Variant::FenceReused => &[FENCES_INCREASE],
+        Variant::SlotTokenResets => &[SLOT_TOKENS_INCREASE],
+        Variant::IdempotencyKeyPerAttempt => &[IDEMPOTENT_TARGET_ONCE],
+    }
+}
+
+/// What every invariant of one state looks at: the model, the state, and its probes with the
+/// verdict and the record each would get (computed once per state).
+pub struct Ctx<'a> {
+    m: &'a LeaseModel,
+    s: &'a State,
+    probes: Vec<Probe>,
+}
+
+/// One probe the server receives, with its verdict and record.
+struct Probe {
+    msg: Message,
+    verdict: Expected,
+    record: Option<Observation>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(m: &'a LeaseModel, s: &'a State) -> Self {
+        let probes = m
+            .probes(s)
+            .into_iter()
+            .filter(|msg| msg.kind != MessageKind::TargetMutation)
+            .map(|msg| {
+                let record = m.record(s, &msg);
+                let verdict = match &record {
+                    Some(o) => Expected {
+                        verdict: o.verdict,
+                        reason: o.reason,
+                    },
+                    None => m.delivery_verdict(s, &msg),
+                };
+                Probe {
+                    msg,
+                    verdict,
+                    record,
+                }
+            })
+            .collect();
+        Ctx { m, s, probes }
+    }
+
+    /// The probes the server (not the target) receives.
+    fn server_probes(&self) -> impl Iterator<Item = &Probe> {
+        self.probes.iter()
+    }
+}
+
+type Condition = fn(&Ctx<'_>) -> bool;
 
 /// The `always` properties (docs/protocol.md §11), in a fixed order.
 const INVARIANTS: &[(&str, Condition)] = &[
@@ -112,11 +234,135 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (RUNNER_TIME_IRRELEVANT, runner_time_irrelevant),
     (NO_CROSS_PROJECT_CHANGE, no_cross_project_change),
     (QUIESCENCE_RESOLVED, quiescence_resolved),
+    (SLOT_EXCLUSIVE, slot_exclusive),
+    (SLOT_TOKENS_INCREASE, slot_tokens_increase),
+    (EXACT_TUPLE_ONLY, exact_tuple_only),
+    (NO_RESULT_AFTER_EXPIRY, no_result_after_expiry),
+    (NO_RETRY_AFTER_CANCEL, no_retry_after_cancel),
+    (LEASE_BOUNDED, lease_bounded),
+    (CONFLICT_RECORDED, conflict_recorded),
 ];
 
-/// The `sometimes` properties. The last one exercises the target's own rule, so it depends on
-/// the kind.
-fn sometimes(target: TargetKind) -> Vec<Property<LeaseModel>> {
+fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
+    (INVARIANTS[I].1)(&Ctx::new(m, s))
+}
+
+/// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 20] = [
+    single::<0>,
+    single::<1>,
+    single::<2>,
+    single::<3>,
+    single::<4>,
+    single::<5>,
+    single::<6>,
+    single::<7>,
+    single::<8>,
+    single::<9>,
+    single::<10>,
+    single::<11>,
+    single::<12>,
+    single::<13>,
+    single::<14>,
+    single::<15>,
+    single::<16>,
+    single::<17>,
+    single::<18>,
+    single::<19>,
+];
+
+/// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
+/// `not_found` belong to log and artifact calls, which the model does not have, and `stale_fence`
+/// is [`SOMETIMES_STALE_FENCE`]).
+const REASONS: [(Reason, &str); 18] = [
+    (Reason::UnknownRunner, "check produces unknown_runner"),
+    (Reason::UnknownJob, "check produces unknown_job"),
+    (Reason::WrongProject, "check produces wrong_project"),
+    (Reason::UnknownAttempt, "check produces unknown_attempt"),
+    (Reason::RunnerMismatch, "check produces runner_mismatch"),
+    (Reason::LeaseMismatch, "check produces lease_mismatch"),
+    (Reason::FenceMismatch, "check produces fence_mismatch"),
+    (Reason::NotCurrent, "check produces not_current"),
+    (
+        Reason::ConflictingResult,
+        "check produces conflicting_result",
+    ),
+    (Reason::JobFinished, "check produces job_finished"),
+    (Reason::LeaseExpired, "check produces lease_expired"),
+    (Reason::CancelRequested, "check produces cancel_requested"),
+    (
+        Reason::CancelNotRequested,
+        "check produces cancel_not_requested",
+    ),
+    (Reason::NoQueuedJob, "check produces no_queued_job"),
+    (
+        Reason::ReconcileRequired,
+        "check produces reconcile_required",
+    ),
+    (Reason::NotUncertain, "check produces not_uncertain"),
+    (
+        Reason::ExecutionNotStopped,
+        "check produces execution_not_stopped",
+    ),
+    (Reason::NothingToAdopt, "check produces nothing_to_adopt"),
+];
+
+fn produces_nth<const I: usize>(m: &LeaseModel, s: &State) -> bool {
+    produces(m, s, REASONS[I].0)
+}
+
+const PRODUCES: [fn(&LeaseModel, &State) -> bool; 18] = [
+    produces_nth::<0>,
+    produces_nth::<1>,
+    produces_nth::<2>,
+    produces_nth::<3>,
+    produces_nth::<4>,
+    produces_nth::<5>,
+    produces_nth::<6>,
+    produces_nth::<7>,
+    produces_nth::<8>,
+    produces_nth::<9>,
+    produces_nth::<10>,
+    produces_nth::<11>,
+    produces_nth::<12>,
+    produces_nth::<13>,
+    produces_nth::<14>,
+    produces_nth::<15>,
+    produces_nth::<16>,
+    produces_nth::<17>,
+];
+
+/// Some step the server could take now (a probe's delivery, a claim by any runner or by an
+/// unknown one, a cancel or reconciliation by either project's operator of any job or of an
+/// unknown one) is rejected with `reason`.
+fn produces(m: &LeaseModel, s: &State, reason: Reason) -> bool {
+    let want = Some(Expected::rejected(reason));
+    let rejected = |e: Expected| e.reason == Some(reason);
+    if m.probes(s)
+        .iter()
+        .any(|p| rejected(m.delivery_verdict(s, p)))
+    {
+        return true;
+    }
+    let runners = s.runners.len() as RunnerId;
+    if (0..=runners).any(|runner| m.expected(s, &Action::Claim { runner }) == want) {
+        return true;
+    }
+    (0..=s.jobs.len() as JobId).any(|job| {
+        (0..=1).any(|project| {
+            rejected(m.cancel_verdict(s, project, job))
+                || Finding::ALL.iter().any(|&finding| {
+                    Decision::ALL.iter().any(|&decision| {
+                        rejected(m.reconcile_verdict(s, project, job, finding, decision))
+                    })
+                })
+        })
+    })
+}
+
+/// The `sometimes` properties: each case an `always` property is about is reached, and every
+/// rejection reason is produced. Some depend on the target kind and on shared slots.
+fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
     let mut properties = vec![
         Property::sometimes(SOMETIMES_STALE_COMPLETION_REJECTED, |m, s: &State| {
             observed(m, s, is_result_message, |o| {
@@ -132,6 +378,19 @@ fn sometimes(target: TargetKind) -> Vec<Property<LeaseModel>> {
             observed(m, s, is_result_message, |o| {
                 o.reason == Some(Reason::ConflictingResult) && o.attempt.is_some()
             })
+        }),
+        Property::sometimes(SOMETIMES_DIGEST_CONFLICT, |m, s: &State| {
+            m.probes(s)
+                .iter()
+                .filter(|p| is_result_message(p))
+                .any(|p| {
+                    let Some(o) = m.record(s, p) else {
+                        return false;
+                    };
+                    let committed = o.attempt.map(|a| s.attempts[a as usize].state.outcome());
+                    o.reason == Some(Reason::ConflictingResult)
+                        && committed.flatten() == o.result.map(|(outcome, _)| outcome)
+                })
         }),
         Property::sometimes(SOMETIMES_UNCERTAIN, |_, s: &State| {
             s.jobs.iter().any(|j| j.state == JobState::Uncertain)
@@ -157,30 +416,51 @@ fn sometimes(target: TargetKind) -> Vec<Property<LeaseModel>> {
                 .any(|j| j.state == JobState::Cancelled && j.completed_by.is_some())
         }),
     ];
-    properties.push(match target {
+    properties.push(match config.target {
         TargetKind::Fenced => Property::sometimes(SOMETIMES_STALE_FENCE, |m, s: &State| {
-            observed(m, s, is_kind(MessageKind::TargetMutation), |o| {
-                o.reason == Some(Reason::StaleFence)
+            m.deliverable(s).any(|msg| {
+                msg.kind == MessageKind::TargetMutation
+                    && m.delivery_verdict(s, &msg).reason == Some(Reason::StaleFence)
             })
         }),
         TargetKind::Idempotent => {
             Property::sometimes(SOMETIMES_REPEAT_ACKNOWLEDGED, |m, s: &State| {
-                observed(m, s, is_kind(MessageKind::TargetMutation), |o| {
-                    o.verdict == Verdict::Acknowledged
+                m.deliverable(s).any(|msg| {
+                    msg.kind == MessageKind::TargetMutation
+                        && m.delivery_verdict(s, &msg).verdict == Verdict::Acknowledged
                 })
             })
         }
         TargetKind::Unfenced => Property::sometimes(SOMETIMES_APPLIED_TWICE, |_, s: &State| {
-            s.targets.iter().any(|t| t.applied > 1)
+            s.targets.iter().any(|t| t.last_applied < t.highest_applied)
         }),
     });
+    if config.shared_slot && config.all_jobs() > 1 {
+        properties.push(Property::sometimes(
+            SOMETIMES_SLOT_BLOCKS_CLAIM,
+            slot_blocks_claim,
+        ));
+    }
+    for ((_, name), condition) in REASONS.iter().zip(PRODUCES) {
+        properties.push(Property::sometimes(name, condition));
+    }
     properties
+}
+
+/// A runner's project has a `queued` job (with attempts left) whose slot another job holds.
+fn slot_blocks_claim(_: &LeaseModel, s: &State) -> bool {
+    s.jobs.iter().enumerate().any(|(j, job)| {
+        job.state == JobState::Queued
+            && job.attempts_left > 0
+            && s.targets[job.slot as usize]
+                .holder
+                .is_some_and(|h| h as usize != j)
+    })
 }
 
 /// Some deliverable message (in flight, or a heartbeat a runner can send now) that `message`
 /// selects, received now, would be recorded as `f` describes. Its delivery is enabled, so reaching
-/// such a state means the next step can record it. (`message` only saves computing the
-/// observations of messages `f` would refuse anyway: every state pays for these properties.)
+/// such a state means the next step can record it.
 fn observed(
     m: &LeaseModel,
     s: &State,
@@ -189,7 +469,7 @@ fn observed(
 ) -> bool {
     m.deliverable(s)
         .filter(|msg| message(msg))
-        .any(|msg| f(&m.observation(s, &msg)))
+        .any(|msg| m.record(s, &msg).is_some_and(|o| f(&o)))
 }
 
 fn is_result_message(m: &Message) -> bool {
@@ -200,22 +480,55 @@ fn is_kind(kind: MessageKind) -> impl Fn(&Message) -> bool {
     move |m| m.kind == kind
 }
 
-/// Acting as current: holding the lease (`active`) or having lost it (`uncertain`). At most one
-/// such attempt per job, and it is the job's current attempt.
-fn at_most_one_current_attempt(_: &LeaseModel, s: &State) -> bool {
-    s.jobs.iter().enumerate().all(|(j, job)| {
-        s.attempts.iter().enumerate().all(|(a, attempt)| {
-            attempt.job as usize != j
-                || !matches!(
-                    attempt.state,
-                    AttemptState::Active | AttemptState::Uncertain
-                )
-                || job.current == Some(a as AttemptId)
-        })
+// ----- ground truth, independent of the server's checks ------------------------------------------
+
+/// The attempt `m` really belongs to: the named attempt exists, is an attempt of the named job,
+/// was claimed by the sender, and the sender's project owns the job (§7 notes: checks 1–5).
+fn true_attribution(s: &State, m: &Message) -> Option<AttemptId> {
+    let sender = s.runners.get(m.sender as usize)?;
+    let job = s.jobs.get(m.job as usize)?;
+    let attempt = s.attempts.get(m.attempt as usize)?;
+    (sender.project == job.project && attempt.job == m.job && attempt.runner == m.sender)
+        .then_some(m.attempt)
+}
+
+/// `m` carries the exact ownership tuple of its job's current attempt.
+fn exact_current_tuple(s: &State, m: &Message) -> bool {
+    true_attribution(s, m).is_some_and(|a| {
+        let attempt = &s.attempts[a as usize];
+        attempt.lease == m.lease
+            && attempt.fence == m.fence
+            && s.jobs[m.job as usize].current == Some(a)
     })
 }
 
-fn fences_increase(_: &LeaseModel, s: &State) -> bool {
+/// The attempt of `job` that holds its slot: its current attempt while `active` or `uncertain`
+/// (it may still execute).
+fn holds_slot(s: &State, job: usize) -> bool {
+    s.jobs[job].current.is_some_and(|a| {
+        matches!(
+            s.attempts[a as usize].state,
+            AttemptState::Active | AttemptState::Uncertain
+        )
+    })
+}
+
+// ----- the invariants --------------------------------------------------------------------------
+
+/// Acting as current: holding the lease (`active`) or having lost it (`uncertain`). At most one
+/// such attempt per job, and it is the job's current attempt.
+fn at_most_one_current_attempt(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    s.attempts.iter().enumerate().all(|(a, attempt)| {
+        !matches!(
+            attempt.state,
+            AttemptState::Active | AttemptState::Uncertain
+        ) || s.jobs[attempt.job as usize].current == Some(a as AttemptId)
+    })
+}
+
+fn fences_increase(c: &Ctx<'_>) -> bool {
+    let s = c.s;
     (0..s.jobs.len()).all(|j| {
         let mut fences = s
             .attempts
@@ -233,7 +546,8 @@ fn fences_increase(_: &LeaseModel, s: &State) -> bool {
 
 /// The attempt named by the result that completed a job is the job's current attempt, and it
 /// holds the job's outcome.
-fn no_stale_completion(_: &LeaseModel, s: &State) -> bool {
+fn no_stale_completion(c: &Ctx<'_>) -> bool {
+    let s = c.s;
     s.jobs.iter().all(|job| match job.completed_by {
         None => true,
         Some((a, _)) => {
@@ -247,21 +561,23 @@ fn no_stale_completion(_: &LeaseModel, s: &State) -> bool {
     })
 }
 
-fn outcome_never_changes(_: &LeaseModel, s: &State) -> bool {
-    s.jobs
+fn outcome_never_changes(c: &Ctx<'_>) -> bool {
+    c.s.jobs
         .iter()
-        .all(|job| job.committed.is_none_or(|c| c == job.state))
+        .all(|job| job.committed.is_none_or(|committed| committed == job.state))
 }
 
 /// Once a lease has expired (a `tick` reached its expiry while it was `active`), it is never valid
 /// again.
-fn no_heartbeat_after_expiry(_: &LeaseModel, s: &State) -> bool {
+fn no_heartbeat_after_expiry(c: &Ctx<'_>) -> bool {
+    let s = c.s;
     s.attempts
         .iter()
         .all(|a| !a.expired || a.state != AttemptState::Active || s.clock >= a.lease_expiry)
 }
 
-fn one_execution_per_job(_: &LeaseModel, s: &State) -> bool {
+fn one_execution_per_job(c: &Ctx<'_>) -> bool {
+    let s = c.s;
     (0..s.jobs.len()).all(|j| {
         s.attempts
             .iter()
@@ -271,18 +587,24 @@ fn one_execution_per_job(_: &LeaseModel, s: &State) -> bool {
     })
 }
 
-fn fenced_target_monotonic(m: &LeaseModel, s: &State) -> bool {
-    m.config.target != TargetKind::Fenced
-        || s.targets.iter().all(|t| t.last_fence == t.highest_fence)
+/// The last mutation a fenced slot applied came from the latest reservation whose mutation it
+/// applied (slot tokens as the control plane issued them, whatever the target compared).
+fn fenced_target_monotonic(c: &Ctx<'_>) -> bool {
+    c.m.config.target != TargetKind::Fenced
+        || c.s
+            .targets
+            .iter()
+            .all(|t| t.last_applied == t.highest_applied)
 }
 
-fn idempotent_target_once(m: &LeaseModel, s: &State) -> bool {
-    m.config.target != TargetKind::Idempotent || s.targets.iter().all(|t| t.applied <= 1)
+fn idempotent_target_once(c: &Ctx<'_>) -> bool {
+    c.m.config.target != TargetKind::Idempotent || c.s.targets.iter().all(|t| !t.applied_twice)
 }
 
 /// A `queued` job has no attempt that may still be executing without a reconciliation having
 /// decided about it: every earlier attempt is `stopped` (or holds an outcome).
-fn expired_is_uncertain(_: &LeaseModel, s: &State) -> bool {
+fn expired_is_uncertain(c: &Ctx<'_>) -> bool {
+    let s = c.s;
     s.jobs.iter().enumerate().all(|(j, job)| {
         job.state != JobState::Queued
             || s.attempts
@@ -292,79 +614,249 @@ fn expired_is_uncertain(_: &LeaseModel, s: &State) -> bool {
     })
 }
 
-/// The observation of every message that could be delivered is attributed exactly when checks
-/// 1–5 pass: to the attempt it names, which belongs to the named job and was claimed by the sender
-/// of the same project. (Every delivery records one observation: `deliver` and `observation` are
-/// one rule.)
-fn reports_attributed(m: &LeaseModel, s: &State) -> bool {
-    m.deliverable(s)
-        .filter(|msg| msg.kind != MessageKind::TargetMutation)
-        .all(|msg| {
-            let o = m.observation(s, &msg);
-            let claimed = s.attempts.get(msg.attempt as usize).is_some_and(|a| {
-                a.job == msg.job
-                    && a.runner == msg.sender
-                    && s.runners.get(msg.sender as usize).map(|r| r.project)
-                        == s.jobs.get(msg.job as usize).map(|j| j.project)
-            });
-            o.attempt == claimed.then_some(msg.attempt)
-        })
+/// Every probe the server receives is recorded exactly once: with the verdict it gets, its
+/// result's outcome and digest, and against the attempt that sent it (unattributed when it did
+/// not: another runner, another project, a forged tuple naming an attempt that is not the
+/// sender's). So a late report and a conflicting result are kept with their own attempt, and no
+/// record of another project's runner lands in this project's ledger.
+fn reports_attributed(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    let _ = m;
+    c.server_probes().all(|p| {
+        let msg = &p.msg;
+        let Some(record) = p.record else {
+            return false;
+        };
+        let verdict = p.verdict;
+        let result = match msg.kind {
+            MessageKind::Result(o) => Some((o, msg.digest)),
+            _ => None,
+        };
+        record.attempt == true_attribution(s, msg)
+            && record.sender == msg.sender
+            && record.job == msg.job
+            && record.named_attempt == msg.attempt
+            && (record.verdict, record.reason) == (verdict.verdict, verdict.reason)
+            && record.result == result
+    })
 }
 
-/// Recompute the verdict of every in-flight message with other runner times: it is the same.
-fn runner_time_irrelevant(m: &LeaseModel, s: &State) -> bool {
+/// Every deliverable message gets the same verdict with runner time 0, +7 and 255, and an
+/// accepted one the same effect.
+fn runner_time_irrelevant(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
     m.deliverable(s).all(|msg| {
         let verdict = m.delivery_verdict(s, &msg);
-        [0, msg.runner_time.wrapping_add(7), u8::MAX]
-            .iter()
-            .all(|&t| {
-                m.delivery_verdict(
-                    s,
-                    &Message {
-                        runner_time: t,
-                        ..msg
-                    },
-                ) == verdict
+        let effect = |t: u8| {
+            let mut after = s.clone();
+            m.deliver(
+                &mut after,
+                &Message {
+                    runner_time: t,
+                    ..msg
+                },
+            );
+            after
+        };
+        let times = [0, msg.runner_time.wrapping_add(7), u8::MAX];
+        let same_verdict = times.iter().all(|&t| {
+            m.delivery_verdict(
+                s,
+                &Message {
+                    runner_time: t,
+                    ..msg
+                },
+            ) == verdict
+        });
+        same_verdict
+            && (verdict.verdict != Verdict::Accepted || {
+                let first = effect(times[0]);
+                times[1..].iter().all(|&t| effect(t) == first)
             })
     })
 }
 
-/// No accepted result came from a runner of another project, and no message in flight from one
-/// would be accepted now.
-fn no_cross_project_change(m: &LeaseModel, s: &State) -> bool {
+/// No accepted result came from a runner of another project, and no probe from a runner of
+/// another project than the named job's changes that job, its attempts or its slot.
+fn no_cross_project_change(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
     let project = |r: RunnerId| s.runners.get(r as usize).map(|r| r.project);
     let completions = s.jobs.iter().all(|job| {
         job.completed_by
             .is_none_or(|(_, sender)| project(sender) == Some(job.project))
     });
     completions
-        && m.deliverable(s).all(|msg| {
-            let sender = s.runners.get(msg.sender as usize).map(|r| r.project);
-            let owner = s.jobs.get(msg.job as usize).map(|j| j.project);
-            sender == owner || m.delivery_verdict(s, &msg).verdict == Verdict::Rejected
+        && c.server_probes().all(|p| {
+            let msg = &p.msg;
+            let Some(job) = s.jobs.get(msg.job as usize) else {
+                return true;
+            };
+            if project(msg.sender).is_none_or(|p| p == job.project)
+                || p.verdict.verdict == Verdict::Rejected
+            {
+                return true;
+            }
+            let mut after = s.clone();
+            m.deliver(&mut after, msg);
+            let j = msg.job as usize;
+            after.jobs[j] == s.jobs[j]
+                && after.targets == s.targets
+                && after
+                    .attempts
+                    .iter()
+                    .zip(&s.attempts)
+                    .all(|(x, y)| x.job as usize != j || x == y)
         })
 }
 
-/// Quiescent: no step but `tick` changes the state. Then no job is `queued` (in a quiescent state
-/// an expired lease would be swept, so a leased job is one whose lease has not expired yet and
-/// which the passing of time makes `uncertain`).
-fn quiescence_resolved(m: &LeaseModel, s: &State) -> bool {
-    if s.jobs.iter().all(|j| j.state != JobState::Queued) {
+/// Quiescent: no step but `tick` (and an operator's `cancel`, which is no way out for a job that
+/// should run) changes the state. Then no job is `queued` except behind another job that holds
+/// its slot (in a quiescent state an expired lease would be swept, so a leased job is one whose
+/// lease has not expired yet and which the passing of time makes `uncertain`).
+fn quiescence_resolved(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    // A queued job waiting for its slot, which another job holds, waits for that job (which
+    // this property then covers: it is leased or uncertain).
+    let waiting = |j: usize, job: &Job| {
+        job.state != JobState::Queued
+            || s.targets[job.slot as usize]
+                .holder
+                .is_some_and(|h| h as usize != j)
+    };
+    if s.jobs.iter().enumerate().all(|(j, job)| waiting(j, job)) {
         return true;
     }
     // Cheap exits: an executing runner can stop, a disconnected one can rejoin, an idle one can
     // claim; each of these changes the state.
-    let c = &m.config;
-    if (0..c.runners).any(|r| {
+    if (0..s.runners.len() as RunnerId).any(|r| {
         m.executing(s, r).is_some()
             || !s.runners[r as usize].connected
             || m.claimable_job(s, r).is_some()
     }) {
         return true;
     }
-    let quiescent = m
-        .next_steps(s)
-        .into_iter()
-        .all(|(action, next)| action == Action::Tick || next == *s);
+    let quiescent = m.next_steps(s).into_iter().all(|(action, next)| {
+        matches!(
+            action,
+            Action::Tick | Action::Cancel { .. } | Action::OutsiderCancel { .. }
+        ) || next == *s
+    });
     !quiescent
+}
+
+/// Per slot, at most one attempt whose job names it is executing; and no runner's claim would
+/// take a job whose slot is held by another job (of any project) whose attempt may execute.
+fn slot_exclusive(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    let executing = (0..s.targets.len()).all(|slot| {
+        s.attempts
+            .iter()
+            .filter(|a| {
+                a.execution == Execution::Executing && s.jobs[a.job as usize].slot as usize == slot
+            })
+            .count()
+            <= 1
+    });
+    executing
+        && (0..s.runners.len() as RunnerId).all(|r| {
+            m.claimable_job(s, r).is_none_or(|j| {
+                let slot = s.jobs[j as usize].slot;
+                !(0..s.jobs.len())
+                    .any(|k| k != j as usize && s.jobs[k].slot == slot && holds_slot(s, k))
+            })
+        })
+}
+
+/// Per slot, the attempts of the jobs naming it have distinct tokens, and the attempt holding
+/// the slot has the highest of them (tokens follow reservation order).
+fn slot_tokens_increase(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    (0..s.targets.len()).all(|slot| {
+        let on_slot = || {
+            s.attempts
+                .iter()
+                .enumerate()
+                .filter(move |(_, a)| s.jobs[a.job as usize].slot as usize == slot)
+        };
+        let highest = on_slot().map(|(_, a)| a.token).max().unwrap_or(0);
+        let distinct = on_slot().all(|(i, a)| on_slot().all(|(k, b)| i == k || a.token != b.token));
+        let holder_latest = on_slot().all(|(i, a)| {
+            let current = s.jobs[a.job as usize].current == Some(i as AttemptId);
+            !(current && holds_slot(s, a.job as usize)) || a.token == highest
+        });
+        distinct && holder_latest
+    })
+}
+
+/// A probe the server accepts carries the exact tuple of its job's current attempt, sent by that
+/// attempt's runner.
+fn exact_tuple_only(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    let _ = m;
+    c.server_probes()
+        .all(|p| p.verdict.verdict != Verdict::Accepted || exact_current_tuple(s, &p.msg))
+}
+
+/// A result the server accepts comes while its job's current attempt holds a valid lease:
+/// `active`, and `now < lease_expiry`.
+fn no_result_after_expiry(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    let _ = m;
+    c.server_probes().all(|p| {
+        let msg = &p.msg;
+        let MessageKind::Result(_) = msg.kind else {
+            return true;
+        };
+        if p.verdict.verdict != Verdict::Accepted {
+            return true;
+        }
+        let current = s
+            .jobs
+            .get(msg.job as usize)
+            .and_then(|j| j.current)
+            .map(|a| &s.attempts[a as usize]);
+        current.is_some_and(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
+    })
+}
+
+fn no_retry_after_cancel(c: &Ctx<'_>) -> bool {
+    c.s.jobs
+        .iter()
+        .all(|j| !(j.cancel_requested && j.state == JobState::Queued))
+}
+
+/// Every `active` lease expires at most `lease_ttl` after now (a grant sets it to its receipt time
+/// plus `lease_ttl`, and time only moves on).
+fn lease_bounded(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    s.attempts.iter().all(|a| {
+        a.state != AttemptState::Active
+            || a.lease_expiry <= s.clock.saturating_add(c.m.config.lease_ttl)
+    })
+}
+
+/// A result with the exact tuple of an attempt that holds its job's committed outcome, which is
+/// not identical to the committed one (another outcome, or the same outcome with another digest
+/// than the committing result's), is recorded against that attempt as `conflicting_result`.
+fn conflict_recorded(c: &Ctx<'_>) -> bool {
+    let (m, s) = (c.m, c.s);
+    let _ = m;
+    c.server_probes().all(|p| {
+        let msg = &p.msg;
+        let MessageKind::Result(outcome) = msg.kind else {
+            return true;
+        };
+        if !exact_current_tuple(s, msg) {
+            return true;
+        }
+        let attempt = &s.attempts[msg.attempt as usize];
+        let Some(committed) = attempt.state.outcome() else {
+            return true;
+        };
+        let identical = outcome == committed && attempt.digest.is_none_or(|d| d == msg.digest);
+        identical
+            || p.record.is_some_and(|o| {
+                o.reason == Some(Reason::ConflictingResult) && o.attempt == Some(msg.attempt)
+            })
+    })
 }

@@ -30,6 +30,14 @@ pub struct Config {
     pub target: TargetKind,
     /// The protocol, or one flawed design.
     pub variant: Variant,
+    /// Jobs of the outsider's project (project 1), after project 0's jobs, claimed by the outsider
+    /// runner (needs `outsider`): its messages go in flight like anyone's.
+    #[serde(default)]
+    pub outsider_jobs: u8,
+    /// Every job, of either project, names one target slot (slot 0); otherwise job `j` names slot
+    /// `j` (§8.1: slot names are one global namespace).
+    #[serde(default)]
+    pub shared_slot: bool,
 }
 
 impl Default for Config {
@@ -47,9 +55,11 @@ impl Default for Config {
             max_skew: 0,
             disconnects: false,
             outsider: true,
-            forgery: false,
+            forgery: true,
             target: TargetKind::Fenced,
             variant: Variant::None,
+            outsider_jobs: 0,
+            shared_slot: false,
         }
     }
 }
@@ -74,7 +84,46 @@ impl Config {
         if let Some(target) = variant.required_target() {
             self.target = target;
         }
+        if variant.needs_shared_slot() {
+            self.shared_slot = true;
+            self.jobs = self.jobs.max(2);
+        }
+        if variant == Variant::RejoinResurrectsLease {
+            // Only a runner that lost contact rejoins.
+            self.disconnects = true;
+        }
+        if variant == Variant::RunnerClockExtendsLease {
+            // The runner's clock must be able to differ from the server's for the lease to show it.
+            self.max_skew = self.max_skew.max(1);
+        }
+        if variant.needs_outsider_job() {
+            self.outsider = true;
+            self.outsider_jobs = self.outsider_jobs.max(1);
+        }
         self
+    }
+
+    /// Every job, of both projects.
+    pub fn all_jobs(&self) -> u8 {
+        self.jobs + if self.outsider { self.outsider_jobs } else { 0 }
+    }
+
+    /// The slot job `job` names.
+    pub fn slot_of(&self, job: JobId) -> SlotId {
+        if self.shared_slot {
+            0
+        } else {
+            job
+        }
+    }
+
+    /// How many target slots there are.
+    pub fn slots(&self) -> u8 {
+        if self.shared_slot {
+            1
+        } else {
+            self.all_jobs()
+        }
     }
 }
 
@@ -107,6 +156,11 @@ pub struct Attempt {
     pub lease_expiry: u8,
     /// Its state.
     pub state: AttemptState,
+    /// Its slot token (§8.3): the slot's counter + 1 at claim.
+    pub token: Token,
+    /// The digest of the result that committed its outcome (`None`: no result committed; an
+    /// adopted outcome has none).
+    pub digest: Option<Digest>,
     /// Physical truth on the runner.
     pub execution: Execution,
     /// History: the lease expired while the attempt was `active` (sticky; set by `tick`).
@@ -118,6 +172,8 @@ pub struct Attempt {
 pub struct Job {
     /// The owning project.
     pub project: ProjectId,
+    /// The target slot it deploys to (fixed at submission).
+    pub slot: SlotId,
     /// Its state.
     pub state: JobState,
     /// The fence counter (the last fence issued).
@@ -130,8 +186,6 @@ pub struct Job {
     pub attempts_left: u8,
     /// Set by `cancel` on a leased job, never cleared.
     pub cancel_requested: bool,
-    /// The job's target slot is reserved (from claim until a reconciliation or a committed outcome).
-    pub target_reserved: bool,
     /// History: the first committed outcome this job ever took (invariant 4).
     pub committed: Option<JobState>,
     /// History: the attempt named by, and the sender of, the last accepted `result` that completed
@@ -194,6 +248,12 @@ pub struct Message {
     pub fence: Fence,
     /// The runner's observed time (`0` for target mutations).
     pub runner_time: u8,
+    /// A result's digest (`0` for other messages).
+    #[serde(default)]
+    pub digest: Digest,
+    /// A target mutation's slot token (`0` for other messages).
+    #[serde(default)]
+    pub token: Token,
 }
 
 /// The abstract record of one received message (§2 "observation"), without times so that the
@@ -215,19 +275,38 @@ pub struct Observation {
     pub verdict: Verdict,
     /// The reason given.
     pub reason: Option<Reason>,
+    /// A result's outcome and digest, kept with the record (a late report's or a conflict's
+    /// evidence).
+    pub result: Option<(Outcome, Digest)>,
 }
 
-/// One job's deployment target slot.
+/// One target slot (§8): its global reservation and token counter (control-plane state), and the
+/// target's own state.
 #[derive(
     Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default,
 )]
 pub struct Target {
-    /// How many mutations it applied (saturating at 2).
+    /// The job whose current attempt reserves the slot (§8.2), whatever its project.
+    pub holder: Option<JobId>,
+    /// The slot's token counter: the last slot token issued (§8.3).
+    pub tokens: Token,
+    /// How many mutations it applied (saturating: at 1 for a fenced target, whose rule does not
+    /// depend on it, at 2 otherwise).
     pub applied: u8,
-    /// The fence of the last applied mutation (0: none).
-    pub last_fence: Fence,
-    /// The highest fence applied (the fenced target's stored generation).
-    pub highest_fence: Fence,
+    /// The fenced target's stored generation: the highest token it applied (what it compares).
+    pub highest_token: Token,
+    /// History: the slot token issued to the attempt whose mutation was applied last (`0`:
+    /// none). What the properties compare, whatever the target compared.
+    pub last_applied: Token,
+    /// History: the highest slot token issued to an attempt whose mutation was applied.
+    pub highest_applied: Token,
+    /// History: the deployments (jobs, as a bit set) it applied.
+    pub deployed: u8,
+    /// History: it applied some deployment a second time.
+    pub applied_twice: bool,
+    /// The attempts (as a bit set) whose mutations it applied: kept only by the flawed
+    /// `idempotency-key-per-attempt` target, which decides by it.
+    pub attempts_applied: u8,
 }
 
 // The state's collections are small (a few jobs, runners, attempts and messages), and the
@@ -242,7 +321,7 @@ pub type Jobs = SmallVec<[Job; 2]>;
 pub type Attempts = SmallVec<[Attempt; 4]>;
 /// Runners by id.
 pub type Runners = SmallVec<[Runner; 3]>;
-/// Target slots by job.
+/// Target slots by slot id.
 pub type Targets = SmallVec<[Target; 2]>;
 
 /// A set of messages: kept sorted and without duplicates, inline up to eight messages. Ordered,
@@ -344,8 +423,18 @@ pub struct State {
     pub runners: Runners,
     /// Messages sent and never drained: any of them can be delivered (again) at any time.
     pub in_flight: MessageSet,
-    /// Target slots by job.
+    /// Target slots by slot id.
     pub targets: Targets,
+}
+
+impl State {
+    /// Whether `job`'s slot is reserved for it.
+    pub fn reserved(&self, job: JobId) -> bool {
+        self.jobs
+            .get(job as usize)
+            .and_then(|j| self.targets.get(j.slot as usize))
+            .is_some_and(|t| t.holder == Some(job))
+    }
 }
 
 /// One step of the model, in the protocol's vocabulary.
@@ -362,6 +451,10 @@ pub enum Action {
         runner: RunnerId,
         outcome: Outcome,
         runner_time: u8,
+        /// The result digest (`0` for the first report; `1` for a second report of the same
+        /// outcome with another digest).
+        #[serde(default)]
+        digest: Digest,
     },
     /// The runner mutates its job's target directly (once per attempt, connected or not).
     TargetMutation { runner: RunnerId },
@@ -413,6 +506,9 @@ pub enum Forge {
     WrongLease,
     /// The fence is replaced by [`FORGED_FENCE`].
     WrongFence,
+    /// The job, attempt, lease id and fence are replaced by those of another attempt (of another
+    /// runner, of another job, or the sender's own superseded one).
+    OtherAttempt { attempt: AttemptId },
 }
 
 impl Action {
@@ -470,12 +566,12 @@ impl std::hash::Hash for State {
         for job in jobs {
             let Job {
                 project,
+                slot,
                 state,
                 fence,
                 current,
                 attempts_left,
                 cancel_requested,
-                target_reserved,
                 committed,
                 completed_by,
             } = *job;
@@ -485,13 +581,13 @@ impl std::hash::Hash for State {
             let by_runner = completed_by.map_or(0, |(_, r)| r);
             h.write_u128(pack([
                 project,
+                slot,
                 state as u8,
                 fence,
                 current_tag,
                 current,
                 attempts_left,
                 cancel_requested as u8,
-                target_reserved as u8,
                 committed_tag,
                 committed,
                 by_tag,
@@ -508,24 +604,30 @@ impl std::hash::Hash for State {
                 fence,
                 lease_expiry,
                 state,
+                token,
+                digest,
                 execution,
                 expired,
             } = *attempt;
+            let [digest_tag, digest] = option(digest);
             let execution = match execution {
                 Execution::Executing => 0,
                 Execution::Stopped => 1,
                 Execution::Finished(o) => 2 + outcome(o),
             };
-            h.write_u64(pack([
+            h.write_u128(pack([
                 job,
                 runner,
                 lease,
                 fence,
                 lease_expiry,
                 state as u8,
+                token,
+                digest_tag,
+                digest,
                 execution,
                 expired as u8,
-            ]) as u64);
+            ]));
         }
         h.write_usize(runners.len());
         for runner in runners {
@@ -547,6 +649,8 @@ impl std::hash::Hash for State {
                 lease,
                 fence,
                 runner_time,
+                digest,
+                token,
             } = *m;
             let kind = match kind {
                 MessageKind::Heartbeat => 0,
@@ -554,16 +658,44 @@ impl std::hash::Hash for State {
                 MessageKind::TargetMutation => 2,
                 MessageKind::Result(o) => 3 + outcome(o),
             };
-            h.write_u64(pack([kind, sender, job, attempt, lease, fence, runner_time]) as u64);
+            h.write_u128(pack([
+                kind,
+                sender,
+                job,
+                attempt,
+                lease,
+                fence,
+                runner_time,
+                digest,
+                token,
+            ]));
         }
         h.write_usize(targets.len());
         for target in targets {
             let Target {
+                holder,
+                tokens,
                 applied,
-                last_fence,
-                highest_fence,
+                highest_token,
+                last_applied,
+                highest_applied,
+                deployed,
+                applied_twice,
+                attempts_applied,
             } = *target;
-            h.write_u32(pack([applied, last_fence, highest_fence]) as u32);
+            let [holder_tag, holder] = option(holder);
+            h.write_u128(pack([
+                holder_tag,
+                holder,
+                tokens,
+                applied,
+                highest_token,
+                last_applied,
+                highest_applied,
+                deployed,
+                applied_twice as u8,
+                attempts_applied,
+            ]));
         }
     }
 }

@@ -206,6 +206,9 @@ impl State {
         for r in s.runners.iter_mut() {
             r.holding = r.holding.map(id);
         }
+        for t in s.targets.iter_mut() {
+            t.attempts_applied = rename_bits(t.attempts_applied, &id);
+        }
         s.in_flight = s
             .in_flight
             .iter()
@@ -219,15 +222,29 @@ impl State {
 }
 
 impl State {
-    /// This state with every job id `j` renamed to `permutation[j]`: jobs, their target slots,
-    /// and the job named by every attempt and message.
+    /// This state with every job id `j` renamed to `permutation[j]`: jobs, the job named by
+    /// every attempt, message and slot reservation, and (when every job has its own slot, slot
+    /// `j` for job `j`) the slots with them.
     pub fn rename_jobs(&self, permutation: &[JobId]) -> State {
         let mut s = self.clone();
+        let own_slots = self
+            .jobs
+            .iter()
+            .enumerate()
+            .all(|(j, job)| job.slot as usize == j)
+            && self.targets.len() == self.jobs.len();
+        let rename = |j: JobId| permutation.get(j as usize).copied().unwrap_or(j);
         for (old, &new) in permutation.iter().enumerate() {
             s.jobs[new as usize] = self.jobs[old];
-            s.targets[new as usize] = self.targets[old];
+            if own_slots {
+                s.jobs[new as usize].slot = new;
+                s.targets[new as usize] = self.targets[old];
+            }
         }
-        let rename = |j: JobId| permutation.get(j as usize).copied().unwrap_or(j);
+        for t in s.targets.iter_mut() {
+            t.holder = t.holder.map(rename);
+            t.deployed = rename_bits(t.deployed, &rename);
+        }
         for a in s.attempts.iter_mut() {
             a.job = rename(a.job);
         }
@@ -274,6 +291,20 @@ impl Representative for State {
     /// The least state (by `Ord`) over every symmetry: job renamings that keep claim order (with
     /// the ledger then put in job order), outcome exchanges per job, and runner renamings.
     fn representative(&self) -> Self {
+        self.canonical(true)
+    }
+}
+
+impl State {
+    /// [`Representative::representative`] without the passed/failed exchange: the reduction for
+    /// designs that may treat the two outcomes differently (a flawed variant, or an
+    /// implementation under test in the conformance cover). Pass it to stateright's
+    /// `symmetry_fn`.
+    pub fn representative_keeping_outcomes(&self) -> State {
+        self.canonical(false)
+    }
+
+    fn canonical(&self, exchange_outcomes: bool) -> State {
         let symmetric = self.runners.iter().filter(|r| r.project == 0).count() as u8;
         let runner_permutations = cached_permutations(symmetric);
         let mut least: Option<State> = None;
@@ -303,7 +334,9 @@ impl Representative for State {
                 self.rename_jobs(jobs)
             };
             canonical.canonicalize_attempts();
-            canonical.canonicalize_outcomes();
+            if exchange_outcomes {
+                canonical.canonicalize_outcomes();
+            }
             // The least runner renaming of `canonical`, built only when it is the least so far.
             let mut best: Option<State> = None;
             for runners in runner_permutations.iter().filter(|p| !is_identity(p)) {
@@ -316,6 +349,15 @@ impl Representative for State {
         }
         least.expect("at least the identity")
     }
+}
+
+/// The bit set `bits` of small ids with every id `i` renamed to `rename(i)`.
+fn rename_bits(bits: u8, rename: &impl Fn(u8) -> u8) -> u8 {
+    (0..8u8)
+        .filter(|&i| bits & (1 << i) != 0)
+        .fold(0, |acc, i| {
+            acc | 1u8.checked_shl(rename(i) as u32).unwrap_or(0)
+        })
 }
 
 fn is_identity(permutation: &[u8]) -> bool {

@@ -14,8 +14,15 @@ pub type AttemptId = u8;
 pub type LeaseId = u8;
 /// An attempt's generation. Per job `1, 2, …`; `0` means "no attempt yet".
 pub type Fence = u8;
-/// A project. Project `0` owns every job; project `1` is the outsider's.
+/// A project. Project `0` is the checked project; project `1` is the outsider's.
 pub type ProjectId = u8;
+/// A target slot, by index into [`crate::State::targets`] (one global namespace, §8.1).
+pub type SlotId = u8;
+/// A slot token (§8.3): per slot `1, 2, …` in reservation order; `0` means "never reserved".
+pub type Token = u8;
+/// A result digest (§7 notes): opaque, only compared. A runner's first report carries `0`; a
+/// second, conflicting report with the same outcome carries `1`.
+pub type Digest = u8;
 
 /// The lease id a forger puts in a tuple: never issued by `claim`.
 pub const FORGED_LEASE: LeaseId = 0;
@@ -119,8 +126,8 @@ impl AttemptState {
 }
 
 named_enum! {
-    /// The outcome a `result` carries. In the model the result digest is the outcome itself, so
-    /// "identical result" means "same outcome".
+    /// The outcome a `result` carries (with a result digest: two results are identical when
+    /// outcome and digest are equal).
     Outcome {
         Passed => "passed",
         Failed => "failed",
@@ -235,6 +242,57 @@ named_enum! {
         /// The `expiry sweep` retries automatically (attempt `stopped`, job `queued`) without a
         /// reconciliation, against an `unfenced` target.
         AutoRetryUnfenced => "auto-retry-unfenced",
+        /// A `result` skips check 11: the current attempt's result is accepted after its lease
+        /// expired (swept or not).
+        ResultAfterExpiry => "result-after-expiry",
+        /// A reconciliation `retry` skips §6.3 check 6: a job with a cancel request is retried.
+        RetryAfterCancel => "retry-after-cancel",
+        /// §6.1 check 5 is skipped: the attempt's runner is not compared with the sender.
+        RunnerNotChecked => "runner-not-checked",
+        /// §6.1 check 6 is skipped: the lease id is not compared.
+        LeaseNotChecked => "lease-not-checked",
+        /// §6.1 check 7 is skipped: the fence is not compared.
+        FenceNotChecked => "fence-not-checked",
+        /// An accepted `heartbeat` takes the new expiry from the runner's clock
+        /// (`runner_time + lease_ttl`) instead of the server's receipt time.
+        RunnerClockExtendsLease => "runner-clock-extends-lease",
+        /// A rejected result of a non-current or expired attempt is dropped, not recorded as a late
+        /// observation of its attempt.
+        LateReportDropped => "late-report-dropped",
+        /// A conflicting result is rejected but not recorded (no observation).
+        ConflictNotRecorded => "conflict-not-recorded",
+        /// Results are identical when their outcomes are equal: the digest is not compared, so
+        /// "same outcome, other digest" is acknowledged instead of recorded as a conflict.
+        DigestIgnored => "digest-ignored",
+        /// The `fenced` target ignores the slot token it is sent: it applies every mutation.
+        TargetIgnoresFence => "target-ignores-fence",
+        /// The fenced target compares job fences instead of slot tokens (the slot's highest job
+        /// fence, whatever job it came from); checked with jobs of both projects on one slot.
+        SlotComparesJobFences => "slot-compares-job-fences",
+        /// A claim skips only jobs whose slot is reserved by a job of the claimer's own project,
+        /// while slot names are global; checked with jobs of both projects on one slot.
+        ReservationPerProject => "reservation-per-project",
+        /// The `expiry sweep` releases the slot of a job it makes `uncertain`; checked with two
+        /// jobs on one slot.
+        UncertainReleasesSlot => "uncertain-releases-slot",
+        /// A reconciliation `retry` leaves the slot reserved (it is released only when the job
+        /// commits): the requeued job can never be claimed again.
+        RetryKeepsSlot => "retry-keeps-slot",
+        /// `rejoin` is answered like a heartbeat and extends the lease, even an expired one.
+        RejoinResurrectsLease => "rejoin-resurrects-lease",
+        /// A reconciliation accepts the finding `still_running` (skips §6.3 check 4) and retries.
+        StillRunningAllowsRetry => "still-running-allows-retry",
+        /// The operator's finding is not established: a reconciliation may record `stopped` while
+        /// the execution still runs (an untruthful finding).
+        UntruthfulFinding => "untruthful-finding",
+        /// A claim does not advance the job's fence: every attempt gets fence 1.
+        FenceReused => "fence-reused",
+        /// The slot's token counter lives in its reservation and is dropped on release: every
+        /// claim issues slot token 1.
+        SlotTokenResets => "slot-token-resets",
+        /// The `idempotent` target keys what it applied by attempt instead of by deployment id: a
+        /// retry deploys again.
+        IdempotencyKeyPerAttempt => "idempotency-key-per-attempt",
     }
 }
 
@@ -243,8 +301,27 @@ impl Variant {
     pub fn required_target(self) -> Option<TargetKind> {
         match self {
             Self::AutoRetryUnfenced => Some(TargetKind::Unfenced),
+            Self::TargetIgnoresFence | Self::SlotComparesJobFences => Some(TargetKind::Fenced),
+            Self::IdempotencyKeyPerAttempt => Some(TargetKind::Idempotent),
             _ => None,
         }
+    }
+
+    /// This variant's flaw is in the slot reservation or slot tokens: it shows only when several
+    /// jobs share one slot.
+    pub fn needs_shared_slot(self) -> bool {
+        matches!(
+            self,
+            Self::SlotComparesJobFences | Self::ReservationPerProject | Self::UncertainReleasesSlot
+        )
+    }
+
+    /// This variant's flaw shows only with a job of the outsider's project on the shared slot.
+    pub fn needs_outsider_job(self) -> bool {
+        matches!(
+            self,
+            Self::SlotComparesJobFences | Self::ReservationPerProject
+        )
     }
 }
 

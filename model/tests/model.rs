@@ -3,7 +3,7 @@
 
 use leasewright_model::properties::*;
 use leasewright_model::*;
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, Model};
 use std::collections::BTreeSet;
 
 /// One job, two runners (and the outsider), two attempts, two-tick leases, disconnects, the
@@ -17,9 +17,10 @@ fn small() -> Config {
         max_skew: 0,
         disconnects: true,
         outsider: true,
-        forgery: false,
+        forgery: true,
         target: TargetKind::Fenced,
         variant: Variant::None,
+        ..Config::default()
     }
 }
 
@@ -62,6 +63,7 @@ fn a_late_passed_result_of_a_retried_attempt_is_rejected_not_current_and_kept_in
                 runner: 0,
                 outcome: Outcome::Passed,
                 runner_time: 0,
+                digest: 0,
             },
             Action::Tick,
             Action::Tick,
@@ -134,6 +136,8 @@ fn a_wrong_lease_or_fence_is_rejected_and_the_exact_tuple_is_accepted() {
             lease: attempt.lease,
             fence: attempt.fence,
             runner_time: 0,
+            digest: 0,
+            token: 0,
         };
         let verdict = |m: Message| model.expected(s, &Action::Deliver { message: m });
         assert_eq!(
@@ -200,29 +204,35 @@ fn a_runner_rejoining_after_expiry_is_told_to_stop_and_no_second_attempt_starts(
     );
 }
 
+/// Job 0's lease expires, an operator records `stopped` and retries, runner 1 claims and sends its
+/// target mutation.
+fn retried_by_runner_1() -> Vec<Action> {
+    vec![
+        Action::Tick,
+        Action::Tick,
+        Action::ExpirySweep,
+        Action::Reconcile {
+            job: 0,
+            finding: Finding::Stopped,
+            decision: Decision::Retry,
+        },
+        Action::Claim { runner: 1 },
+        Action::TargetMutation { runner: 1 },
+    ]
+}
+
 /// Fenced target (§10.3): after the fence-2 attempt mutated the target, the fence-1 mutation is
 /// refused `stale_fence`.
 #[test]
 fn a_fenced_target_refuses_the_mutation_of_a_superseded_attempt() {
     let model = LeaseModel::new(small());
-    let states = walk(
-        &model,
-        &[
-            Action::Claim { runner: 0 },
-            Action::TargetMutation { runner: 0 },
-            Action::StopExecuting { runner: 0 },
-            Action::Tick,
-            Action::Tick,
-            Action::ExpirySweep,
-            Action::Reconcile {
-                job: 0,
-                finding: Finding::Stopped,
-                decision: Decision::Retry,
-            },
-            Action::Claim { runner: 1 },
-            Action::TargetMutation { runner: 1 },
-        ],
-    );
+    let mut actions = vec![
+        Action::Claim { runner: 0 },
+        Action::TargetMutation { runner: 0 },
+        Action::StopExecuting { runner: 0 },
+    ];
+    actions.extend(retried_by_runner_1());
+    let states = walk(&model, &actions);
     let s = states.last().unwrap();
     let new = sent(s, 1, 1, MessageKind::TargetMutation);
     let old = sent(s, 0, 0, MessageKind::TargetMutation);
@@ -235,49 +245,6 @@ fn a_fenced_target_refuses_the_mutation_of_a_superseded_attempt() {
     );
 }
 
-/// Checks `config` until `property` is discovered, asserting that `actions` is a counterexample.
-fn assert_counterexample(variant: Variant, property: &'static str, actions: Vec<Action>) {
-    let model = LeaseModel::new(small().with_variant(variant));
-    let checker = model
-        .checker()
-        .symmetry()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_dfs()
-        .join();
-    checker.assert_discovery(property, actions);
-}
-
-#[test]
-fn requeue_on_expiry_puts_an_expired_job_back_in_the_queue() {
-    assert_counterexample(
-        Variant::RequeueOnExpiry,
-        EXPIRED_IS_UNCERTAIN,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Tick,
-            Action::Tick,
-            Action::ExpirySweep,
-        ],
-    );
-}
-
-#[test]
-fn heartbeat_extends_expired_resurrects_an_expired_lease() {
-    assert_counterexample(
-        Variant::HeartbeatExtendsExpired,
-        NO_HEARTBEAT_AFTER_EXPIRY,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Tick,
-            Action::Tick,
-            Action::Heartbeat {
-                runner: 0,
-                runner_time: 0,
-            },
-        ],
-    );
-}
-
 fn passed_of_first_attempt() -> Message {
     Message {
         kind: MessageKind::Result(Outcome::Passed),
@@ -287,122 +254,309 @@ fn passed_of_first_attempt() -> Message {
         lease: 1,
         fence: 1,
         runner_time: 0,
+        digest: 0,
+        token: 0,
     }
 }
 
-#[test]
-fn completion_checks_runner_only_lets_a_retried_attempt_complete_the_job() {
-    assert_counterexample(
-        Variant::CompletionChecksRunnerOnly,
-        NO_STALE_COMPLETION,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Result {
-                runner: 0,
-                outcome: Outcome::Passed,
-                runner_time: 0,
-            },
-            Action::Tick,
-            Action::Tick,
-            Action::ExpirySweep,
-            Action::Reconcile {
-                job: 0,
-                finding: Finding::ObservedPassed,
-                decision: Decision::Retry,
-            },
-            Action::Claim { runner: 0 },
-            Action::Deliver {
-                message: passed_of_first_attempt(),
-            },
-        ],
-    );
+/// The shortest counterexample to `property` in `config` (breadth-first, one thread, as `check
+/// --variant` runs it), as its actions.
+fn shortest(config: &Config, property: &'static str) -> Option<Vec<Action>> {
+    let model = LeaseModel::for_checking(config.clone()).focused(property);
+    search::shortest_counterexample(&model, 5_000_000)
+        .counterexample
+        .map(|path| path.into_iter().filter_map(|(_, a)| a).collect())
 }
 
-#[test]
-fn completion_checks_fence_only_lets_a_runner_of_another_project_complete_a_job() {
-    assert_counterexample(
-        Variant::CompletionChecksFenceOnly,
-        NO_CROSS_PROJECT_CHANGE,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Result {
-                runner: 0,
-                outcome: Outcome::Passed,
-                runner_time: 0,
-            },
-            Action::Replay {
-                runner: 2,
-                message: passed_of_first_attempt(),
-                forge: Forge::AsIs,
-            },
-        ],
-    );
+/// The configuration a variant is checked in by `check --variant` (the default, with what the
+/// variant needs to show its flaw).
+fn variant_config(variant: Variant) -> Config {
+    Config::default().with_variant(variant)
 }
 
-#[test]
-fn conflict_overwrites_replaces_a_committed_outcome() {
-    let failed = Message {
-        kind: MessageKind::Result(Outcome::Failed),
-        ..passed_of_first_attempt()
-    };
-    assert_counterexample(
-        Variant::ConflictOverwrites,
-        OUTCOME_NEVER_CHANGES,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Result {
-                runner: 0,
-                outcome: Outcome::Passed,
-                runner_time: 0,
-            },
-            Action::Deliver {
-                message: passed_of_first_attempt(),
-            },
-            Action::Result {
-                runner: 0,
-                outcome: Outcome::Failed,
-                runner_time: 0,
-            },
-            Action::Deliver { message: failed },
-        ],
-    );
+/// Whether `actions` is a path of the checking model from the initial state that reaches a state
+/// violating `property`.
+fn violates(config: &Config, property: &'static str, actions: &[Action]) -> bool {
+    let model = LeaseModel::for_checking(config.clone()).focused(property);
+    let mut s = model.init_state();
+    for action in actions {
+        let mut enabled = Vec::new();
+        model.actions(&s, &mut enabled);
+        if !enabled.contains(action) {
+            return false;
+        }
+        s = model
+            .next_state(&s, action.clone())
+            .expect("an enabled action has a successor");
+        if !properties::every_invariant(&model, &s) {
+            return true;
+        }
+    }
+    false
 }
 
+/// Every flawed variant is caught, by every property it names ([`properties::caught_by`]), with
+/// a counterexample no step of which can be removed.
 #[test]
-fn auto_retry_unfenced_runs_two_attempts_of_one_job_at_once() {
-    assert_counterexample(
-        Variant::AutoRetryUnfenced,
-        ONE_EXECUTION_PER_JOB,
-        vec![
-            Action::Claim { runner: 0 },
-            Action::Tick,
-            Action::Tick,
-            Action::ExpirySweep,
-            Action::Claim { runner: 1 },
-        ],
-    );
-}
-
-#[test]
-fn every_variant_is_caught_by_some_always_property_in_the_small_configuration() {
+fn every_variant_is_caught_by_the_properties_it_names_with_a_shortest_counterexample() {
     for &variant in &Variant::ALL[1..] {
-        let model = LeaseModel::new(small().with_variant(variant));
-        let checker = model
+        let config = variant_config(variant);
+        let names = properties::caught_by(variant);
+        assert!(!names.is_empty(), "{variant} names no property");
+        for &property in names {
+            let actions = shortest(&config, property)
+                .unwrap_or_else(|| panic!("{variant} does not violate \"{property}\""));
+            assert!(violates(&config, property, &actions));
+            for i in 0..actions.len() {
+                let mut fewer = actions.clone();
+                fewer.remove(i);
+                assert!(
+                    !violates(&config, property, &fewer),
+                    "{variant}: step {} of the counterexample to \"{property}\" can be removed: {actions:?}",
+                    i + 1
+                );
+            }
+        }
+    }
+}
+
+/// The properties themselves are mutation-tested: every `always` property is violated by at
+/// least one flawed variant. A property no variant violates could be one that cannot fail.
+#[test]
+fn every_always_property_is_violated_by_some_variant() {
+    let named: BTreeSet<&str> = Variant::ALL
+        .iter()
+        .flat_map(|&v| properties::caught_by(v).iter().copied())
+        .collect();
+    for property in properties::invariant_names() {
+        assert!(
+            named.contains(property),
+            "no variant violates \"{property}\": it may be unable to fail"
+        );
+    }
+}
+
+/// The protocol violates none of the properties the variants are caught by, in the variants'
+/// configurations (so each variant is caught by its flaw, not by its configuration).
+#[test]
+fn the_protocol_holds_in_every_variant_configuration() {
+    let mut seen = BTreeSet::new();
+    for &variant in &Variant::ALL[1..] {
+        let config = Config {
+            variant: Variant::None,
+            ..variant_config(variant)
+        };
+        if !seen.insert(format!("{config:?}")) {
+            continue;
+        }
+        // Two jobs are checked by `check` itself; here the variant's shape with one attempt per
+        // job keeps the test short.
+        let config = Config {
+            attempts_per_job: 1,
+            ..config
+        };
+        let checker = LeaseModel::for_checking(config.clone())
             .checker()
             .symmetry()
-            .finish_when(HasDiscoveries::AnyFailures)
+            .threads(2)
             .spawn_dfs()
             .join();
-        let always: Vec<&str> = checker
-            .model()
-            .properties()
-            .iter()
-            .filter(|p| p.expectation.discovery_is_failure())
-            .map(|p| p.name)
-            .collect();
-        assert!(
-            always.iter().any(|p| checker.discovery(p).is_some()),
-            "{variant} is not caught"
+        if let Some(path) = checker.discovery(properties::EVERY_INVARIANT) {
+            let model = LeaseModel::new(config.clone());
+            panic!(
+                "{config:?}: {:?}\n{}",
+                properties::violated(&model, path.last_state()),
+                describe::steps(&model, &path.into_vec()).join("\n")
+            );
+        }
+    }
+}
+
+/// `requeue-on-expiry` (the example of issue 12's finding 8): the shortest counterexample is
+/// claim, expiry, sweep, with nothing the violation does not need.
+#[test]
+fn requeue_on_expiry_puts_an_expired_job_back_in_the_queue() {
+    let actions = shortest(
+        &variant_config(Variant::RequeueOnExpiry),
+        EXPIRED_IS_UNCERTAIN,
+    )
+    .unwrap();
+    assert_eq!(
+        actions,
+        vec![
+            Action::Claim { runner: 0 },
+            Action::Tick,
+            Action::ExpirySweep
+        ]
+    );
+}
+
+/// The untruthful reconciliation: an operator records `stopped` while the fence-1 execution still
+/// runs, and retries. With a fenced target, once the new holder's mutation is applied, the live
+/// stale worker's mutation is refused; with an unfenced target it is applied over it (the
+/// residual risk of §8.5).
+#[test]
+fn an_untruthful_stopped_finding_is_contained_by_a_fenced_target_and_not_by_an_unfenced_one() {
+    for (target, expected) in [
+        (TargetKind::Fenced, Expected::rejected(Reason::StaleFence)),
+        (TargetKind::Unfenced, Expected::ACCEPTED),
+    ] {
+        let model = LeaseModel::new(Config {
+            target,
+            ..small().with_variant(Variant::UntruthfulFinding)
+        });
+        let mut actions = vec![Action::Claim { runner: 0 }];
+        actions.extend(retried_by_runner_1());
+        let states = walk(&model, &actions);
+        let s = states.last().unwrap();
+        assert_eq!(
+            s.attempts[0].execution,
+            Execution::Executing,
+            "still running"
+        );
+        let new = sent(s, 1, 1, MessageKind::TargetMutation);
+        let s = model
+            .next_state(s, Action::Deliver { message: new })
+            .unwrap();
+        // The live stale worker mutates the target only now.
+        let s = model
+            .next_state(&s, Action::TargetMutation { runner: 0 })
+            .unwrap();
+        let stale = sent(&s, 0, 0, MessageKind::TargetMutation);
+        assert_eq!(stale.token, 1);
+        assert_eq!(
+            model.expected(&s, &Action::Deliver { message: stale }),
+            Some(expected),
+            "{target}"
+        );
+        let after = model
+            .next_state(&s, Action::Deliver { message: stale })
+            .unwrap();
+        let slot = &after.targets[0];
+        assert_eq!(
+            slot.last_applied < slot.highest_applied,
+            target == TargetKind::Unfenced,
+            "{target}: {slot:?}"
+        );
+    }
+}
+
+/// Shared slots (§10.5): two jobs of project 0 and one of the outsider's project on one slot.
+/// While job 0 is `uncertain` its slot stays reserved: no runner of either project can claim.
+#[test]
+fn a_reserved_slot_of_an_uncertain_job_blocks_every_claim_naming_it() {
+    let model = LeaseModel::new(Config {
+        jobs: 2,
+        outsider_jobs: 1,
+        shared_slot: true,
+        ..small()
+    });
+    let states = walk(
+        &model,
+        &[
+            Action::Claim { runner: 0 },
+            Action::Tick,
+            Action::Tick,
+            Action::ExpirySweep,
+        ],
+    );
+    let s = states.last().unwrap();
+    assert_eq!(s.jobs[0].state, JobState::Uncertain);
+    for runner in 0..3 {
+        assert_eq!(
+            model.expected(s, &Action::Claim { runner }),
+            Some(Expected::rejected(Reason::NoQueuedJob)),
+            "runner {runner}"
+        );
+    }
+    // After the reconciliation the outsider's job gets the next slot token.
+    let s = model
+        .next_state(
+            s,
+            Action::Reconcile {
+                job: 0,
+                finding: Finding::StillRunning,
+                decision: Decision::Abort,
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        s.jobs[0].state,
+        JobState::Uncertain,
+        "still_running decides nothing"
+    );
+}
+
+/// Blocked release (issue 13, observation 3): job A reaches fence 2 on a fenced slot, deploys
+/// and passes; job B (fence 1) is then claimed with the next slot token and its deployment is
+/// accepted. Under `slot-compares-job-fences` it is refused.
+#[test]
+fn a_later_job_with_a_lower_fence_deploys_to_a_shared_fenced_slot() {
+    for (variant, expected) in [
+        (Variant::None, Expected::ACCEPTED),
+        (
+            Variant::SlotComparesJobFences,
+            Expected::rejected(Reason::StaleFence),
+        ),
+    ] {
+        let model = LeaseModel::new(Config {
+            jobs: 2,
+            shared_slot: true,
+            variant,
+            ..small()
+        });
+        let mut states = walk(
+            &model,
+            &[
+                Action::Claim { runner: 0 },
+                Action::StopExecuting { runner: 0 },
+                Action::Tick,
+                Action::Tick,
+                Action::ExpirySweep,
+                Action::Reconcile {
+                    job: 0,
+                    finding: Finding::Stopped,
+                    decision: Decision::Retry,
+                },
+                Action::Claim { runner: 0 },
+                Action::TargetMutation { runner: 0 },
+            ],
+        );
+        let s = states.last().unwrap().clone();
+        let a = sent(&s, 0, 1, MessageKind::TargetMutation);
+        assert_eq!((a.fence, a.token), (2, 2));
+        states.extend(walk_from(
+            &model,
+            &s,
+            &[
+                Action::Deliver { message: a },
+                Action::Result {
+                    runner: 0,
+                    outcome: Outcome::Passed,
+                    runner_time: 0,
+                    digest: 0,
+                },
+            ],
+        ));
+        let s = states.last().unwrap().clone();
+        let passed = sent(&s, 0, 1, MessageKind::Result(Outcome::Passed));
+        let s = walk_from(
+            &model,
+            &s,
+            &[
+                Action::Deliver { message: passed },
+                Action::Claim { runner: 1 },
+                Action::TargetMutation { runner: 1 },
+            ],
+        )
+        .pop()
+        .unwrap();
+        let b = sent(&s, 1, 2, MessageKind::TargetMutation);
+        assert_eq!((b.job, b.fence, b.token), (1, 1, 3));
+        assert_eq!(
+            model.expected(&s, &Action::Deliver { message: b }),
+            Some(expected),
+            "{variant}"
         );
     }
 }
@@ -430,15 +584,17 @@ fn the_protocol_satisfies_every_property_with_one_job() {
     assert_checks(&small(), 13_679);
 }
 
+/// With one runner of the project no other runner can name its attempt (`runner_mismatch` is not
+/// produced), so only the invariants are asserted.
 #[test]
-fn the_protocol_satisfies_every_property_with_one_runner() {
-    assert_checks(
-        &Config {
-            runners: 1,
-            ..small()
-        },
-        3_119,
-    );
+fn the_protocol_satisfies_every_invariant_with_one_runner() {
+    let config = Config {
+        runners: 1,
+        ..small()
+    };
+    let checker = check(&config);
+    assert!(checker.discovery(properties::EVERY_INVARIANT).is_none());
+    assert_eq!(checker.unique_state_count(), 3_119, "{config:?}");
 }
 
 #[test]
@@ -523,6 +679,7 @@ fn a_counterexample_survives_the_round_trip_through_itf() {
             runner: 0,
             outcome: Outcome::Passed,
             runner_time: 0,
+            digest: 0,
         },
         Action::Deliver {
             message: passed_of_first_attempt(),

@@ -428,6 +428,8 @@ impl Replay<'_> {
             lease,
             fence,
             runner_time: 0,
+            digest: 0,
+            token: 0,
         };
         let mut expected = self.model.delivery_verdict(&self.state, &m);
         // The model's result digest is its outcome; the protocol's identical result is the same
@@ -738,7 +740,7 @@ impl Replay<'_> {
                 ));
             }
         }
-        let holds = (mj.target_reserved).then_some(current).flatten();
+        let holds = s.reserved(0).then_some(current).flatten();
         let held = self.jl.reservation.as_ref().map(|(_, a)| *a);
         if held != holds {
             differences.push(format!(

@@ -1192,6 +1192,8 @@ impl Mapping {
             lease,
             fence,
             runner_time: 0,
+            digest: 0,
+            token: 0,
         }
     }
 }
