@@ -186,7 +186,7 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                 Named {
                     name: "shared-slot",
                     config: Config {
-                        jobs: 2,
+                        jobs: 1,
                         outsider_jobs: 1,
                         shared_slot: true,
                         ..two_jobs.clone()
