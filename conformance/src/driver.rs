@@ -81,12 +81,13 @@ pub enum Answer {
 }
 
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
-/// digest the drivers send with it, [`crate::pg::result_digest`]).
+/// digest the drivers send with it, [`crate::pg::result_digest`]; the model's runners report
+/// digest 0, and another digest only in its probes, which are not replayed).
 pub fn payload_label(kind: MessageKind) -> Option<String> {
     match kind {
         MessageKind::Result(outcome) => Some(format!(
             "result {outcome} {}",
-            crate::pg::result_digest(outcome)
+            crate::pg::result_digest(outcome, 0)
         )),
         _ => None,
     }
