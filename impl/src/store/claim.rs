@@ -8,6 +8,14 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use uuid::Uuid;
 
+/// How a claim's transaction begins, in one round trip (a simple query of two statements): every
+/// statement of the claim is planned for its own parameters and the tables as they are now. A
+/// cached generic plan of the pick, made while `target_reservations` was analyzed empty, turns
+/// the free-slot check into a nested loop over a sequential scan of every reservation, once per
+/// candidate job (10 s per claim was seen at 11,000 reservations, docs/benchmarks.md, "cold
+/// statistics"); a custom plan sees the table's real size and looks the slot up by its key.
+pub(crate) const CLAIM_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan";
+
 impl Store {
     /// Rule R1 `claim`: the earliest-submitted queued job of the runner's project whose target
     /// slot is free (reserved by no job of any project), under a new attempt with
@@ -42,7 +50,8 @@ impl Store {
         }
         let now = self.now();
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        let mut tx = self.begin().await?;
+        // One round trip: the transaction and its plan setting (see CLAIM_BEGIN).
+        let mut tx = self.pool().begin_with(CLAIM_BEGIN).await?;
         let Some(project) = self.runner_project(&mut tx, runner).await? else {
             return Ok(Verdict::Rejected(Reason::UnknownRunner));
         };
@@ -115,5 +124,126 @@ impl Store {
         } else {
             Verdict::Accepted(leases)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CLAIM_BEGIN;
+    use crate::database::TestDatabase;
+    use crate::sql;
+    use sqlx::{Connection, PgConnection};
+
+    /// The pick's plan under `begin`, prepared and first executed while `target_reservations`
+    /// was analyzed and physically empty, then explained after 11,000 reservations were added:
+    /// the JSON of `EXPLAIN EXECUTE`.
+    async fn pick_plan_after_an_empty_analyze(begin: &str) -> String {
+        let database = TestDatabase::create().await.expect("a test database");
+        let store = database
+            .store(
+                std::sync::Arc::new(crate::SystemClock),
+                crate::StoreConfig::default(),
+            )
+            .await
+            .expect("a store");
+        let project = store.create_project("plan").await.expect("a project");
+        store.close().await;
+        let mut conn = PgConnection::connect(database.url())
+            .await
+            .expect("connect");
+        // 30,000 queued jobs on slots of their own; the table of reservations analyzed empty.
+        sqlx::query(
+            "INSERT INTO target_slots (slot, kind)
+             SELECT 'plan-' || g, 'unfenced' FROM generate_series(1, 30000) AS g",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("slots");
+        sqlx::query(
+            "INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest,
+                               command, target, target_kind)
+             SELECT gen_random_uuid(), $1, now(), 'r', 'd', 'true', 'plan-' || g, 'unfenced'
+             FROM generate_series(1, 30000) AS g",
+        )
+        .bind(project.0)
+        .execute(&mut conn)
+        .await
+        .expect("jobs");
+        sqlx::raw_sql("ANALYZE jobs; ANALYZE target_reservations")
+            .execute(&mut conn)
+            .await
+            .expect("analyze");
+        sqlx::raw_sql(begin)
+            .execute(&mut conn)
+            .await
+            .expect("begin");
+        let pick = sql::JOB_PICK_EARLIEST_QUEUED_WITH_FREE_TARGET.text;
+        sqlx::raw_sql(&format!("PREPARE pick(uuid, uuid[]) AS {pick}"))
+            .execute(&mut conn)
+            .await
+            .expect("prepare");
+        // The first execution plans the pick while no slot is reserved (a generic plan made
+        // now would be cached for the life of the connection).
+        sqlx::raw_sql(&format!("EXECUTE pick('{}', '{{}}')", project.0))
+            .execute(&mut conn)
+            .await
+            .expect("execute");
+        // Reservations of the 11,000 earliest jobs, in the same open transaction: the deferred
+        // foreign key to attempts (which a claim satisfies) is never checked, since the
+        // transaction never commits. (No `SET`, no DDL here: either would drop cached plans.)
+        sqlx::query(
+            "INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
+             SELECT project_id, target, id, gen_random_uuid(), now()
+             FROM jobs ORDER BY submitted_seq LIMIT 11000",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("reservations");
+        let plan: serde_json::Value = sqlx::query_scalar(&format!(
+            "EXPLAIN (FORMAT JSON) EXECUTE pick('{}', '{{}}')",
+            project.0
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .expect("explain");
+        plan.to_string()
+    }
+
+    /// Every node of `plan` that reads `target_reservations`, as "node type" strings.
+    fn reservation_scans(plan: &str) -> Vec<String> {
+        let plan: serde_json::Value = serde_json::from_str(plan).expect("json");
+        let mut found = Vec::new();
+        let mut stack = vec![&plan];
+        while let Some(node) = stack.pop() {
+            match node {
+                serde_json::Value::Array(items) => stack.extend(items),
+                serde_json::Value::Object(map) => {
+                    if map.get("Relation Name").and_then(|v| v.as_str())
+                        == Some("target_reservations")
+                    {
+                        if let Some(kind) = map.get("Node Type").and_then(|v| v.as_str()) {
+                            found.push(kind.to_string());
+                        }
+                    }
+                    stack.extend(map.values());
+                }
+                _ => {}
+            }
+        }
+        found
+    }
+
+    #[tokio::test]
+    async fn the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze() {
+        let plan = pick_plan_after_an_empty_analyze(CLAIM_BEGIN).await;
+        let scans = reservation_scans(&plan);
+        assert!(
+            !scans.is_empty(),
+            "the pick reads target_reservations: {plan}"
+        );
+        assert!(
+            scans.iter().all(|kind| kind.starts_with("Index")),
+            "the free-slot check must be an index lookup, not {scans:?}: {plan}"
+        );
     }
 }
