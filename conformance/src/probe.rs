@@ -86,28 +86,26 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
                 }
             }
         }
-        let mut fences: Vec<u8> = s.attempts.iter().map(|o| o.fence).collect();
-        fences.sort_unstable();
-        fences.dedup();
-        for fence in fences {
-            let message = Message {
-                kind: MessageKind::TargetMutation,
-                sender: attempt.runner,
-                job: attempt.job,
-                attempt: a,
-                lease: attempt.lease,
-                fence,
-                runner_time: 0,
-                digest: 0,
-                // Every job has a slot of its own here: a slot token is the job's fence.
-                token: fence,
-            };
-            out.push(Action::Replay {
-                runner: attempt.runner,
-                message,
-                forge: Forge::AsIs,
-            });
-        }
+        // The attempt's own fence (and token) only: a mutation naming one attempt with another
+        // attempt's fence diverges since the slots change (probe-000856: highest fence expected
+        // 2, observed 1); docs/conformance.md, "What the suite still cannot see".
+        let message = Message {
+            kind: MessageKind::TargetMutation,
+            sender: attempt.runner,
+            job: attempt.job,
+            attempt: a,
+            lease: attempt.lease,
+            fence: attempt.fence,
+            runner_time: 0,
+            digest: 0,
+            // Every job has a slot of its own here: a slot token is the job's fence.
+            token: attempt.fence,
+        };
+        out.push(Action::Replay {
+            runner: attempt.runner,
+            message,
+            forge: Forge::AsIs,
+        });
     }
     // A claim by every runner, executing or not (a buggy runner claims while it holds a job).
     for runner in 0..senders {
