@@ -81,11 +81,13 @@ enum Decision {
 }
 
 #[derive(Debug, Deserialize)]
+#[allow(dead_code)]
 #[serde(tag = "tag", content = "value", rename_all = "snake_case")]
 enum Forge {
     AsIs,
     WrongLease,
     WrongFence,
+    OtherAttempt { attempt: u8 },
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,11 +95,11 @@ enum Forge {
 struct Job {
     project: u8,
     state: JobState,
+    slot: u8,
     fence: u8,
     #[serde(with = "As::<de::Option<_>>")]
     current: Option<u8>,
     cancel_requested: bool,
-    target_reserved: bool,
     #[serde(with = "As::<de::Option<_>>")]
     committed: Option<JobState>,
     #[serde(with = "As::<de::Option<_>>")]
@@ -113,6 +115,7 @@ struct Attempt {
     fence: u8,
     lease_expiry: u8,
     state: AttemptState,
+    token: u8,
     execution: Execution,
     expired: bool,
 }
@@ -136,13 +139,17 @@ struct Message {
     lease: u8,
     fence: u8,
     runner_time: u8,
+    digest: u8,
+    token: u8,
 }
 
 #[derive(Debug, Deserialize)]
 #[allow(dead_code)]
 struct Target {
+    #[serde(with = "As::<de::Option<_>>")]
+    holder: Option<u8>,
     applied: u8,
-    highest_fence: u8,
+    highest_token: u8,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,6 +167,7 @@ enum Action {
         runner: u8,
         outcome: Outcome,
         runner_time: u8,
+        digest: u8,
     },
     TargetMutation {
         runner: u8,
