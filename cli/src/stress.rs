@@ -28,9 +28,15 @@ pub struct StressArgs {
     /// proxy, the operator direct.
     #[arg(long)]
     http: bool,
-    /// The lease ttl in milliseconds.
-    #[arg(long, default_value_t = 400)]
-    lease_ttl_ms: u64,
+    /// With --http: run this many real `leasewright serve` processes on the one database instead
+    /// of the in-process control plane, each sweeping on its own, every request sent to any of
+    /// them; `restart-server` then kills one with SIGKILL and starts it again.
+    #[arg(long, requires = "http")]
+    replicas: Option<usize>,
+    /// The lease ttl in milliseconds (default 400; with --replicas 1000, the least `serve`
+    /// takes).
+    #[arg(long)]
+    lease_ttl_ms: Option<u64>,
     /// Connections in the store's pool.
     #[arg(long, default_value_t = 16)]
     pool: u32,
@@ -62,13 +68,33 @@ const FAULTS: [&str; 4] = [
 const HTTP_FAULTS: [&str; 2] = ["proxy", "restart-server"];
 
 pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
-    if args.runners == 0 || args.ops == 0 || args.lease_ttl_ms < 50 || args.pool == 0 {
+    let lease_ttl_ms =
+        args.lease_ttl_ms
+            .unwrap_or(if args.replicas.is_some() { 1000 } else { 400 });
+    if args.runners == 0 || args.ops == 0 || lease_ttl_ms < 50 || args.pool == 0 {
         eprintln!(
             "leasewright stress: --runners, --ops and --pool must be positive, --lease-ttl-ms at \
              least 50"
         );
         return Ok(2);
     }
+    if let Some(replicas) = args.replicas {
+        if !(1..=16).contains(&replicas) || lease_ttl_ms < 1000 {
+            eprintln!(
+                "leasewright stress: --replicas must be 1 to 16, and with it --lease-ttl-ms at \
+                 least 1000 (`serve --lease-ttl` takes 1 s to 1 day)"
+            );
+            return Ok(2);
+        }
+    }
+    let replicas = match args.replicas {
+        Some(count) => Some(net::ReplicaProcesses {
+            program: std::env::current_exe().context("finding the leasewright executable")?,
+            count,
+            sweep_interval: Duration::from_millis(lease_ttl_ms / 4),
+        }),
+        None => None,
+    };
     let url = args
         .database_url
         .clone()
@@ -129,7 +155,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
     let code: anyhow::Result<i32> = runtime.block_on(async move {
         let every = Duration::from_secs_f64(args.fault_interval.max(0.1));
         let mut config = LoadConfig::short(args.runners, args.ops, seed);
-        config.lease_ttl = Duration::from_millis(args.lease_ttl_ms);
+        config.lease_ttl = Duration::from_millis(lease_ttl_ms);
         config.pool_size = args.pool;
         config.max_duration = Duration::from_secs(args.max_seconds);
         config.progress = true;
@@ -175,11 +201,15 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             (Some(db), db_url)
         };
         eprintln!(
-            "leasewright stress: {} runners{}, {} calls, seed {seed}, lease ttl {} ms, faults: {}",
+            "leasewright stress: {} runners{}{}, {} calls, seed {seed}, lease ttl {} ms, faults: {}",
             args.runners,
             if args.http { " over HTTP" } else { "" },
+            match args.replicas {
+                Some(n) => format!(" to {n} serve replicas"),
+                None => String::new(),
+            },
             args.ops,
-            args.lease_ttl_ms,
+            lease_ttl_ms,
             if faults.is_empty() {
                 "none".to_string()
             } else {
@@ -187,7 +217,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             }
         );
         let run = if args.http {
-            net::run(&database_url, &config, &net_faults).await
+            net::run_with(&database_url, &config, &net_faults, replicas.as_ref()).await
         } else {
             load::run(&database_url, &config).await
         };

@@ -524,17 +524,20 @@ fn response_answer(call: &Call, response: &Message) -> Answer {
     parsed.unwrap_or_else(|| Answer::Unknown(format!("unexpected answer {json}")))
 }
 
+/// The control-plane servers a proxy forwards to (one, or every replica's address).
+pub type Upstreams = Arc<Mutex<Vec<SocketAddr>>>;
+
 /// A loopback TCP proxy in front of the control plane (one request per connection).
 pub struct Proxy {
     pub addr: SocketAddr,
-    upstream: Arc<Mutex<SocketAddr>>,
+    upstream: Upstreams,
     /// Deliveries (originals and duplicates) under way.
     pub in_flight: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
 struct ProxyState {
-    upstream: Arc<Mutex<SocketAddr>>,
+    upstream: Upstreams,
     recorder: Arc<Recorder>,
     faults: NetFaults,
     counts: Arc<Mutex<FaultCounts>>,
@@ -551,9 +554,21 @@ impl Proxy {
         counts: Arc<Mutex<FaultCounts>>,
         seed: u64,
     ) -> std::io::Result<Proxy> {
+        let upstream = Arc::new(Mutex::new(vec![upstream]));
+        Self::start_over(upstream, recorder, faults, counts, seed).await
+    }
+
+    /// A proxy on a free loopback port that sends each request to one of `upstream`'s servers,
+    /// drawn at random (the others in turn when it refuses the connection).
+    pub async fn start_over(
+        upstream: Upstreams,
+        recorder: Arc<Recorder>,
+        faults: NetFaults,
+        counts: Arc<Mutex<FaultCounts>>,
+        seed: u64,
+    ) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let upstream = Arc::new(Mutex::new(upstream));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let state = Arc::new(ProxyState {
             upstream: upstream.clone(),
@@ -578,7 +593,7 @@ impl Proxy {
 
     /// Forward to another server from now on.
     pub fn set_upstream(&self, upstream: SocketAddr) {
-        *lock(&self.upstream) = upstream;
+        *lock(&self.upstream) = vec![upstream];
     }
 
     /// `http://addr`.
@@ -595,9 +610,18 @@ impl Drop for Proxy {
 
 /// Deliver `request` to the server, recording it; the server's response, if one came.
 async fn deliver(state: &ProxyState, request: &Message, client: &str) -> Option<Message> {
-    let upstream = *lock(&state.upstream);
-    // Not connected: not delivered, not recorded.
-    let mut stream = TcpStream::connect(upstream).await.ok()?;
+    let upstream = lock(&state.upstream).clone();
+    let first = lock(&state.rng).below(upstream.len().max(1));
+    // A server that refuses the connection got nothing: try the next one (a load balancer's
+    // retry). None connected: not delivered, not recorded.
+    let mut connected = None;
+    for k in 0..upstream.len() {
+        if let Ok(stream) = TcpStream::connect(upstream[(first + k) % upstream.len()]).await {
+            connected = Some(stream);
+            break;
+        }
+    }
+    let mut stream = connected?;
     let call = request_call(request);
     let id = call
         .clone()
@@ -711,20 +735,147 @@ fn setup_error(what: &str, error: impl std::fmt::Display) -> LoadError {
     LoadError::Other(format!("{what}: {error}"))
 }
 
+/// Control-plane replicas: real `leasewright serve` processes on one database, each running its
+/// own expiry sweep, behind a proxy that sends every request to any of them.
+#[derive(Clone, Debug)]
+pub struct ReplicaProcesses {
+    /// The `leasewright` executable.
+    pub program: std::path::PathBuf,
+    /// How many run at once.
+    pub count: usize,
+    /// Each replica's own expiry-sweep interval (`serve --sweep-interval-ms`).
+    pub sweep_interval: Duration,
+}
+
+/// One running replica: its process, its address, and the recorded op that stands for the
+/// sweeps it runs on its own while it lives.
+struct Replica {
+    child: tokio::process::Child,
+    addr: SocketAddr,
+    sweeps: usize,
+}
+
+/// Start replica `index`: `serve` on a free port (the database and the operator token in its
+/// environment, never on its command line), ready once it prints its address. Its own sweeps
+/// are recorded as one sweep call of unknown outcome, invoked before it starts and completed
+/// when it is killed: each may have made any expired job uncertain at any moment of its life,
+/// which is what the checker allows for a sweep whose answer is lost.
+async fn start_replica(
+    spec: &ReplicaProcesses,
+    database_url: &str,
+    lease_ttl: Duration,
+    index: usize,
+    recorder: &Recorder,
+) -> Result<Replica, String> {
+    let sweeps = recorder.invoke(&format!("replica-{index} sweeper"), Call::Sweep, None);
+    let started = async {
+        let mut child = tokio::process::Command::new(&spec.program)
+            .args(["serve", "--listen", "127.0.0.1:0", "--lease-ttl"])
+            .arg(format!("{}", lease_ttl.as_secs_f64()))
+            .arg("--sweep-interval-ms")
+            .arg(spec.sweep_interval.as_millis().max(10).to_string())
+            .env("DATABASE_URL", database_url)
+            .env("LEASEWRIGHT_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", spec.program.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let mut said = Vec::new();
+        let addr = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = line.split("listening on http://").nth(1) {
+                    return addr.trim().parse::<SocketAddr>().ok();
+                }
+                said.push(line);
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(addr) = addr else {
+            let _ = child.start_kill();
+            return Err(format!(
+                "replica {index} did not start: {}",
+                said.join(" | ")
+            ));
+        };
+        // Keep reading its log so that it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Replica {
+            child,
+            addr,
+            sweeps,
+        })
+    };
+    let replica = started.await;
+    if replica.is_err() {
+        recorder.complete(sweeps, Answer::Unknown("the replica did not start".into()));
+    }
+    replica
+}
+
+/// Kill the replica at once (SIGKILL: requests under way are cut, transactions roll back).
+async fn kill_replica(replica: &mut Replica, recorder: &Recorder) {
+    let _ = replica.child.start_kill();
+    let _ = replica.child.wait().await;
+    recorder.complete(
+        replica.sweeps,
+        Answer::Unknown("the replica was killed".into()),
+    );
+}
+
 /// Run the load over HTTP against a fresh database at `database_url`, then check it.
 pub async fn run(
     database_url: &str,
     config: &LoadConfig,
     faults: &NetFaults,
 ) -> Result<RunOutcome, LoadError> {
-    let server = start_server(database_url, config.lease_ttl)
-        .await
-        .map_err(|e| setup_error("starting the control plane", e))?;
+    run_with(database_url, config, faults, None).await
+}
+
+/// Run the load over HTTP, on the in-process control plane or, with `replicas`, on several
+/// `serve` processes on the one database (`faults.restart_server` then kills one of them with
+/// SIGKILL and starts it again), then check it.
+pub async fn run_with(
+    database_url: &str,
+    config: &LoadConfig,
+    faults: &NetFaults,
+    replicas: Option<&ReplicaProcesses>,
+) -> Result<RunOutcome, LoadError> {
     let clock: Arc<dyn imp::Clock> = Arc::new(imp::SystemClock);
     let recorder = Recorder::new(clock.clone());
     let counts = Arc::new(Mutex::new(FaultCounts::default()));
-    let proxy = Proxy::start(
-        server.addr,
+    let mut server = None;
+    let mut live = Vec::new();
+    match replicas {
+        None => {
+            server = Some(
+                start_server(database_url, config.lease_ttl)
+                    .await
+                    .map_err(|e| setup_error("starting the control plane", e))?,
+            );
+        }
+        Some(spec) => {
+            for index in 0..spec.count.max(1) {
+                live.push(
+                    start_replica(spec, database_url, config.lease_ttl, index, &recorder)
+                        .await
+                        .map_err(|e| setup_error("starting a replica", e))?,
+                );
+            }
+        }
+    }
+    let upstreams: Upstreams = Arc::new(Mutex::new(match &server {
+        Some(server) => vec![server.addr],
+        None => live.iter().map(|r| r.addr).collect(),
+    }));
+    let proxy = Proxy::start_over(
+        upstreams.clone(),
         recorder.clone(),
         faults.clone(),
         counts.clone(),
@@ -732,7 +883,27 @@ pub async fn run(
     )
     .await
     .map_err(|e| setup_error("starting the proxy", e))?;
-    let operator = OperatorClient::new(&server.url(), OPERATOR_TOKEN)
+    // The operator reaches the replicas through a proxy that only spreads its requests.
+    let operator_proxy = match &server {
+        Some(_) => None,
+        None => Some(
+            Proxy::start_over(
+                upstreams.clone(),
+                recorder.clone(),
+                NetFaults::none(),
+                counts.clone(),
+                config.seed ^ 0x0be7_a702,
+            )
+            .await
+            .map_err(|e| setup_error("starting the operator's proxy", e))?,
+        ),
+    };
+    let operator_url = match (&server, &operator_proxy) {
+        (Some(server), _) => server.url(),
+        (None, Some(proxy)) => proxy.url(),
+        (None, None) => unreachable!("a server or replicas"),
+    };
+    let operator = OperatorClient::new(&operator_url, OPERATOR_TOKEN)
         .map_err(|e| setup_error("operator client", e))?;
     let project = operator
         .create_project("history")
@@ -785,10 +956,11 @@ pub async fn run(
     .await?;
     let stop_background = Arc::new(AtomicBool::new(false));
     let proxy = Arc::new(proxy);
-    let server = Arc::new(tokio::sync::Mutex::new(Some(server)));
+    let server = Arc::new(tokio::sync::Mutex::new(server));
+    let live = Arc::new(tokio::sync::Mutex::new(live));
     let mut background = Vec::new();
-    if let Some(every) = faults.restart_server {
-        background.push(tokio::spawn(restart_servers(
+    match (faults.restart_server, replicas) {
+        (Some(every), None) => background.push(tokio::spawn(restart_servers(
             server.clone(),
             proxy.clone(),
             api.clone(),
@@ -797,26 +969,107 @@ pub async fn run(
             every,
             stop_background.clone(),
             counts.clone(),
-        )));
+        ))),
+        (Some(every), Some(spec)) => background.push(tokio::spawn(kill_replicas(
+            live.clone(),
+            upstreams.clone(),
+            spec.clone(),
+            database_url.to_owned(),
+            config.lease_ttl,
+            every,
+            stop_background.clone(),
+            counts.clone(),
+            recorder.clone(),
+            config.seed ^ 0x4e91_ca5e,
+        ))),
+        (None, _) => {}
+    }
+    let mut in_flight = vec![proxy.in_flight.clone()];
+    if let Some(proxy) = &operator_proxy {
+        in_flight.push(proxy.in_flight.clone());
+    }
+    let mut fault_names = faults.names();
+    if replicas.is_some() {
+        fault_names.retain(|name| *name != "restart-server");
+        if faults.restart_server.is_some() {
+            fault_names.push("kill-replica");
+        }
     }
     let setup = Setup {
         api: Api::Http(api),
-        recorder,
+        recorder: recorder.clone(),
         reader: reader.clone(),
         project: imp::ProjectId(project),
         runners,
         stop_background,
         faults: counts,
         background,
-        in_flight: vec![proxy.in_flight.clone()],
-        fault_names: faults.names(),
+        in_flight,
+        fault_names,
     };
     let outcome = load::drive(setup, database_url, config, true).await;
     if let Some(server) = server.lock().await.take() {
         let _ = server.stop().await;
     }
+    for replica in live.lock().await.iter_mut() {
+        kill_replica(replica, &recorder).await;
+    }
     reader.close().await;
     outcome
+}
+
+/// Every `every`, kill one replica drawn at random with SIGKILL and, half a lease later, start
+/// it again (on a new port; the proxies follow).
+#[allow(clippy::too_many_arguments)]
+async fn kill_replicas(
+    live: Arc<tokio::sync::Mutex<Vec<Replica>>>,
+    upstreams: Upstreams,
+    spec: ReplicaProcesses,
+    database_url: String,
+    lease_ttl: Duration,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Mutex<FaultCounts>>,
+    recorder: Arc<Recorder>,
+    seed: u64,
+) {
+    let mut rng = SplitMix64::new(seed);
+    while !stop.load(Ordering::SeqCst) {
+        tokio::time::sleep(every).await;
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let mut replicas = live.lock().await;
+        if replicas.is_empty() {
+            break;
+        }
+        let index = rng.below(replicas.len());
+        kill_replica(&mut replicas[index], &recorder).await;
+        *lock(&upstreams) = replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, r)| r.addr)
+            .collect();
+        lock(&counts).server_restarts += 1;
+        drop(replicas);
+        // Down for a moment: its requests under way were cut, the others go elsewhere.
+        tokio::time::sleep(lease_ttl / 2).await;
+        for _ in 0..50 {
+            match start_replica(&spec, &database_url, lease_ttl, index, &recorder).await {
+                Ok(new) => {
+                    let mut replicas = live.lock().await;
+                    replicas[index] = new;
+                    *lock(&upstreams) = replicas.iter().map(|r| r.addr).collect();
+                    break;
+                }
+                Err(error) => {
+                    eprintln!("restarting replica {index}: {error}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
