@@ -3,11 +3,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// The ownership tuple as a runner names it (the runner itself is the bearer token), plus the
 /// runner's observed time (diagnostic only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TupleBody {
     pub job: Uuid,
     pub attempt: Uuid,
@@ -18,7 +19,7 @@ pub struct TupleBody {
 }
 
 /// `POST /v1/runner/claim`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct ClaimRequest {
     /// How many jobs the runner can take at once (batch claim); default 1.
     #[serde(default)]
@@ -28,7 +29,7 @@ pub struct ClaimRequest {
 }
 
 /// One lease of an accepted claim.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LeaseBody {
     pub job: Uuid,
     pub attempt: Uuid,
@@ -66,21 +67,21 @@ impl LeaseBody {
 }
 
 /// Answer to an accepted claim.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClaimResponse {
     pub verdict: String,
     pub leases: Vec<LeaseBody>,
 }
 
 /// Answer to an accepted or acknowledged message.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct VerdictResponse {
     /// `accepted` or `acknowledged` (a rejection is an error body with status 409).
     pub verdict: String,
 }
 
 /// Answer to an accepted heartbeat.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct HeartbeatResponse {
     pub verdict: String,
     pub lease_expiry: DateTime<Utc>,
@@ -88,14 +89,14 @@ pub struct HeartbeatResponse {
 }
 
 /// Answer to an accepted rejoin (`continue` or `cancel`); `stop` is a 409 error body.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct RejoinResponse {
     pub verdict: String,
     pub instruction: String,
 }
 
 /// `POST /v1/runner/logs`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct LogAppendRequest {
     #[serde(flatten)]
     pub tuple: TupleBody,
@@ -105,7 +106,7 @@ pub struct LogAppendRequest {
 }
 
 /// `POST /v1/runner/artifacts/put` and `/v1/runner/cache/put`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct PutRequest {
     #[serde(flatten)]
     pub tuple: TupleBody,
@@ -115,7 +116,7 @@ pub struct PutRequest {
 }
 
 /// `POST /v1/runner/artifacts/get` and `/v1/runner/cache/get`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct GetRequest {
     #[serde(flatten)]
     pub tuple: TupleBody,
@@ -123,14 +124,14 @@ pub struct GetRequest {
 }
 
 /// Answer to an accepted get.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct GetResponse {
     pub verdict: String,
     pub content_base64: String,
 }
 
 /// `POST /v1/runner/result`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ResultRequest {
     #[serde(flatten)]
     pub tuple: TupleBody,
@@ -140,7 +141,7 @@ pub struct ResultRequest {
 }
 
 /// `POST /v1/targets/{slot}/deploy`: a mutation a runner (or its command) sends to a demo target.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeployRequest {
     /// The target's kind: `fenced`, `idempotent` or `unfenced` (the slot keeps its first kind).
     pub kind: String,
@@ -153,7 +154,7 @@ pub struct DeployRequest {
 }
 
 /// A target's state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct TargetBody {
     pub slot: String,
     pub kind: String,
@@ -162,33 +163,33 @@ pub struct TargetBody {
 }
 
 /// `POST /v1/projects`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct CreateProjectRequest {
     pub name: String,
 }
 
 /// A created project.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ProjectResponse {
     pub project: Uuid,
     pub name: String,
 }
 
 /// `POST /v1/projects/{project}/runners`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct CreateRunnerRequest {
     pub name: String,
 }
 
 /// A created runner; the token is shown once and never again.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct RunnerResponse {
     pub runner: Uuid,
     pub token: String,
 }
 
 /// `POST /v1/projects/{project}/jobs`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct SubmitJobRequest {
     /// The shell command (`sh -c`), run in the extracted source.
     pub command: String,
@@ -208,7 +209,7 @@ pub struct SubmitJobRequest {
 }
 
 /// A submitted job.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct SubmitJobResponse {
     pub job: Uuid,
     pub source_revision: String,
@@ -218,7 +219,7 @@ pub struct SubmitJobResponse {
 }
 
 /// `POST /v1/projects/{project}/jobs/{job}/reconcile`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReconcileRequest {
     /// `stopped`, `still_running`, `observed_passed` or `observed_failed`.
     pub finding: String,
@@ -227,7 +228,7 @@ pub struct ReconcileRequest {
 }
 
 /// `POST /v1/sweep` (the body may also be empty).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct SweepRequest {
     /// Sweep only this project's jobs; absent: every project.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,7 +236,7 @@ pub struct SweepRequest {
 }
 
 /// Answer to the expiry sweep.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct SweepResponse {
     /// `uncertain` (these jobs became uncertain) or `accepted` (nothing expired).
     pub verdict: String,
@@ -243,7 +244,7 @@ pub struct SweepResponse {
 }
 
 /// `POST /v1/test/clock` (only with `--manual-clock`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct ClockRequest {
     #[serde(default)]
     pub set: Option<DateTime<Utc>>,
@@ -252,13 +253,13 @@ pub struct ClockRequest {
 }
 
 /// The server's time.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClockResponse {
     pub now: DateTime<Utc>,
 }
 
 /// A job as the operator sees it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobBody {
     pub job: Uuid,
     pub project: Uuid,
@@ -282,13 +283,13 @@ pub struct JobBody {
 }
 
 /// `GET /v1/projects/{project}/jobs`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobBody>,
 }
 
 /// An attempt of the ledger.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct AttemptBody {
     pub attempt: Uuid,
     pub job: Uuid,
@@ -305,13 +306,13 @@ pub struct AttemptBody {
 }
 
 /// `GET .../attempts`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct AttemptList {
     pub attempts: Vec<AttemptBody>,
 }
 
 /// One recorded runner message.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ObservationBody {
     pub id: i64,
     pub kind: String,
@@ -330,13 +331,13 @@ pub struct ObservationBody {
 }
 
 /// `GET .../observations`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ObservationList {
     pub observations: Vec<ObservationBody>,
 }
 
 /// One reconciliation.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReconciliationBody {
     pub id: i64,
     pub attempt: Option<Uuid>,
@@ -348,13 +349,13 @@ pub struct ReconciliationBody {
 }
 
 /// `GET .../reconciliations`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReconciliationList {
     pub reconciliations: Vec<ReconciliationBody>,
 }
 
 /// The error body of every non-2xx answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
     /// `rejected` for a protocol rejection (status 409), absent otherwise.
@@ -366,8 +367,20 @@ pub struct ErrorBody {
 }
 
 /// The stable code and a human message.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
+}
+
+/// Raw bytes, not JSON (the source snapshot, an artifact): only its OpenAPI schema is used.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct BinaryBody(pub Vec<u8>);
+
+/// `GET /healthz`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct HealthResponse {
+    /// `ok`.
+    pub status: String,
 }

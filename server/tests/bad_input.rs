@@ -1,7 +1,7 @@
 //! Bad input on every HTTP route (issue 7, item 3), generated with proptest.
 //!
 //! [`ROUTES`] (server/tests/common/mod.rs) is every route of the router; the first test checks it
-//! against server/src/app/mod.rs's `router` and docs/http.md, so a route added without a row here
+//! against the router's OpenAPI document (equal to the router: server/tests/openapi.rs) and docs/http.md, so a route added without a row here
 //! fails. Every other test builds a [`World`] (two projects, jobs in every interesting state, on a
 //! manual clock that never moves) and sends, for every route a family applies to, one request of
 //! each family and then `CASES` generated ones (default 64, `PROPTEST_CASES` overrides) drawn over
@@ -45,51 +45,15 @@ const MAX_IDENT_BYTES: usize = leasewright_server::app::MAX_IDENTIFIER_BYTES;
 // -------------------------------------------------------------------------------------------
 // The route table is the router's and the docs'.
 
-/// `METHOD path` of every `.route(...)` in server/src/app/mod.rs's `router`.
+/// `METHOD path` of every operation of the OpenAPI document, which is the router's routes
+/// (server/tests/openapi.rs checks that against the router itself).
 fn router_routes() -> BTreeSet<String> {
-    let source = include_str!("../src/app/mod.rs");
-    let start = source
-        .find("pub fn router(")
-        .expect("fn router in app/mod.rs");
-    let body = &source[start..];
-    let body = &body[..body.find("\n}\n").expect("the end of fn router")];
+    let document = serde_json::to_value(leasewright_server::app::openapi()).unwrap();
     let mut routes = BTreeSet::new();
-    let mut rest = body;
-    while let Some(at) = rest.find(".route(") {
-        let after = &rest[at + ".route(".len()..];
-        let mut depth = 1;
-        let mut end = after.len();
-        for (i, c) in after.char_indices() {
-            match c {
-                '(' => depth += 1,
-                ')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = i;
-                        break;
-                    }
-                }
-                _ => {}
-            }
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("a path item").keys() {
+            routes.insert(format!("{} {path}", method.to_uppercase()));
         }
-        let args = &after[..end];
-        let open = args.find('"').expect("a path literal");
-        let close = open + 1 + args[open + 1..].find('"').expect("the path's end");
-        let path = &args[open + 1..close];
-        let handlers = &args[close..];
-        for method in ["get", "post", "put", "delete", "patch"] {
-            let call = format!("{method}(");
-            let mut from = 0;
-            while let Some(i) = handlers[from..].find(&call) {
-                let i = from + i;
-                let before = handlers[..i].chars().last().unwrap_or(' ');
-                if !(before.is_alphanumeric() || before == '_') {
-                    routes.insert(format!("{} {path}", method.to_uppercase()));
-                }
-                from = i + call.len();
-            }
-        }
-        rest = &after[end..];
     }
     routes
 }

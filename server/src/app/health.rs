@@ -2,20 +2,41 @@
 
 use super::error::{db_error, ok, ApiError, ApiResult};
 use super::AppState;
+use crate::wire::HealthResponse;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 
+/// Liveness: the server and its database answer.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    responses(
+        (status = 200, description = "the database answers", body = HealthResponse)
+    )
+)]
 pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
     sqlx::query("SELECT 1")
         .execute(state.0.store.pool())
         .await
         .map_err(db_error)?;
-    ok(serde_json::json!({"status": "ok"}))
+    ok(HealthResponse {
+        status: "ok".into(),
+    })
 }
 
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    responses(
+        (status = 200, description = "the Prometheus text exposition format", body = String, content_type = "text/plain; version=0.0.4")
+    )
+)]
 pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
     let uncertain: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state = 'uncertain'")
         .fetch_one(state.0.store.pool())

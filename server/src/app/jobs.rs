@@ -22,6 +22,22 @@ use serde::Deserialize;
 use sha2::Digest as _;
 use uuid::Uuid;
 
+/// Submit a job with its source (a gzip-compressed tar, re-snapshotted deterministically).
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/jobs",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("Idempotency-Key" = Option<String>, Header, description = "at most 1024 bytes: the same key and request again answer the first job")),
+    request_body = SubmitJobRequest,
+    responses(
+        (status = 201, description = "the job, its source and its spec, stored in one transaction", body = SubmitJobResponse),
+        (status = 200, description = "the same Idempotency-Key and request again: the first job", body = SubmitJobResponse),
+        (status = 404, description = "`unknown_project`", body = ErrorBody),
+        (status = 409, description = "`idempotency_key_reused` or `target_kind_mismatch`", body = ErrorBody),
+        (status = 422, description = "`invalid_source`: the archive breaks the extraction rules", body = ErrorBody)
+    )
+)]
 pub(super) async fn submit_job(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -211,6 +227,18 @@ pub(super) async fn project_job(
     }
 }
 
+/// The project's jobs.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id")),
+    responses(
+        (status = 200, description = "the project's jobs in submission order", body = JobList),
+        (status = 404, description = "`unknown_project`", body = ErrorBody)
+    )
+)]
 pub(super) async fn list_jobs(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -232,6 +260,18 @@ pub(super) async fn list_jobs(
     ok(JobList { jobs })
 }
 
+/// A job.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    responses(
+        (status = 200, description = "the job", body = JobBody),
+        (status = 404, description = "`unknown_project` or `unknown_job` (a job of another project too)", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_job(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -258,6 +298,18 @@ pub(super) fn attempt_body(a: AttemptView) -> AttemptBody {
     }
 }
 
+/// A job's attempts.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/attempts",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    responses(
+        (status = 200, description = "the attempts in fence order", body = AttemptList),
+        (status = 404, description = "`unknown_project` or `unknown_job` (a job of another project too)", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_attempts(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -288,6 +340,18 @@ pub(super) fn observation_body(o: ObservationView) -> ObservationBody {
     }
 }
 
+/// A job's observations (the ledger of runner messages).
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/observations",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    responses(
+        (status = 200, description = "every recorded runner message, in receipt order", body = ObservationList),
+        (status = 404, description = "`unknown_project` or `unknown_job` (a job of another project too)", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_observations(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -300,6 +364,18 @@ pub(super) async fn get_observations(
     })
 }
 
+/// A job's reconciliations.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/reconciliations",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    responses(
+        (status = 200, description = "the reconciliations", body = ReconciliationList),
+        (status = 404, description = "`unknown_project` or `unknown_job` (a job of another project too)", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_reconciliations(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -348,6 +424,18 @@ pub(super) async fn chosen_attempt(
     chosen.ok_or_else(|| ApiError::not_found("unknown_attempt", "the job has no such attempt"))
 }
 
+/// An attempt's log.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/logs",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id"), ("attempt" = Option<Uuid>, Query, description = "the attempt; default: the current one, else the latest")),
+    responses(
+        (status = 200, description = "the log of the chosen attempt", body = String, content_type = "text/plain"),
+        (status = 404, description = "`unknown_job` or `unknown_attempt`", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_logs(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -364,6 +452,18 @@ pub(super) async fn get_logs(
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
+/// An artifact of an attempt.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/artifacts/{name}",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id"), ("name" = String, Path, description = "the artifact name"), ("attempt" = Option<Uuid>, Query, description = "the attempt; default: the current one, else the latest")),
+    responses(
+        (status = 200, description = "the artifact's bytes", body = BinaryBody, content_type = "application/octet-stream"),
+        (status = 404, description = "`unknown_job`, `unknown_attempt` or `not_found` (no such artifact)", body = ErrorBody)
+    )
+)]
 pub(super) async fn get_artifact(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -391,9 +491,22 @@ pub(super) async fn get_artifact(
 }
 
 /// A body that carries nothing: `{}` (or no body at all).
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, utoipa::ToSchema)]
 pub(super) struct EmptyRequest {}
 
+/// R6 `cancel`.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/jobs/{job}/cancel",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    request_body(content = Option<EmptyRequest>, description = "`{}` or no body"),
+    responses(
+        (status = 200, description = "accepted or acknowledged", body = VerdictResponse),
+        (status = 409, description = "rejected: `unknown_job`, `wrong_project`, `job_finished` or `reconcile_required`", body = ErrorBody)
+    )
+)]
 pub(super) async fn cancel(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -410,6 +523,19 @@ pub(super) async fn cancel(
     }
 }
 
+/// R7 `reconcile`: the operator's finding about an uncertain job and the decision.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/jobs/{job}/reconcile",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id")),
+    request_body = ReconcileRequest,
+    responses(
+        (status = 200, description = "accepted or acknowledged", body = VerdictResponse),
+        (status = 409, description = "rejected: `unknown_job`, `wrong_project`, `not_uncertain`, `execution_not_stopped`, `nothing_to_adopt` or `cancel_requested`", body = ErrorBody)
+    )
+)]
 pub(super) async fn reconcile(
     State(state): State<AppState>,
     _: OperatorAuth,

@@ -7,6 +7,7 @@ mod extract;
 mod health;
 mod jobs;
 mod listen;
+mod openapi;
 mod projects;
 mod runner;
 mod targets;
@@ -23,7 +24,6 @@ pub use runner::MAX_CLAIM_CAPACITY;
 use crate::metrics::Metrics;
 use crate::source::Limits;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use axum::Router;
 use chrono::Utc;
 use error::db_error;
@@ -31,6 +31,8 @@ use extract::digest32;
 use leasewright_impl::{Clock, ManualClock, ProjectId, Store, SweepVerdict};
 use std::sync::Arc;
 use std::time::Duration;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 /// The control routes' body limit (tuples, names, small JSON).
 const CONTROL_BODY_LIMIT: usize = 64 * 1024;
@@ -170,89 +172,69 @@ impl AppState {
     }
 }
 
+/// The routes, each registered from its handler's `#[utoipa::path]` annotation (method and path),
+/// with the document they make. `test_clock`: whether `POST /v1/test/clock` is routed (only on a
+/// manual-clock server; the document always describes it). A route is added here only as
+/// `.routes(routes!(..))` (app/openapi.rs; server/tests/openapi.rs checks it).
+fn api(max_payload_bytes: usize, test_clock: bool) -> OpenApiRouter<AppState> {
+    let control = DefaultBodyLimit::max(CONTROL_BODY_LIMIT);
+    let payload = DefaultBodyLimit::max(max_payload_bytes);
+    let mut api = OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(openapi::openapi_json))
+        .routes(routes!(runner::claim).layer(control))
+        .routes(routes!(runner::heartbeat).layer(control))
+        .routes(routes!(runner::rejoin).layer(control))
+        .routes(routes!(runner::source).layer(control))
+        .routes(routes!(runner::logs).layer(payload))
+        .routes(routes!(runner::artifact_put).layer(payload))
+        .routes(routes!(runner::artifact_get).layer(control))
+        .routes(routes!(runner::cache_put).layer(payload))
+        .routes(routes!(runner::cache_get).layer(control))
+        .routes(routes!(runner::result).layer(control))
+        .routes(routes!(targets::target_deploy).layer(control))
+        .routes(routes!(targets::target_get))
+        .routes(routes!(projects::create_project).layer(control))
+        .routes(routes!(projects::create_runner).layer(control))
+        .routes(routes!(jobs::submit_job).layer(payload))
+        .routes(routes!(jobs::list_jobs))
+        .routes(routes!(jobs::get_job))
+        .routes(routes!(jobs::get_attempts))
+        .routes(routes!(jobs::get_observations))
+        .routes(routes!(jobs::get_reconciliations))
+        .routes(routes!(jobs::get_logs))
+        .routes(routes!(jobs::get_artifact))
+        .routes(routes!(jobs::cancel).layer(control))
+        .routes(routes!(jobs::reconcile).layer(control))
+        .routes(routes!(time::sweep).layer(control));
+    let clock = routes!(time::test_clock).layer(control);
+    if test_clock {
+        api = api.routes(clock);
+    } else {
+        // Described, not routed: a server without `--manual-clock` answers 404.
+        let (_, paths, _) = clock;
+        api.get_openapi_mut().paths.paths.extend(paths.paths);
+    }
+    api
+}
+
+/// The OpenAPI 3.1 document of every route (served at `GET /openapi.json`; docs/openapi.json).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
+    DOCUMENT
+        .get_or_init(|| {
+            let mut document = api(CONTROL_BODY_LIMIT, true).into_openapi();
+            openapi::add_shared_answers(&mut document);
+            document
+        })
+        .clone()
+}
+
 /// The router. The `POST /v1/test/clock` route exists only when the state has a manual clock,
 /// which only the process's command line can give it.
 pub fn router(state: AppState, max_payload_bytes: usize) -> Router {
-    let control = DefaultBodyLimit::max(CONTROL_BODY_LIMIT);
-    let payload = DefaultBodyLimit::max(max_payload_bytes);
-    let mut router = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/metrics", get(health::metrics))
-        .route("/v1/runner/claim", post(runner::claim).layer(control))
-        .route(
-            "/v1/runner/heartbeat",
-            post(runner::heartbeat).layer(control),
-        )
-        .route("/v1/runner/rejoin", post(runner::rejoin).layer(control))
-        .route("/v1/runner/source", post(runner::source).layer(control))
-        .route("/v1/runner/logs", post(runner::logs).layer(payload))
-        .route(
-            "/v1/runner/artifacts/put",
-            post(runner::artifact_put).layer(payload),
-        )
-        .route(
-            "/v1/runner/artifacts/get",
-            post(runner::artifact_get).layer(control),
-        )
-        .route(
-            "/v1/runner/cache/put",
-            post(runner::cache_put).layer(payload),
-        )
-        .route(
-            "/v1/runner/cache/get",
-            post(runner::cache_get).layer(control),
-        )
-        .route("/v1/runner/result", post(runner::result).layer(control))
-        .route(
-            "/v1/targets/{slot}/deploy",
-            post(targets::target_deploy).layer(control),
-        )
-        .route("/v1/targets/{slot}", get(targets::target_get))
-        .route(
-            "/v1/projects",
-            post(projects::create_project).layer(control),
-        )
-        .route(
-            "/v1/projects/{project}/runners",
-            post(projects::create_runner).layer(control),
-        )
-        .route(
-            "/v1/projects/{project}/jobs",
-            post(jobs::submit_job).layer(payload).get(jobs::list_jobs),
-        )
-        .route("/v1/projects/{project}/jobs/{job}", get(jobs::get_job))
-        .route(
-            "/v1/projects/{project}/jobs/{job}/attempts",
-            get(jobs::get_attempts),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/observations",
-            get(jobs::get_observations),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/reconciliations",
-            get(jobs::get_reconciliations),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/logs",
-            get(jobs::get_logs),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/artifacts/{name}",
-            get(jobs::get_artifact),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/cancel",
-            post(jobs::cancel).layer(control),
-        )
-        .route(
-            "/v1/projects/{project}/jobs/{job}/reconcile",
-            post(jobs::reconcile).layer(control),
-        )
-        .route("/v1/sweep", post(time::sweep).layer(control));
-    if state.0.manual_clock.is_some() {
-        router = router.route("/v1/test/clock", post(time::test_clock).layer(control));
-    }
+    let (router, _) = api(max_payload_bytes, state.0.manual_clock.is_some()).split_for_parts();
     router
         .fallback(health::fallback)
         .method_not_allowed_fallback(health::method_not_allowed)

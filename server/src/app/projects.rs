@@ -3,11 +3,25 @@
 use super::error::{created, db_error, ApiError, ApiResult};
 use super::extract::{identifier, parse_uuid, JsonBody, OperatorAuth, Segments};
 use super::AppState;
-use crate::wire::{CreateProjectRequest, CreateRunnerRequest, ProjectResponse, RunnerResponse};
+use crate::wire::{
+    CreateProjectRequest, CreateRunnerRequest, ErrorBody, ProjectResponse, RunnerResponse,
+};
 use axum::extract::State;
 use leasewright_impl::ProjectId;
 use uuid::Uuid;
 
+/// Create a project.
+#[utoipa::path(
+    post,
+    path = "/v1/projects",
+    tag = "operator",
+    security(("operator_token" = [])),
+    request_body = CreateProjectRequest,
+    responses(
+        (status = 201, description = "the project", body = ProjectResponse),
+        (status = 409, description = "`project_name_taken`", body = ErrorBody)
+    )
+)]
 pub(super) async fn create_project(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -35,6 +49,20 @@ pub(super) async fn project_exists(state: &AppState, project: Uuid) -> Result<Pr
         .ok_or_else(|| ApiError::not_found("unknown_project", "no such project"))
 }
 
+/// Create a runner of a project.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/runners",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id")),
+    request_body = CreateRunnerRequest,
+    responses(
+        (status = 201, description = "the runner and its token, shown once (only its hash is kept)", body = RunnerResponse),
+        (status = 404, description = "`unknown_project`", body = ErrorBody),
+        (status = 409, description = "`runner_name_taken`", body = ErrorBody)
+    )
+)]
 pub(super) async fn create_runner(
     State(state): State<AppState>,
     _: OperatorAuth,

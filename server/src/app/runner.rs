@@ -34,6 +34,18 @@ pub(super) async fn job_spec(
 /// The most leases one claim asks for (docs/http.md).
 pub const MAX_CLAIM_CAPACITY: u32 = 64;
 
+/// R1 `claim` (batch): lease up to `capacity` queued jobs whose target slot is free.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/claim",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "accepted: the leases granted (at most `capacity`)", body = ClaimResponse),
+        (status = 409, description = "rejected: `no_queued_job` or another reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn claim(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -96,6 +108,18 @@ pub(super) async fn claim(
     })
 }
 
+/// R2 `heartbeat`: extend the lease named by the ownership tuple.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/heartbeat",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = TupleBody,
+    responses(
+        (status = 200, description = "accepted: the new lease expiry", body = HeartbeatResponse),
+        (status = 409, description = "rejected with a reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn heartbeat(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -122,6 +146,18 @@ pub(super) async fn heartbeat(
     })
 }
 
+/// R5 `rejoin`: a runner that lost contact asks whether its attempt may go on.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/rejoin",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = TupleBody,
+    responses(
+        (status = 200, description = "accepted: `continue` or `cancel`", body = RejoinResponse),
+        (status = 409, description = "rejected: the answer carries `\"instruction\": \"stop\"`", body = ErrorBody)
+    )
+)]
 pub(super) async fn rejoin(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -149,6 +185,19 @@ pub(super) async fn rejoin(
     }
 }
 
+/// R8 `source fetch`: the job's immutable source snapshot.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/source",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = TupleBody,
+    responses(
+        (status = 200, description = "the source snapshot (gzip-compressed tar); headers `x-leasewright-blob-sha256`, `x-leasewright-source-digest`, `x-leasewright-source-revision`", body = BinaryBody, content_type = "application/gzip"),
+        (status = 404, description = "`source_not_stored`", body = ErrorBody),
+        (status = 409, description = "rejected with a reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn source(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -199,6 +248,18 @@ pub(super) async fn source(
     Ok(response)
 }
 
+/// R8 `log append`: one chunk of the attempt's log at sequence number `seq`.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/logs",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = LogAppendRequest,
+    responses(
+        (status = 200, description = "accepted, or acknowledged (the same `seq` with the same content)", body = VerdictResponse),
+        (status = 409, description = "rejected: `sequence_conflict` or another reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn logs(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -221,6 +282,18 @@ pub(super) async fn logs(
     state.answer(MessageKind::LogAppend, verdict, plain_verdict)
 }
 
+/// R8 `artifact put`: store an artifact of the attempt.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/artifacts/put",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = PutRequest,
+    responses(
+        (status = 200, description = "accepted", body = VerdictResponse),
+        (status = 409, description = "rejected with a reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn artifact_put(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -248,6 +321,18 @@ pub(super) fn content_answer(content: Option<Vec<u8>>, verdict: &'static str) ->
     })
 }
 
+/// R8 `artifact get`: read an artifact of the attempt.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/artifacts/get",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = GetRequest,
+    responses(
+        (status = 200, description = "accepted: the content", body = GetResponse),
+        (status = 409, description = "rejected: `not_found` or another reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn artifact_get(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -266,6 +351,18 @@ pub(super) async fn artifact_get(
     state.answer(MessageKind::ArtifactGet, verdict, content_answer)
 }
 
+/// R8 `cache put`: store a cache entry of the project (`name` is the key).
+#[utoipa::path(
+    post,
+    path = "/v1/runner/cache/put",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = PutRequest,
+    responses(
+        (status = 200, description = "accepted", body = VerdictResponse),
+        (status = 409, description = "rejected with a reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn cache_put(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -286,6 +383,18 @@ pub(super) async fn cache_put(
     state.answer(MessageKind::CachePut, verdict, plain_verdict)
 }
 
+/// R8 `cache get`: read a cache entry of the project.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/cache/get",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = GetRequest,
+    responses(
+        (status = 200, description = "accepted: the content", body = GetResponse),
+        (status = 409, description = "rejected: `not_found` or another reason of protocol §6", body = ErrorBody)
+    )
+)]
 pub(super) async fn cache_get(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,
@@ -304,6 +413,18 @@ pub(super) async fn cache_get(
     state.answer(MessageKind::CacheGet, verdict, content_answer)
 }
 
+/// R3 `result`: the attempt's outcome.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/result",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = ResultRequest,
+    responses(
+        (status = 200, description = "accepted, or acknowledged (an identical repeat)", body = VerdictResponse),
+        (status = 409, description = "rejected with a reason of protocol §6; a late report is kept as a late observation", body = ErrorBody)
+    )
+)]
 pub(super) async fn result(
     State(state): State<AppState>,
     RunnerAuth(runner): RunnerAuth,

@@ -3,12 +3,24 @@
 use super::error::{db_error, ok, plain_verdict, ApiError, ApiResult};
 use super::extract::{identifier, JsonBody, OperatorAuth, Segments};
 use super::AppState;
-use crate::wire::{DeployRequest, TargetBody};
+use crate::wire::{DeployRequest, ErrorBody, TargetBody, VerdictResponse};
 use axum::extract::State;
 use axum::http::StatusCode;
 use leasewright_impl::{AttemptId, JobId, TargetAdapter, TargetKind, TargetMutation, Verdict};
 use sqlx::Row;
 
+/// R9: a demonstration target (no authentication: it stands for a system outside the control plane).
+#[utoipa::path(
+    post,
+    path = "/v1/targets/{slot}/deploy",
+    tag = "targets",
+    params(("slot" = String, Path, description = "the target slot")),
+    request_body = DeployRequest,
+    responses(
+        (status = 200, description = "accepted or acknowledged", body = VerdictResponse),
+        (status = 409, description = "rejected: `stale_fence`; or `target_kind_mismatch`", body = ErrorBody)
+    )
+)]
 pub(super) async fn target_deploy(
     State(state): State<AppState>,
     Segments(slot): Segments<String>,
@@ -71,6 +83,18 @@ pub(super) async fn target_state(
     .transpose()
 }
 
+/// A demo target slot's state.
+#[utoipa::path(
+    get,
+    path = "/v1/targets/{slot}",
+    tag = "targets",
+    security(("operator_token" = [])),
+    params(("slot" = String, Path, description = "the target slot")),
+    responses(
+        (status = 200, description = "the demo target's state", body = TargetBody),
+        (status = 404, description = "`unknown_target`", body = ErrorBody)
+    )
+)]
 pub(super) async fn target_get(
     State(state): State<AppState>,
     _: OperatorAuth,

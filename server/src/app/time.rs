@@ -4,10 +4,22 @@ use super::error::{ok, ApiError, ApiResult};
 use super::extract::{JsonBody, OperatorAuth, OptionalJsonBody};
 use super::projects::project_exists;
 use super::AppState;
-use crate::wire::{ClockRequest, ClockResponse, SweepRequest, SweepResponse};
+use crate::wire::{ClockRequest, ClockResponse, ErrorBody, SweepRequest, SweepResponse};
 use axum::extract::State;
 use leasewright_impl::{Clock, SweepVerdict};
 
+/// R4 `expiry sweep`, over every project or one.
+#[utoipa::path(
+    post,
+    path = "/v1/sweep",
+    tag = "operator",
+    security(("operator_token" = [])),
+    request_body(content = Option<SweepRequest>, description = "`{}`, `{\"project\"}` or no body"),
+    responses(
+        (status = 200, description = "`uncertain` with the jobs that became uncertain, or `accepted` with none", body = SweepResponse),
+        (status = 404, description = "`unknown_project`", body = ErrorBody)
+    )
+)]
 pub(super) async fn sweep(
     State(state): State<AppState>,
     _: OperatorAuth,
@@ -29,6 +41,18 @@ pub(super) async fn sweep(
     }
 }
 
+/// The test hook: set or advance the manual clock (only with `serve --manual-clock`).
+#[utoipa::path(
+    post,
+    path = "/v1/test/clock",
+    tag = "test",
+    security(("operator_token" = [])),
+    request_body = ClockRequest,
+    responses(
+        (status = 200, description = "the server's time after the move", body = ClockResponse),
+        (status = 404, description = "`not_found`: the server does not run with `--manual-clock`", body = ErrorBody)
+    )
+)]
 pub(super) async fn test_clock(
     State(state): State<AppState>,
     _: OperatorAuth,

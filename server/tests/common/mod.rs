@@ -227,6 +227,7 @@ use Limit::{Control as Ctl, NoBody as NoB, Payload as Pay};
 pub const ROUTES: &[Route] = &[
     route("GET", "/healthz", Auth::None, NoB, B::None, None),
     route("GET", "/metrics", Auth::None, NoB, B::None, None),
+    route("GET", "/openapi.json", Auth::None, NoB, B::None, None),
     route("POST", "/v1/runner/claim", Rn, Ctl, B::Claim, None),
     route(
         "POST",
