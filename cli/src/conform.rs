@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use leasewright_conformance::driver_cmd::{self, CmdDriver};
+use leasewright_conformance::driver_cmd::CmdDriver;
 use leasewright_conformance::export;
 use leasewright_conformance::generate::Generated;
 use leasewright_conformance::http::HttpDriver;
@@ -50,9 +50,19 @@ pub struct ConformArgs {
     #[arg(long)]
     database_url: Option<String>,
     /// Replay over HTTP against a running `leasewright serve --manual-clock` at this URL instead
-    /// of in-process (traces run one at a time: the server's clock is global).
-    #[arg(long, value_name = "URL", conflicts_with = "database_url")]
-    http: Option<String>,
+    /// of in-process. Give it several times (or comma-separated) for several servers, each with
+    /// its own database: one trace runs on each server at a time (a server's clock is global).
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "database_url",
+        value_delimiter = ','
+    )]
+    http: Vec<String>,
+    /// Where the targets' routes (`POST /v1/targets/{slot}/deploy`, `GET /v1/targets/{slot}`)
+    /// are, when not on the servers of --http.
+    #[arg(long, value_name = "URL", requires = "http")]
+    target_url: Option<String>,
     /// The operator token of the server given by --http.
     #[arg(long, requires = "http")]
     operator_token: Option<String>,
@@ -164,14 +174,14 @@ impl ConformArgs {
 }
 
 pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
-    if args.http.is_some() && args.mutants {
+    if !args.http.is_empty() && args.mutants {
         eprintln!(
             "error: --mutants cannot be used with --http: the mutants are compiled into an \
              in-process build of the implementation, and a running server has none"
         );
         return Ok(2);
     }
-    if args.http.is_some() && args.operator_token.is_none() {
+    if !args.http.is_empty() && args.operator_token.is_none() {
         eprintln!("error: --http needs --operator-token (the token the server was started with)");
         return Ok(2);
     }
@@ -268,26 +278,39 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
         eprintln!(
             "replaying against `{command}` ({}, driver protocol v{})",
             driver.implementation(),
-            driver_cmd::VERSION
+            driver.version()
         );
+        for part in driver.not_compared() {
+            eprintln!(
+                "not compared (a version 1 driver does not report them): {}",
+                part.describe()
+            );
+        }
         if let Some(file) = &args.replay {
             return replay_file(&args, driver, file).await;
         }
         return run_suite(&args, driver).await;
     }
-    if let (Some(url), Some(token)) = (&args.http, &args.operator_token) {
-        let driver = match HttpDriver::connect(url, token).await {
-            Ok(driver) => Arc::new(driver),
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(2);
-            }
-        };
+    if let (false, Some(token)) = (args.http.is_empty(), &args.operator_token) {
+        let driver =
+            match HttpDriver::connect_all(&args.http, token, args.target_url.as_deref()).await {
+                Ok(driver) => Arc::new(driver),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    return Ok(2);
+                }
+            };
         eprintln!(
-            "replaying over HTTP against {} (lease ttl {} ms; one trace at a time)",
-            driver.url(),
+            "replaying over HTTP against {} (lease ttl {} ms; one trace per server at a time)",
+            driver.urls().join(", "),
             driver.lease_ttl_ms()
         );
+        for part in driver.unread() {
+            eprintln!(
+                "not compared (the server does not offer the read): {}",
+                part.describe()
+            );
+        }
         if let Some(file) = &args.replay {
             return replay_file(&args, driver, file).await;
         }
@@ -430,6 +453,7 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         report: &report,
         batches: &batches,
         statements: &statements,
+        not_compared: &driver.not_compared(),
     };
     if args.json {
         let doc = summary.to_json(&driver.name());

@@ -32,6 +32,117 @@ pub struct Projection {
     /// from the drivers that read it (`None` from a driver that does not: then it is not
     /// compared).
     pub details: Option<Details>,
+    /// The parts this driver cannot read from its implementation: neither side's is compared
+    /// ([`blank`]), and the summary says so ([`crate::suite::SuiteDriver::not_compared`]).
+    #[serde(skip)]
+    pub unread: Vec<Part>,
+}
+
+/// A part of the projection that a driver may be unable to read (an implementation that does not
+/// offer the read, docs/conformance.md "What the HTTP driver needs").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    /// Each job's state, current attempt, fence, cancel flag and target reservation.
+    Jobs,
+    /// Each job's attempt ledger (and the lease holder, which is derived from it).
+    Ledger,
+    /// The observation a step recorded, and its remaining fields.
+    Observation,
+    /// The remaining fields of the observation a step recorded (lease id, fence, outcome, runner
+    /// time, payload digest), when the core of the observation is read.
+    ObservationDetails,
+    /// The target slots' applied mutations and highest token.
+    Targets,
+    /// The values the rules return (a claim's job, fence and lease time, a heartbeat's lease time
+    /// and cancel flag, a rejoin's instruction, the jobs a sweep made uncertain).
+    Answers,
+}
+
+impl Part {
+    /// What the summary says is not compared.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Part::Jobs => {
+                "the jobs' state, current attempt, fence, cancel flag and target reservation"
+            }
+            Part::Ledger => "the attempt ledger (runner, fence, state) and the lease holder",
+            Part::Observation => "the recorded observations (every field)",
+            Part::ObservationDetails => {
+                "the observations' lease id, fence, outcome, runner time and payload digest"
+            }
+            Part::Targets => "the target slots (mutations applied, highest token)",
+            Part::Answers => "the values the rules return (claim, heartbeat, rejoin, sweep)",
+        }
+    }
+}
+
+/// `p` with the parts in `unread` blanked, so that they compare equal whatever they held.
+pub fn blank(p: &mut Projection, unread: &[Part]) {
+    for part in unread {
+        match part {
+            Part::Jobs => {
+                for j in &mut p.jobs {
+                    j.state = JobState::Queued;
+                    j.current_attempt = None;
+                    j.fence = 0;
+                    j.cancel_requested = false;
+                    j.target_reserved = false;
+                    j.lease_holder = None;
+                }
+            }
+            Part::Ledger => {
+                for j in &mut p.jobs {
+                    j.ledger.clear();
+                    j.lease_holder = None;
+                }
+            }
+            Part::Observation => {
+                p.observation = None;
+                if let Some(d) = &mut p.details {
+                    d.observation = None;
+                }
+            }
+            Part::ObservationDetails => {
+                if let Some(d) = &mut p.details {
+                    d.observation = None;
+                }
+            }
+            Part::Targets => p.targets.clear(),
+            Part::Answers => {
+                if let Some(d) = &mut p.details {
+                    d.answer = None;
+                }
+            }
+        }
+    }
+}
+
+/// The payloads one trace has sent, each with the digest the implementation first recorded for it:
+/// a payload digest is compared as the payload it is the digest of, and one payload must always
+/// have one digest, two payloads two digests.
+#[derive(Debug, Default)]
+pub struct PayloadDigests(std::collections::BTreeMap<String, String>);
+
+impl PayloadDigests {
+    /// The label the model expects for a recorded `digest` of the payload `sent` (its label, see
+    /// [`payload_label`]), or a label saying what is wrong with it.
+    pub fn label(&mut self, digest: Option<&str>, sent: Option<&str>) -> Option<String> {
+        let digest = digest?;
+        let Some(label) = sent else {
+            return Some(format!("a digest ({digest}) of no payload"));
+        };
+        Some(match self.0.get(label) {
+            Some(first) if first == digest => label.to_owned(),
+            Some(first) => format!("{label}, with a digest other than its first ({first})"),
+            None => match self.0.iter().find(|(_, d)| d.as_str() == digest) {
+                Some((other, _)) => format!("{label}, with the digest of {other}"),
+                None => {
+                    self.0.insert(label.to_owned(), digest.to_owned());
+                    label.to_owned()
+                }
+            },
+        })
+    }
 }
 
 /// What a step recorded and returned beyond the verdict and the observation's core.
@@ -239,6 +350,7 @@ pub fn project_model(
         jobs,
         targets,
         details,
+        unread: Vec::new(),
         observation: match action {
             Action::Deliver { message } if recorded_by_server(message.kind) => {
                 Some(model.observation(before, message))

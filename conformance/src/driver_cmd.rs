@@ -26,16 +26,22 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::driver::{
-    applied_cap, AttemptProjection, Driver, DriverError, JobProjection, ObservationProjection,
-    Observed, Projection, Session, TargetProjection,
+    applied_cap, payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver,
+    DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Part,
+    PayloadDigests, Projection, Session, TargetProjection,
 };
 use crate::pg::{heartbeat, result_digest};
 
 /// The protocol's name, sent in `hello`.
 pub const PROTOCOL: &str = "leasewright-driver";
-/// The protocol version this harness speaks. A driver answers `hello` with the version it speaks;
-/// any other is refused at setup.
-pub const VERSION: u64 = 1;
+/// The newest protocol version this harness speaks, sent in `hello`. A driver answers with the
+/// version it speaks: [`VERSIONS`] are accepted, any other is refused at setup.
+pub const VERSION: u64 = 2;
+/// The versions this harness accepts. Version 2 adds the rule details (class 5 of
+/// docs/conformance.md): a verdict's `answer` and an observation's `lease`, `fence`, `outcome`,
+/// `runner_time` and `digest`. Over a version 1 driver they are not compared, and the summary says
+/// so.
+pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=2;
 /// How long the harness waits for one answer.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -54,7 +60,7 @@ pub enum SetupError {
     /// The command speaks another version.
     #[error(
         "the driver command `{command}` speaks version {theirs} of the driver protocol; this \
-         harness speaks version {VERSION}"
+         harness speaks versions 1 to {VERSION}"
     )]
     Version { command: String, theirs: u64 },
 }
@@ -136,9 +142,9 @@ impl Process {
         Ok(answer)
     }
 
-    /// Starts `command` and checks its `hello`: the protocol and the version. Returns the process
-    /// and the implementation's name.
-    async fn start(command: &str) -> Result<(Process, String), SetupError> {
+    /// Starts `command` and checks its `hello`: the protocol and the version. Returns the process,
+    /// the implementation's name and the version it speaks.
+    async fn start(command: &str) -> Result<(Process, String, u64), SetupError> {
         let mut process = Process::spawn(command).map_err(|e| SetupError::Spawn {
             command: command.into(),
             detail: e.to_string(),
@@ -158,13 +164,13 @@ impl Process {
                 "expected a hello_ok of {PROTOCOL}: {answer}"
             )));
         }
-        if hello.version != VERSION {
+        if !VERSIONS.contains(&hello.version) {
             return Err(SetupError::Version {
                 command: command.into(),
                 theirs: hello.version,
             });
         }
-        Ok((process, hello.implementation))
+        Ok((process, hello.implementation, hello.version))
     }
 }
 
@@ -184,6 +190,8 @@ type Idle = Arc<Mutex<Vec<Process>>>;
 pub struct CmdDriver {
     command: String,
     implementation: String,
+    /// The protocol version the command speaks.
+    version: u64,
     idle: Idle,
 }
 
@@ -191,10 +199,11 @@ impl CmdDriver {
     /// Starts `command` once and checks that it speaks this version of the protocol; more
     /// processes of it are started as parallel traces need them.
     pub async fn connect(command: &str) -> Result<Self, SetupError> {
-        let (process, implementation) = Process::start(command).await?;
+        let (process, implementation, version) = Process::start(command).await?;
         Ok(Self {
             command: command.into(),
             implementation,
+            version,
             idle: Arc::new(Mutex::new(vec![process])),
         })
     }
@@ -209,13 +218,18 @@ impl CmdDriver {
         &self.implementation
     }
 
+    /// The protocol version the command speaks.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     async fn process(&self) -> Result<Process, DriverError> {
         let idle = self.idle.lock().expect("the idle list").pop();
         match idle {
             Some(process) => Ok(process),
             None => Process::start(&self.command)
                 .await
-                .map(|(process, _)| process)
+                .map(|(process, _, _)| process)
                 .map_err(|e| failed(e.to_string())),
         }
     }
@@ -357,6 +371,10 @@ impl Driver for CmdDriver {
             idle: Arc::clone(&self.idle),
             model: model.clone(),
             jobs: model.config.jobs as usize,
+            details: self.version >= 2,
+            answer: None,
+            sent_payload: None,
+            payloads: PayloadDigests::default(),
         })
     }
 }
@@ -368,6 +386,13 @@ pub struct CmdSession {
     idle: Idle,
     model: LeaseModel,
     jobs: usize,
+    /// Whether the driver reports the rule details (version 2).
+    details: bool,
+    /// The value the last step's rule returned, as the driver reported it.
+    answer: Option<Answer>,
+    /// The payload the last step sent, as [`payload_label`] names it.
+    sent_payload: Option<String>,
+    payloads: PayloadDigests,
 }
 
 impl Drop for CmdSession {
@@ -401,12 +426,16 @@ impl Session for CmdSession {
         action: &Action,
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
+        self.answer = None;
+        self.sent_payload =
+            crate::coverage::delivered(before, action).and_then(|m| payload_label(m.kind));
         let Some(request) = step_request(before, action, after)? else {
             return Ok(None);
         };
         let answer = self.call(request).await?;
         expect_type(&answer, "verdict")?;
         let verdict: WireVerdict = parse(&answer, "verdict")?;
+        self.answer = verdict.answer.map(WireAnswer::into_answer);
         let observed = match (verdict.verdict.as_deref(), verdict.reason.as_deref()) {
             (None, _) => None,
             (Some(v), reason) => Some(Expected {
@@ -474,6 +503,7 @@ impl Session for CmdSession {
                 },
             })
             .collect();
+        let mut observation_details = None;
         let observation = match wire.observations.as_slice() {
             [] => None,
             [o] => Some(ObservationProjection {
@@ -504,11 +534,30 @@ impl Session for CmdSession {
                 )))
             }
         };
+        if let ([o], true) = (wire.observations.as_slice(), self.details) {
+            observation_details = Some(ObservationDetails {
+                lease: o.lease.unwrap_or(u8::MAX),
+                fence: o.fence.unwrap_or(u8::MAX),
+                outcome: match &o.outcome {
+                    Some(outcome) => Some(name(outcome)?),
+                    None => None,
+                },
+                runner_time: o.runner_time,
+                payload: self
+                    .payloads
+                    .label(o.digest.as_deref(), self.sent_payload.as_deref()),
+            });
+        }
         Ok(Projection {
             jobs,
             targets,
             observation,
-            details: None,
+            // A version 1 driver reports no details: then they are not compared.
+            details: self.details.then(|| Details {
+                observation: observation_details,
+                answer: self.answer.clone(),
+            }),
+            unread: Vec::new(),
         })
     }
 
@@ -521,8 +570,8 @@ impl Session for CmdSession {
 impl crate::suite::SuiteDriver for CmdDriver {
     fn heading(&self) -> String {
         format!(
-            "conformance: model against `{}` ({}, driver protocol v{VERSION})",
-            self.command, self.implementation
+            "conformance: model against `{}` ({}, driver protocol v{})",
+            self.command, self.implementation, self.version
         )
     }
     fn replay_options(&self) -> String {
@@ -536,6 +585,13 @@ impl crate::suite::SuiteDriver for CmdDriver {
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
         None
+    }
+    fn not_compared(&self) -> Vec<Part> {
+        if self.version >= 2 {
+            Vec::new()
+        } else {
+            vec![Part::ObservationDetails, Part::Answers]
+        }
     }
 }
 
@@ -564,6 +620,65 @@ struct WireVerdict {
     verdict: Option<String>,
     #[serde(default)]
     reason: Option<String>,
+    /// Version 2: the value the step's rule returned (absent or null: none).
+    #[serde(default)]
+    answer: Option<WireAnswer>,
+}
+
+/// The value a rule returned, as a version 2 driver reports it (`verdict.schema.json`).
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum WireAnswer {
+    Claim {
+        job: u8,
+        fence: Fence,
+        lease_ticks: i64,
+    },
+    Heartbeat {
+        lease_ticks: i64,
+        cancel_requested: bool,
+    },
+    Rejoin {
+        instruction: String,
+    },
+    Sweep {
+        uncertain: Vec<u8>,
+    },
+}
+
+impl WireAnswer {
+    fn into_answer(self) -> Answer {
+        match self {
+            WireAnswer::Claim {
+                job,
+                fence,
+                lease_ticks,
+            } => Answer::Claim {
+                job,
+                fence,
+                lease_ticks,
+            },
+            WireAnswer::Heartbeat {
+                lease_ticks,
+                cancel_requested,
+            } => Answer::Heartbeat {
+                lease_ticks,
+                cancel_requested,
+            },
+            WireAnswer::Rejoin { instruction } => Answer::Rejoin {
+                instruction: match instruction.as_str() {
+                    "continue" => rejoin_instruction(true, false),
+                    "cancel" => rejoin_instruction(true, true),
+                    "stop" => rejoin_instruction(false, false),
+                    _ => "(an instruction the spec does not name)",
+                },
+            },
+            WireAnswer::Sweep { mut uncertain } => {
+                uncertain.sort_unstable();
+                Answer::Sweep { uncertain }
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -607,6 +722,21 @@ struct WireObservation {
     verdict: String,
     #[serde(default)]
     reason: Option<String>,
+    /// Version 2: the named lease (0: one no claim issued).
+    #[serde(default)]
+    lease: Option<u8>,
+    /// Version 2: the named fence.
+    #[serde(default)]
+    fence: Option<Fence>,
+    /// Version 2: a result's outcome.
+    #[serde(default)]
+    outcome: Option<String>,
+    /// Version 2: the runner time the message carried.
+    #[serde(default)]
+    runner_time: Option<u8>,
+    /// Version 2: the payload digest recorded (a result's digest).
+    #[serde(default)]
+    digest: Option<String>,
 }
 
 fn expect_type(answer: &Value, kind: &str) -> Result<(), DriverError> {

@@ -1,39 +1,48 @@
-//! The HTTP driver: the same replays as the in-process driver ([`crate::pg`]), against a running
-//! `leasewright serve --manual-clock` over its HTTP API (docs/http.md).
+//! The HTTP driver: the same replays as the in-process driver ([`crate::pg`]), against one or more
+//! running servers over HTTP (docs/http.md), each started with a test clock
+//! (`leasewright serve --manual-clock`).
 //!
-//! Every trace gets the same fresh namespace as in-process (two new projects, new runners with
-//! their own tokens, new jobs) and maps abstract ids to concrete ids the same way. What differs is
-//! time: the server has one clock for all its clients, so traces cannot move time in parallel.
-//! The driver holds one lock for the lifetime of a session, so its traces run one at a time
-//! whatever the parallelism asked for, and it sets the server's clock to the trace epoch
-//! ([`crate::pg::trace_epoch`]) when a trace opens. Rows of earlier traces stay in the database;
-//! they belong to other projects, and the expiry sweep is scoped to the trace's project
-//! (`POST /v1/sweep {"project"}`), so they never show in a trace's verdicts or projection.
+//! What the driver needs of a server (docs/conformance.md, "What the HTTP driver needs") is the
+//! protocol's own routes (projects, runners and jobs to set a trace up; the runner routes; cancel
+//! and reconcile; a target's deploy route) and a minimal test hook: `POST /v1/test/clock` (set or
+//! advance the server's time) and `POST /v1/sweep` (run the expiry sweep now, answering the jobs it
+//! made uncertain). Everything else it reads to compare the state (a job's view, its attempts, its
+//! observations, a target slot's state) is optional: a read the server does not offer (404) is
+//! found when the driver connects, not compared, and named in the summary.
 //!
-//! One model tick is the server's lease ttl divided by the model's `lease_ttl` (read once, from the
-//! answer to a claim of a probe job, when the driver connects): the model's lease lasts exactly
-//! as long as the server's.
+//! Time: a server has one clock for all its clients, so one server runs one trace at a time. Traces
+//! run in parallel on several servers (`--http URL` given several times), each with its own clock
+//! and its own database, one trace on each at a time. A trace sets its server's clock to the trace
+//! epoch ([`crate::pg::trace_epoch`]) when it opens; ticks are sent lazily, merged into one
+//! `set` before the next request that reads the time. Rows of earlier traces stay in the database,
+//! in other projects; the sweep runs over every project, and the driver counts only the trace's own
+//! jobs among the jobs it made uncertain (earlier traces are over, so a sweep that makes their jobs
+//! uncertain changes nothing any trace compares).
+//!
+//! One model tick is the server's lease ttl divided by the model's `lease_ttl`: the driver reads
+//! the ttl once, when it connects, from the lease expiry a claim of a probe job answers.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
+use chrono::{DateTime, Duration, Utc};
 use leasewright_model as model;
-use leasewright_server::client::{CallError, OperatorClient, RunnerClient};
+use leasewright_server::client::{path_segment, CallError, Http, OperatorClient, RunnerClient};
 use leasewright_server::source::{build_snapshot, SourceFile};
-use leasewright_server::wire::{
-    AttemptBody, ClaimRequest, ClaimResponse, ClockRequest, DeployRequest, HeartbeatResponse,
-    JobBody, ObservationBody, RejoinResponse, SubmitJobRequest, TupleBody, VerdictResponse,
-};
+use leasewright_server::wire::{ClockRequest, DeployRequest, SubmitJobRequest, TupleBody};
 use model::{Action, Expected, LeaseModel, MessageKind, State};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use crate::driver::{
-    AttemptProjection, Driver, DriverError, JobProjection, ObservationProjection, Observed,
+    payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
+    JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
-use crate::pg::{code, result_digest, runner_time, trace_epoch, FORGED_LEASE};
+use crate::pg::{code, model_runner_time, result_digest, runner_time, trace_epoch, FORGED_LEASE};
 
 /// Why the driver cannot run against a server (a setup failure, not a divergence).
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +70,16 @@ pub enum SetupError {
          milliseconds divide by {ticks} (the default 30 s does)"
     )]
     LeaseTtl { ttl_ms: u64, ticks: u8 },
+    /// Two servers disagree on something every trace depends on.
+    #[error("the servers disagree: {0}")]
+    Mismatch(String),
+    /// Two of the servers share a database: their sweeps would expire each other's leases.
+    #[error(
+        "the servers at {a} and {b} share a database (each sees the other's probe job): \
+         traces on one would be swept by the other's expiry sweep; give each server its own \
+         database (`leasewright serve --database-url` with another database)"
+    )]
+    SharedDatabase { a: String, b: String },
     /// Any other answer.
     #[error("the server at {url} answered unexpectedly while {doing}: {detail}")]
     Unexpected {
@@ -70,22 +89,230 @@ pub enum SetupError {
     },
 }
 
-/// The HTTP driver over one running server.
-pub struct HttpDriver {
+/// One server the driver replays on.
+#[derive(Clone)]
+struct Server {
     operator: OperatorClient,
-    /// The server's lease ttl.
+    /// The target's deploy and state routes (the server's own URL unless `--target-url`).
+    target: Http,
+}
+
+/// The HTTP driver over one or more running servers.
+pub struct HttpDriver {
+    servers: Vec<Server>,
+    /// Servers not serving a trace right now.
+    idle: Arc<Mutex<Vec<usize>>>,
+    /// One permit per server.
+    free: Arc<Semaphore>,
+    /// The servers' lease ttl.
     lease_ttl_ms: u64,
     /// The source every job is submitted with (base64 of a one-file snapshot).
     archive_base64: String,
-    /// Held by the open session: the server's clock is global, so one trace at a time.
-    clock: Arc<Mutex<()>>,
+    /// What the servers do not let the driver read (not compared).
+    unread: Vec<Part>,
+}
+
+/// A lease as a claim answers it: the fields the driver reads.
+#[derive(Deserialize)]
+struct LeaseRead {
+    job: Uuid,
+    attempt: Uuid,
+    lease_id: Uuid,
+    fence: i64,
+    lease_expiry: DateTime<Utc>,
+    slot_token: i64,
+}
+
+#[derive(Deserialize)]
+struct ClaimRead {
+    verdict: String,
+    leases: Vec<LeaseRead>,
+}
+
+#[derive(Deserialize)]
+struct VerdictRead {
+    verdict: String,
+}
+
+#[derive(Deserialize)]
+struct HeartbeatRead {
+    verdict: String,
+    #[serde(default)]
+    lease_expiry: Option<DateTime<Utc>>,
+    #[serde(default)]
+    cancel_requested: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RejoinRead {
+    verdict: String,
+    #[serde(default)]
+    instruction: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SweepRead {
+    verdict: String,
+    #[serde(default)]
+    jobs: Vec<Uuid>,
+}
+
+#[derive(Deserialize)]
+struct JobRead {
+    state: String,
+    current_attempt: Option<Uuid>,
+    fence: i64,
+    cancel_requested: bool,
+    #[serde(default)]
+    target_reserved_by: Option<Uuid>,
+}
+
+#[derive(Deserialize)]
+struct AttemptRead {
+    attempt: Uuid,
+    runner: Uuid,
+    fence: i64,
+    state: String,
+}
+
+#[derive(Deserialize)]
+struct AttemptsRead {
+    attempts: Vec<AttemptRead>,
+}
+
+#[derive(Deserialize)]
+struct ObservationRead {
+    kind: String,
+    runner: Uuid,
+    named_attempt: Uuid,
+    attempt: Option<Uuid>,
+    verdict: String,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    named_lease_id: Option<Uuid>,
+    #[serde(default)]
+    named_fence: Option<i64>,
+    #[serde(default)]
+    runner_time: Option<DateTime<Utc>>,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default)]
+    payload_sha256: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ObservationsRead {
+    observations: Vec<ObservationRead>,
+}
+
+#[derive(Deserialize)]
+struct TargetRead {
+    applied_count: i64,
+    #[serde(default)]
+    highest_slot_token: Option<i64>,
+}
+
+/// The fields of an observation that only [`Part::ObservationDetails`] compares.
+const DETAIL_FIELDS: [&str; 5] = [
+    "named_lease_id",
+    "named_fence",
+    "runner_time",
+    "outcome",
+    "payload_sha256",
+];
+
+fn job_path(project: Uuid, job: Uuid) -> String {
+    format!("/v1/projects/{project}/jobs/{job}")
+}
+
+fn target_path(slot: &str) -> String {
+    format!("/v1/targets/{}", path_segment(slot))
+}
+
+/// What [`HttpDriver::connect_one`] learns of one server.
+struct Connected {
+    server: Server,
+    lease_ttl_ms: u64,
+    unread: Vec<Part>,
+    /// The probe job's project and id (to find servers that share a database).
+    probe: (Uuid, Uuid),
 }
 
 impl HttpDriver {
-    /// Connects to the server at `url` with the operator token: checks the token, the test
-    /// clock, and reads the server's lease ttl from a claim of a probe job (in a probe project of
-    /// its own, finished at once).
+    /// Connects to the server at `url`: see [`HttpDriver::connect_all`].
     pub async fn connect(url: &str, operator_token: &str) -> Result<Self, SetupError> {
+        Self::connect_all(&[url.to_owned()], operator_token, None).await
+    }
+
+    /// Connects to every server of `urls` with the operator token: checks the token and the test
+    /// clock, reads the lease ttl from a claim of a probe job (in a probe project of its own,
+    /// finished at once) and which optional reads each server offers. Every server must have the
+    /// same lease ttl and a database of its own. `target_url`: where the targets' routes are
+    /// (default: each server's own URL).
+    pub async fn connect_all(
+        urls: &[String],
+        operator_token: &str,
+        target_url: Option<&str>,
+    ) -> Result<Self, SetupError> {
+        let mut connected = Vec::with_capacity(urls.len());
+        for url in urls {
+            connected.push(Self::connect_one(url, operator_token, target_url).await?);
+        }
+        let lease_ttl_ms = connected.first().map(|c| c.lease_ttl_ms).unwrap_or(0);
+        for c in &connected {
+            if c.lease_ttl_ms != lease_ttl_ms {
+                return Err(SetupError::Mismatch(format!(
+                    "the server at {} has a lease ttl of {} ms, the one at {} {} ms",
+                    c.server.operator.http.base(),
+                    c.lease_ttl_ms,
+                    connected[0].server.operator.http.base(),
+                    lease_ttl_ms
+                )));
+            }
+        }
+        let mut unread: Vec<Part> = connected.iter().flat_map(|c| c.unread.clone()).collect();
+        unread.sort();
+        unread.dedup();
+        // Servers that share a database would expire each other's leases: each must not see
+        // the other's probe job (checkable only where jobs can be read).
+        if !unread.contains(&Part::Jobs) {
+            for a in &connected {
+                for b in &connected {
+                    let (aurl, burl) =
+                        (a.server.operator.http.base(), b.server.operator.http.base());
+                    if aurl == burl {
+                        continue;
+                    }
+                    let (project, job) = a.probe;
+                    let seen: Result<Value, CallError> =
+                        b.server.operator.http.get(&job_path(project, job)).await;
+                    if seen.is_ok() {
+                        return Err(SetupError::SharedDatabase {
+                            a: aurl.into(),
+                            b: burl.into(),
+                        });
+                    }
+                }
+            }
+        }
+        let snapshot = probe_snapshot();
+        let n = connected.len();
+        Ok(Self {
+            servers: connected.into_iter().map(|c| c.server).collect(),
+            idle: Arc::new(Mutex::new((0..n).rev().collect())),
+            free: Arc::new(Semaphore::new(n)),
+            lease_ttl_ms,
+            archive_base64: snapshot,
+            unread,
+        })
+    }
+
+    async fn connect_one(
+        url: &str,
+        operator_token: &str,
+        target_url: Option<&str>,
+    ) -> Result<Connected, SetupError> {
         let url = url.trim_end_matches('/').to_owned();
         let unexpected = |doing: &'static str| {
             let url = url.clone();
@@ -106,52 +333,61 @@ impl HttpDriver {
         };
         let operator =
             OperatorClient::new(&url, operator_token).map_err(unexpected("building a client"))?;
-        // The token first, on a route every server has (a never-used target slot: 404 when the
-        // token is good, 401 when it is not).
-        match operator.target("leasewright-conform-probe").await {
-            Ok(_) => {}
-            Err(CallError::Http { status: 404, .. }) => {}
-            Err(error) => return Err(unexpected("checking the operator token")(error)),
-        }
-        match operator.clock(&ClockRequest::default()).await {
+        let target = match target_url {
+            Some(t) => Http::new(t, operator_token, std::time::Duration::from_secs(60))
+                .map_err(unexpected("building a client of the target"))?,
+            None => operator.http.clone(),
+        };
+        // The test hook first: it checks the token (401) and the clock (404) at once.
+        let epoch = trace_epoch();
+        match operator
+            .clock(&ClockRequest {
+                set: Some(epoch),
+                advance_ms: None,
+            })
+            .await
+        {
             Ok(_) => {}
             Err(CallError::Http { status: 404, .. }) => {
-                return Err(SetupError::NoManualClock { url: url.clone() })
+                // No test clock, or a server that answers 404 before it looks at the token:
+                // a read names the token's fault first.
+                let read: Result<Value, CallError> =
+                    operator.http.get(&job_path(Uuid::nil(), Uuid::nil())).await;
+                return Err(match read {
+                    Err(CallError::Http { status: 401, .. }) => {
+                        SetupError::Unauthorized { url: url.clone() }
+                    }
+                    _ => SetupError::NoManualClock { url: url.clone() },
+                });
             }
-            Err(error) => return Err(unexpected("reading the test clock")(error)),
+            Err(error) => return Err(unexpected("setting the test clock")(error)),
         }
-        let snapshot = build_snapshot(vec![SourceFile {
-            path: "README".into(),
-            mode: 0o644,
-            content: b"a job of a conformance trace; its command is `true`\n".to_vec(),
-        }])
-        .map_err(|e| SetupError::Unexpected {
-            url: url.clone(),
-            doing: "building the source snapshot",
-            detail: e.to_string(),
-        })?;
-        let archive_base64 = base64::engine::general_purpose::STANDARD.encode(&snapshot.archive);
-        // The lease ttl: claim a probe job, read `lease_ttl_ms`, finish the job.
-        let probe = format!("conform-probe-{}", Uuid::new_v4().simple());
+        let archive_base64 = probe_snapshot();
+        // The lease ttl: claim a probe job at the epoch, read its lease expiry, finish the job.
+        let unique = Uuid::new_v4().simple().to_string();
         let doing = "claiming a probe job to read the lease ttl";
         let project = operator
-            .create_project(&probe)
+            .create_project(&format!("conform-probe-{unique}"))
             .await
             .map_err(unexpected(doing))?;
         let runner = operator
             .create_runner(project, "probe")
             .await
             .map_err(unexpected(doing))?;
-        operator
-            .submit(project, &submit_request(&archive_base64, "probe", None))
+        let slot = format!("conform-probe-{unique}");
+        let submitted = operator
+            .submit(
+                project,
+                &submit_request(&archive_base64, "probe", &slot, "fenced"),
+            )
             .await
             .map_err(unexpected(doing))?;
         let client = RunnerClient {
             http: operator.http.with_token(&runner.token),
         };
-        let claimed: ClaimResponse = client
+        let claimed: ClaimRead = client
             .http
-            .post("/v1/runner/claim", &ClaimRequest::default())
+            .post("/v1/runner/claim", &json!({"capacity": 1}))
             .await
             .map_err(unexpected(doing))?;
         let lease = claimed
@@ -161,23 +397,108 @@ impl HttpDriver {
             .ok_or_else(|| SetupError::Unexpected {
                 url: url.clone(),
                 doing,
-                detail: "an accepted claim without a lease".into(),
+                detail: format!("a claim answered `{}` without a lease", claimed.verdict),
             })?;
+        let ttl = (lease.lease_expiry - epoch).num_milliseconds();
+        let lease_ttl_ms =
+            u64::try_from(ttl)
+                .ok()
+                .filter(|t| *t > 0)
+                .ok_or_else(|| SetupError::Unexpected {
+                    url: url.clone(),
+                    doing,
+                    detail: format!(
+                        "the lease expires at {}, not after the test clock's {epoch}",
+                        lease.lease_expiry
+                    ),
+                })?;
+        // A mutation of the probe's slot, so that its state can be read below.
+        let deploy = DeployRequest {
+            kind: "fenced".into(),
+            job: lease.job,
+            attempt: lease.attempt,
+            slot_token: lease.slot_token,
+            deployment_id: "probe".into(),
+        };
+        let deployed: Result<VerdictRead, CallError> = target
+            .post(&format!("{}/deploy", target_path(&slot)), &deploy)
+            .await;
+        deployed.map_err(unexpected("deploying the probe job to its target"))?;
+        let tuple = TupleBody {
+            job: lease.job,
+            attempt: lease.attempt,
+            lease_id: lease.lease_id,
+            fence: lease.fence,
+            runner_time: None,
+        };
         client
-            .result(&lease.tuple(None), "passed", "sha256:probe")
+            .result(&tuple, "passed", "sha256:probe")
             .await
             .map_err(unexpected(doing))?;
-        Ok(Self {
-            operator,
-            lease_ttl_ms: lease.lease_ttl_ms,
-            archive_base64,
-            clock: Arc::new(Mutex::new(())),
+        // The optional reads: a 404 (or 405) on the probe's own job means the read is not there.
+        let mut unread = Vec::new();
+        let job = submitted.job;
+        let read =
+            |result: Result<Value, CallError>, part: Part, unread: &mut Vec<Part>| match result {
+                Ok(value) => Ok(Some(value)),
+                Err(CallError::Http {
+                    status: 404 | 405, ..
+                }) => {
+                    unread.push(part);
+                    Ok(None)
+                }
+                Err(error) => Err(unexpected("reading the probe job")(error)),
+            };
+        let base = job_path(project, job);
+        read(operator.http.get(&base).await, Part::Jobs, &mut unread)?;
+        read(
+            operator.http.get(&format!("{base}/attempts")).await,
+            Part::Ledger,
+            &mut unread,
+        )?;
+        let observations = read(
+            operator.http.get(&format!("{base}/observations")).await,
+            Part::Observation,
+            &mut unread,
+        )?;
+        if let Some(list) = observations {
+            // The result's observation names every field the details compare, or they are not
+            // compared.
+            let complete = list["observations"]
+                .as_array()
+                .and_then(|all| all.last())
+                .and_then(Value::as_object)
+                .is_some_and(|o| DETAIL_FIELDS.iter().all(|f| o.contains_key(*f)));
+            if !complete {
+                unread.push(Part::ObservationDetails);
+            }
+        }
+        read(
+            target.get(&target_path(&slot)).await,
+            Part::Targets,
+            &mut unread,
+        )?;
+        Ok(Connected {
+            server: Server { operator, target },
+            lease_ttl_ms,
+            unread,
+            probe: (project, job),
         })
     }
 
-    /// The server's lease ttl.
+    /// The servers' lease ttl.
     pub fn lease_ttl_ms(&self) -> u64 {
         self.lease_ttl_ms
+    }
+
+    /// How many servers the driver replays on (traces at once).
+    pub fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// What the servers do not let the driver read: not compared.
+    pub fn unread(&self) -> &[Part] {
+        &self.unread
     }
 
     /// The server time of one tick of a model whose leases last `lease_ttl` ticks: the server's
@@ -195,20 +516,57 @@ impl HttpDriver {
         i64::try_from(tick).map_err(|_| error)
     }
 
-    /// The server's base URL.
+    /// The first server's base URL.
     pub fn url(&self) -> &str {
-        self.operator.http.base()
+        self.servers[0].operator.http.base()
+    }
+
+    /// Every server's base URL.
+    pub fn urls(&self) -> Vec<&str> {
+        self.servers
+            .iter()
+            .map(|s| s.operator.http.base())
+            .collect()
     }
 }
 
-fn submit_request(archive_base64: &str, revision: &str, kind: Option<&str>) -> SubmitJobRequest {
+/// The base64 of the one-file source snapshot every job is submitted with.
+fn probe_snapshot() -> String {
+    let snapshot = build_snapshot(vec![SourceFile {
+        path: "README".into(),
+        mode: 0o644,
+        content: b"a job of a conformance trace; its command is `true`\n".to_vec(),
+    }])
+    .expect("a one-file snapshot builds");
+    base64::engine::general_purpose::STANDARD.encode(&snapshot.archive)
+}
+
+fn submit_request(
+    archive_base64: &str,
+    revision: &str,
+    slot: &str,
+    kind: &str,
+) -> SubmitJobRequest {
     SubmitJobRequest {
         command: "true".into(),
         source_revision: revision.into(),
         source_archive_base64: archive_base64.into(),
         artifacts: Vec::new(),
-        target: None,
-        target_kind: kind.map(str::to_owned),
+        target: Some(slot.into()),
+        target_kind: Some(kind.into()),
+    }
+}
+
+/// A server taken by a session; given back when the session ends.
+struct Taken {
+    index: usize,
+    idle: Arc<Mutex<Vec<usize>>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.idle.lock().expect("the idle list").push(self.index);
     }
 }
 
@@ -216,85 +574,177 @@ impl Driver for HttpDriver {
     type Session = HttpSession;
 
     fn name(&self) -> String {
-        format!("http ({})", self.url())
+        match self.servers.len() {
+            1 => format!("http ({})", self.url()),
+            n => format!("http ({} and {} more)", self.url(), n - 1),
+        }
     }
 
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<HttpSession, DriverError> {
         let config = &model.config;
         let tick_ms = self.tick_ms(config.lease_ttl).map_err(unmappable)?;
-        // One trace at a time: the clock is the server's, not the trace's.
-        let guard = Arc::clone(&self.clock).lock_owned().await;
-        let op = &self.operator;
-        op.clock(&ClockRequest {
-            set: Some(trace_epoch()),
-            advance_ms: None,
-        })
-        .await
-        .map_err(failed)?;
+        // One trace per server at a time: the clock is the server's, not the trace's.
+        let permit = Arc::clone(&self.free)
+            .acquire_owned()
+            .await
+            .map_err(|_| failed("the driver is closed"))?;
+        let index = self
+            .idle
+            .lock()
+            .expect("the idle list")
+            .pop()
+            .expect("a permit means a free server");
+        let taken = Taken {
+            index,
+            idle: Arc::clone(&self.idle),
+            _permit: permit,
+        };
+        let server = self.servers[index].clone();
+        let op = &server.operator;
         let unique = Uuid::new_v4().simple().to_string();
-        let project = op
-            .create_project(&format!("{trace}-{unique}"))
-            .await
-            .map_err(failed)?;
-        let outsider_project = op
-            .create_project(&format!("{trace}-{unique}-outsider"))
-            .await
-            .map_err(failed)?;
+        let outsider = model.outsider().is_some();
+        // The clock and both projects at once.
+        let (_, project, outsider_project) = tokio::try_join!(
+            async {
+                op.clock(&ClockRequest {
+                    set: Some(trace_epoch()),
+                    advance_ms: None,
+                })
+                .await
+                .map_err(http_failed)
+            },
+            async {
+                op.create_project(&format!("{trace}-{unique}"))
+                    .await
+                    .map_err(http_failed)
+            },
+            async {
+                if outsider {
+                    op.create_project(&format!("{trace}-{unique}-outsider"))
+                        .await
+                        .map(Some)
+                        .map_err(http_failed)
+                } else {
+                    Ok(None)
+                }
+            },
+        )?;
+        // Runners and jobs at once (jobs in submission order: claim order follows it).
+        let slots: Vec<String> = (0..config.jobs)
+            .map(|j| format!("{trace}-{unique}-{j}"))
+            .collect();
+        let (created, jobs) = tokio::try_join!(
+            async {
+                let mut tasks = tokio::task::JoinSet::new();
+                for r in 0..config.runners + u8::from(outsider) {
+                    let (op, p) = match outsider_project {
+                        Some(o) if r == config.runners => (op.clone(), o),
+                        _ => (op.clone(), project),
+                    };
+                    tasks.spawn(
+                        async move { (r, op.create_runner(p, &format!("runner-{r}")).await) },
+                    );
+                }
+                let mut created = BTreeMap::new();
+                while let Some(joined) = tasks.join_next().await {
+                    let (r, result) = joined.map_err(|e| failed(e.to_string()))?;
+                    created.insert(r, result.map_err(http_failed)?);
+                }
+                Ok::<_, DriverError>(created)
+            },
+            async {
+                let mut jobs = Vec::with_capacity(slots.len());
+                for (j, slot) in slots.iter().enumerate() {
+                    let submitted = op
+                        .submit(
+                            project,
+                            &submit_request(
+                                &self.archive_base64,
+                                &format!("rev-{j}"),
+                                slot,
+                                config.target.as_str(),
+                            ),
+                        )
+                        .await
+                        .map_err(http_failed)?;
+                    jobs.push(submitted.job);
+                }
+                Ok(jobs)
+            },
+        )?;
         let mut runners = Vec::new();
         let mut clients = Vec::new();
-        let mut add = |created: leasewright_server::wire::RunnerResponse| {
+        for created in created.into_values() {
             runners.push(created.runner);
             clients.push(RunnerClient {
                 http: op.http.with_token(&created.token),
             });
-        };
-        for r in 0..config.runners {
-            add(op
-                .create_runner(project, &format!("runner-{r}"))
-                .await
-                .map_err(failed)?);
-        }
-        if let Some(_outsider) = model.outsider() {
-            add(op
-                .create_runner(outsider_project, "outsider")
-                .await
-                .map_err(failed)?);
-        }
-        let mut jobs = Vec::new();
-        let mut slots = Vec::new();
-        for j in 0..config.jobs {
-            let submitted = op
-                .submit(
-                    project,
-                    &submit_request(
-                        &self.archive_base64,
-                        &format!("rev-{j}"),
-                        Some(config.target.as_str()),
-                    ),
-                )
-                .await
-                .map_err(failed)?;
-            let view = op.job(project, submitted.job).await.map_err(failed)?;
-            slots.push(view.target);
-            jobs.push(submitted.job);
         }
         Ok(HttpSession {
-            operator: op.clone(),
+            model: model.clone(),
             tick_ms,
+            ticks: 0,
+            clock_at: Some(0),
             project,
-            outsider_project,
+            outsider_project: outsider_project.unwrap_or(project),
             runners,
             clients,
+            seen: vec![0; jobs.len()],
             jobs,
             attempts: Vec::new(),
             slot_tokens: Vec::new(),
             leases: BTreeMap::new(),
             slots,
             target_kind: config.target,
-            last_observation: 0,
-            _clock: guard,
+            unread: self.unread.clone(),
+            answer: None,
+            sent_payload: None,
+            payloads: PayloadDigests::default(),
+            server,
+            _taken: taken,
         })
     }
+}
+
+/// One trace's namespace on one server.
+pub struct HttpSession {
+    server: Server,
+    model: LeaseModel,
+    /// One model tick, in milliseconds of server time.
+    tick_ms: i64,
+    /// Model ticks so far.
+    ticks: i64,
+    /// The ticks the server's clock shows (`None`: unknown), sent lazily.
+    clock_at: Option<i64>,
+    project: Uuid,
+    /// The outsider's project (model project 1).
+    outsider_project: Uuid,
+    /// Model runner index → runner (the outsider last).
+    runners: Vec<Uuid>,
+    /// Model runner index → a client speaking with that runner's token.
+    clients: Vec<RunnerClient>,
+    /// Model job index → job.
+    jobs: Vec<Uuid>,
+    /// Model job index → the observations of that job seen so far.
+    seen: Vec<usize>,
+    /// Model attempt index → attempt.
+    attempts: Vec<Uuid>,
+    /// Model attempt index → the slot token its lease carries, which its target mutations carry
+    /// (docs/protocol.md §8.3).
+    slot_tokens: Vec<i64>,
+    /// Model lease id → lease id.
+    leases: BTreeMap<u8, Uuid>,
+    /// Model job index → its target slot.
+    slots: Vec<String>,
+    target_kind: model::TargetKind,
+    unread: Vec<Part>,
+    /// The value the last step's rule returned.
+    answer: Option<Answer>,
+    /// The payload the last step sent, as [`payload_label`] names it.
+    sent_payload: Option<String>,
+    payloads: PayloadDigests,
+    /// The server is this trace's until the session ends.
+    _taken: Taken,
 }
 
 impl HttpSession {
@@ -307,39 +757,37 @@ impl HttpSession {
             _ => self.project,
         }
     }
-}
 
-/// One trace's namespace on the server.
-pub struct HttpSession {
-    operator: OperatorClient,
-    /// One model tick, in milliseconds of server time.
-    tick_ms: i64,
-    project: Uuid,
-    /// The outsider's project (model project 1).
-    outsider_project: Uuid,
-    /// Model runner index → runner (the outsider last).
-    runners: Vec<Uuid>,
-    /// Model runner index → a client speaking with that runner's token.
-    clients: Vec<RunnerClient>,
-    /// Model job index → job.
-    jobs: Vec<Uuid>,
-    /// Model attempt index → attempt.
-    attempts: Vec<Uuid>,
-    /// Model attempt index → the slot token its lease carries, which its target mutations carry
-    /// (docs/protocol.md §8.3).
-    slot_tokens: Vec<i64>,
-    /// Model lease id → lease id.
-    leases: BTreeMap<u8, Uuid>,
-    /// Model job index → its target slot.
-    slots: Vec<String>,
-    target_kind: model::TargetKind,
-    /// The highest observation id seen so far.
-    last_observation: i64,
-    /// The server's clock is this trace's until the session ends.
-    _clock: OwnedMutexGuard<()>,
-}
+    fn reads(&self, part: Part) -> bool {
+        !self.unread.contains(&part)
+    }
 
-impl HttpSession {
+    /// The server's time now, by the trace's clock.
+    fn now(&self) -> DateTime<Utc> {
+        trace_epoch() + Duration::milliseconds(self.ticks * self.tick_ms)
+    }
+
+    /// Whole ticks from now to `at`.
+    fn ticks_until(&self, at: DateTime<Utc>) -> i64 {
+        (at - self.now()).num_milliseconds() / self.tick_ms
+    }
+
+    /// Brings the server's clock to the trace's time (ticks are merged into one `set`).
+    async fn sync_clock(&mut self) -> Result<(), DriverError> {
+        if self.clock_at != Some(self.ticks) {
+            self.server
+                .operator
+                .clock(&ClockRequest {
+                    set: Some(self.now()),
+                    advance_ms: None,
+                })
+                .await
+                .map_err(http_failed)?;
+            self.clock_at = Some(self.ticks);
+        }
+        Ok(())
+    }
+
     fn tuple(&self, m: &model::Message) -> Result<(&RunnerClient, TupleBody), DriverError> {
         fn get<T: Copy>(v: &[T], i: u8, what: &str) -> Result<T, DriverError> {
             v.get(i as usize)
@@ -378,29 +826,60 @@ impl HttpSession {
             })
     }
 
-    async fn deliver(&self, m: &model::Message) -> Result<Observed, DriverError> {
+    async fn deliver(&mut self, m: &model::Message) -> Result<Observed, DriverError> {
+        if m.kind != MessageKind::TargetMutation {
+            self.sync_clock().await?;
+        }
+        self.sent_payload = payload_label(m.kind);
         let (client, tuple) = self.tuple(m)?;
         match m.kind {
-            MessageKind::Heartbeat => answer(
-                client
-                    .http
-                    .post::<_, HeartbeatResponse>("/v1/runner/heartbeat", &tuple)
-                    .await,
-                |r| &r.verdict,
-            ),
+            MessageKind::Heartbeat => {
+                let result: Result<HeartbeatRead, CallError> =
+                    client.http.post("/v1/runner/heartbeat", &tuple).await;
+                if let Ok(r) = &result {
+                    if r.verdict == "accepted" {
+                        let (Some(expiry), Some(cancel)) = (r.lease_expiry, r.cancel_requested)
+                        else {
+                            return Err(DriverError::Implementation(
+                                "an accepted heartbeat without `lease_expiry` and \
+                                 `cancel_requested`"
+                                    .into(),
+                            ));
+                        };
+                        self.answer = Some(Answer::Heartbeat {
+                            lease_ticks: self.ticks_until(expiry),
+                            cancel_requested: cancel,
+                        });
+                    }
+                }
+                answer(result, |r| &r.verdict)
+            }
             MessageKind::Result(outcome) => answer(
                 client
                     .result(&tuple, outcome.as_str(), &result_digest(outcome, m.digest))
                     .await,
                 |r| &r.verdict,
             ),
-            MessageKind::Rejoin => answer(
-                client
-                    .http
-                    .post::<_, RejoinResponse>("/v1/runner/rejoin", &tuple)
-                    .await,
-                |r| &r.verdict,
-            ),
+            MessageKind::Rejoin => {
+                let result: Result<RejoinRead, CallError> =
+                    client.http.post("/v1/runner/rejoin", &tuple).await;
+                let instruction = match &result {
+                    Ok(r) => r.instruction.as_deref(),
+                    Err(CallError::Rejected { instruction, .. }) => {
+                        Some(instruction.as_deref().unwrap_or("stop"))
+                    }
+                    Err(_) => None,
+                };
+                self.answer = instruction.map(|i| Answer::Rejoin {
+                    instruction: match i {
+                        "continue" => rejoin_instruction(true, false),
+                        "cancel" => rejoin_instruction(true, true),
+                        "stop" => rejoin_instruction(false, false),
+                        _ => "(an instruction the spec does not name)",
+                    },
+                });
+                answer(result, |r| &r.verdict)
+            }
             MessageKind::TargetMutation => {
                 let slot = &self.slots[m.job as usize];
                 let slot_token = *self
@@ -415,9 +894,9 @@ impl HttpSession {
                     deployment_id: tuple.job.to_string(),
                 };
                 answer(
-                    self.operator
-                        .http
-                        .post::<_, VerdictResponse>(&format!("/v1/targets/{slot}/deploy"), &body)
+                    self.server
+                        .target
+                        .post::<_, VerdictRead>(&format!("{}/deploy", target_path(slot)), &body)
                         .await,
                     |r| &r.verdict,
                 )
@@ -425,27 +904,26 @@ impl HttpSession {
         }
     }
 
-    /// Every observation naming one of this trace's jobs, oldest first.
-    async fn records(&self) -> Result<Vec<ObservationBody>, DriverError> {
-        let mut all = Vec::new();
-        for job in &self.jobs {
-            all.extend(
-                self.operator
-                    .observations(self.project, *job)
-                    .await
-                    .map_err(failed)?,
-            );
-        }
-        all.sort_by_key(|o| o.id);
-        Ok(all)
+    /// The observations of model job `j`, in receipt order.
+    async fn observations(&self, j: usize) -> Result<Vec<ObservationRead>, DriverError> {
+        let list: ObservationsRead = self
+            .server
+            .operator
+            .http
+            .get(&format!(
+                "{}/observations",
+                job_path(self.project, self.jobs[j])
+            ))
+            .await
+            .map_err(http_failed)?;
+        Ok(list.observations)
     }
 
-    /// The projection of `o`, read from the observations of model job `job` (the route is per
-    /// job, so the body does not repeat the job it names).
+    /// The projection of `o`, an observation of model job `job`.
     fn observation(
         &self,
         job: usize,
-        o: &ObservationBody,
+        o: &ObservationRead,
     ) -> Result<ObservationProjection, DriverError> {
         let verdict: model::Verdict = code(&o.verdict)?;
         let reason = match (&o.reason, verdict) {
@@ -481,13 +959,69 @@ impl HttpSession {
         })
     }
 
-    fn job_projection(
-        &self,
-        view: &JobBody,
-        attempts: &[AttemptBody],
-    ) -> Result<JobProjection, DriverError> {
+    /// The fields of `o` the core projection leaves out.
+    fn observation_details(
+        &mut self,
+        o: &ObservationRead,
+    ) -> Result<ObservationDetails, DriverError> {
+        let (Some(lease_id), Some(fence)) = (o.named_lease_id, o.named_fence) else {
+            return Err(DriverError::Implementation(
+                "an observation without `named_lease_id` and `named_fence`".into(),
+            ));
+        };
+        let lease = if lease_id == FORGED_LEASE {
+            model::FORGED_LEASE
+        } else {
+            self.leases
+                .iter()
+                .find(|(_, id)| **id == lease_id)
+                .map(|(m, _)| *m)
+                .ok_or_else(|| {
+                    DriverError::Implementation("an observation names an unknown lease id".into())
+                })?
+        };
+        Ok(ObservationDetails {
+            lease,
+            fence: u8::try_from(fence)
+                .map_err(|_| DriverError::Implementation(format!("fence {fence} out of range")))?,
+            outcome: match &o.outcome {
+                Some(outcome) => Some(code(outcome)?),
+                None => None,
+            },
+            runner_time: o.runner_time.map(model_runner_time),
+            payload: self
+                .payloads
+                .label(o.payload_sha256.as_deref(), self.sent_payload.as_deref()),
+        })
+    }
+
+    async fn job_projection(&self, j: usize) -> Result<JobProjection, DriverError> {
+        let base = job_path(self.project, self.jobs[j]);
+        let http = &self.server.operator.http;
+        let (view, attempts) = tokio::try_join!(
+            async {
+                if self.reads(Part::Jobs) {
+                    http.get::<JobRead>(&base)
+                        .await
+                        .map(Some)
+                        .map_err(http_failed)
+                } else {
+                    Ok(None)
+                }
+            },
+            async {
+                if self.reads(Part::Ledger) {
+                    http.get::<AttemptsRead>(&format!("{base}/attempts"))
+                        .await
+                        .map(|a| a.attempts)
+                        .map_err(http_failed)
+                } else {
+                    Ok(Vec::new())
+                }
+            },
+        )?;
         let mut ledger = Vec::with_capacity(attempts.len());
-        for a in attempts {
+        for a in &attempts {
             ledger.push(AttemptProjection {
                 attempt: Self::index_of(&self.attempts, &a.attempt, "attempt")?,
                 runner: Self::index_of(&self.runners, &a.runner, "runner")?,
@@ -498,6 +1032,18 @@ impl HttpSession {
             });
         }
         ledger.sort_by_key(|a| a.attempt);
+        let Some(view) = view else {
+            // Not read: blanked before the comparison.
+            return Ok(JobProjection {
+                state: model::JobState::Queued,
+                current_attempt: None,
+                fence: 0,
+                lease_holder: None,
+                cancel_requested: false,
+                target_reserved: false,
+                ledger,
+            });
+        };
         let state: model::JobState = code(&view.state)?;
         let current_attempt = match view.current_attempt {
             Some(a) => Some(Self::index_of(&self.attempts, &a, "attempt")?),
@@ -521,6 +1067,29 @@ impl HttpSession {
             ledger,
         })
     }
+
+    async fn target_projection(&self, slot: &str) -> Result<TargetProjection, DriverError> {
+        let (applied, highest) = match self
+            .server
+            .target
+            .get::<TargetRead>(&target_path(slot))
+            .await
+        {
+            Ok(state) => (state.applied_count, state.highest_slot_token.unwrap_or(0)),
+            // A slot no mutation has reached yet.
+            Err(CallError::Http { status: 404, .. }) => (0, 0),
+            Err(error) => return Err(http_failed(error)),
+        };
+        let cap = i64::from(crate::driver::applied_cap(self.target_kind));
+        Ok(TargetProjection {
+            applied: applied.clamp(0, cap) as u8,
+            highest_fence: if self.target_kind == model::TargetKind::Fenced {
+                highest.clamp(0, 255) as u8
+            } else {
+                0
+            },
+        })
+    }
 }
 
 impl Session for HttpSession {
@@ -530,36 +1099,51 @@ impl Session for HttpSession {
         action: &Action,
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
+        self.answer = None;
+        self.sent_payload = None;
         let verdict = match action {
             Action::Claim { runner } => {
+                self.sync_clock().await?;
                 let client = self
                     .clients
                     .get(*runner as usize)
                     .ok_or_else(|| unmappable(format!("runner {runner}")))?;
-                let request = ClaimRequest {
-                    capacity: Some(1),
-                    runner_time: None,
+                // A batch claim of two jobs whenever the model leaves no second job to take
+                // (then it takes what one claim takes), as in-process.
+                let capacity = if self.model.claimable_job(after, *runner).is_none() {
+                    2
+                } else {
+                    1
                 };
-                let result = client
+                let result: Result<ClaimRead, CallError> = client
                     .http
-                    .post::<_, ClaimResponse>("/v1/runner/claim", &request)
+                    .post("/v1/runner/claim", &json!({"capacity": capacity}))
                     .await;
                 if let Ok(claimed) = &result {
-                    let [lease] = claimed.leases.as_slice() else {
-                        return Err(DriverError::Implementation(format!(
-                            "a claim of one job answered {} leases",
-                            claimed.leases.len()
-                        )));
-                    };
                     let index = self.attempts.len();
-                    let Some(created) = after.attempts.get(index) else {
-                        return Err(DriverError::Implementation(
-                            "the implementation accepted a claim the model rejected".into(),
-                        ));
+                    let (Some(created), [lease]) =
+                        (after.attempts.get(index), claimed.leases.as_slice())
+                    else {
+                        return Err(DriverError::Implementation(format!(
+                            "the implementation accepted a claim of {} jobs where the model \
+                             took {}",
+                            claimed.leases.len(),
+                            after.attempts.len() - index
+                        )));
                     };
                     self.attempts.push(lease.attempt);
                     self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.lease_id);
+                    self.answer = Some(Answer::Claim {
+                        job: Self::index_of(&self.jobs, &lease.job, "job")?,
+                        fence: u8::try_from(lease.fence).map_err(|_| {
+                            DriverError::Implementation(format!(
+                                "fence {} out of range",
+                                lease.fence
+                            ))
+                        })?,
+                        lease_ticks: self.ticks_until(lease.lease_expiry),
+                    });
                 }
                 Some(answer(result, |r| &r.verdict)?)
             }
@@ -582,34 +1166,55 @@ impl Session for HttpSession {
                     .await?,
             ),
             Action::Tick => {
-                self.operator
-                    .advance_clock(self.tick_ms)
-                    .await
-                    .map_err(failed)?;
+                // Sent with the next request that reads the time.
+                self.ticks += 1;
                 None
             }
             Action::ExpirySweep => {
-                let swept = self
+                self.sync_clock().await?;
+                // The sweep runs over every project; only this trace's jobs count.
+                let swept: SweepRead = self
+                    .server
                     .operator
-                    .sweep_project(self.project)
+                    .http
+                    .post("/v1/sweep", &json!({}))
                     .await
-                    .map_err(failed)?;
-                Some(match swept.verdict.as_str() {
-                    "uncertain" => Expected::UNCERTAIN,
-                    "accepted" => Expected::ACCEPTED,
-                    other => {
-                        return Err(DriverError::Implementation(format!(
-                            "the sweep answered `{other}`"
-                        )))
-                    }
-                })
+                    .map_err(http_failed)?;
+                let mut uncertain: Vec<u8> = swept
+                    .jobs
+                    .iter()
+                    .filter_map(|j| Self::index_of(&self.jobs, j, "job").ok())
+                    .collect();
+                uncertain.sort_unstable();
+                if !matches!(swept.verdict.as_str(), "uncertain" | "accepted") {
+                    return Err(DriverError::Implementation(format!(
+                        "the sweep answered `{}`",
+                        swept.verdict
+                    )));
+                }
+                let verdict = if uncertain.is_empty() {
+                    Expected::ACCEPTED
+                } else {
+                    Expected::UNCERTAIN
+                };
+                self.answer = Some(Answer::Sweep { uncertain });
+                Some(verdict)
             }
             Action::Cancel { job } | Action::OutsiderCancel { job } => {
+                self.sync_clock().await?;
                 let project = self.operator_project(action);
                 let id = self.jobs[*job as usize];
-                Some(answer(self.operator.cancel(project, id).await, |r| {
-                    &r.verdict
-                })?)
+                Some(answer(
+                    self.server
+                        .operator
+                        .http
+                        .post::<_, VerdictRead>(
+                            &format!("{}/cancel", job_path(project, id)),
+                            &json!({}),
+                        )
+                        .await,
+                    |r| &r.verdict,
+                )?)
             }
             Action::Reconcile {
                 job,
@@ -621,11 +1226,17 @@ impl Session for HttpSession {
                 finding,
                 decision,
             } => {
+                self.sync_clock().await?;
                 let project = self.operator_project(action);
                 let id = self.jobs[*job as usize];
                 Some(answer(
-                    self.operator
-                        .reconcile(project, id, finding.as_str(), decision.as_str())
+                    self.server
+                        .operator
+                        .http
+                        .post::<_, VerdictRead>(
+                            &format!("{}/reconcile", job_path(project, id)),
+                            &json!({"finding": finding.as_str(), "decision": decision.as_str()}),
+                        )
                         .await,
                     |r| &r.verdict,
                 )?)
@@ -641,87 +1252,60 @@ impl Session for HttpSession {
     }
 
     async fn mark(&mut self) -> Result<(), DriverError> {
-        self.last_observation = self
-            .records()
-            .await?
-            .iter()
-            .map(|o| o.id)
-            .max()
-            .unwrap_or(0);
+        if self.reads(Part::Observation) {
+            for j in 0..self.jobs.len() {
+                self.seen[j] = self.observations(j).await?.len();
+            }
+        }
         Ok(())
     }
 
     async fn project(&mut self) -> Result<Projection, DriverError> {
-        // Four independent reads of committed state, at once: the step before has finished.
+        // Independent reads of committed state, all at once: the step before has finished.
         let this = &*self;
-        let (views, attempts, observations, target_states) = tokio::try_join!(
-            async { this.operator.jobs(this.project).await.map_err(failed) },
+        let (jobs, observations, targets) = tokio::try_join!(
             async {
                 let mut all = Vec::with_capacity(this.jobs.len());
-                for id in &this.jobs {
-                    all.push(
-                        this.operator
-                            .attempts(this.project, *id)
-                            .await
-                            .map_err(failed)?,
-                    );
+                for j in 0..this.jobs.len() {
+                    all.push(this.job_projection(j).await?);
                 }
-                Ok(all)
+                Ok::<_, DriverError>(all)
             },
             async {
-                let mut all = Vec::with_capacity(this.jobs.len());
-                for id in &this.jobs {
-                    all.push(
-                        this.operator
-                            .observations(this.project, *id)
-                            .await
-                            .map_err(failed)?,
-                    );
+                let mut all = Vec::new();
+                if this.reads(Part::Observation) {
+                    for j in 0..this.jobs.len() {
+                        all.push(this.observations(j).await?);
+                    }
                 }
                 Ok(all)
             },
             async {
                 let mut all = Vec::with_capacity(this.slots.len());
-                for slot in &this.slots {
-                    all.push(match this.operator.target(slot).await {
-                        Ok(state) => (state.applied_count, state.highest_slot_token.unwrap_or(0)),
-                        // A slot no mutation has reached yet.
-                        Err(CallError::Http { status: 404, .. }) => (0, 0),
-                        Err(error) => return Err(failed(error)),
-                    });
+                if this.reads(Part::Targets) {
+                    for slot in &this.slots {
+                        all.push(this.target_projection(slot).await?);
+                    }
                 }
                 Ok(all)
             },
         )?;
-        let mut jobs = Vec::with_capacity(self.jobs.len());
-        for ((j, id), attempts) in self.jobs.iter().enumerate().zip(&attempts) {
-            let view = views
-                .iter()
-                .find(|v| v.job == *id)
-                .ok_or_else(|| DriverError::Implementation(format!("job {j} vanished")))?;
-            jobs.push(self.job_projection(view, attempts)?);
+        let mut recorded: Vec<(usize, ObservationRead)> = Vec::new();
+        for (j, list) in observations.into_iter().enumerate() {
+            let seen = self.seen[j];
+            self.seen[j] = list.len();
+            recorded.extend(list.into_iter().skip(seen).map(|o| (j, o)));
         }
-        let mut recorded: Vec<(usize, ObservationBody)> = observations
-            .into_iter()
-            .enumerate()
-            .flat_map(|(j, list)| list.into_iter().map(move |o| (j, o)))
-            .filter(|(_, o)| o.id > self.last_observation)
-            .collect();
-        recorded.sort_by_key(|(_, o)| o.id);
-        if let Some(max) = recorded.iter().map(|(_, o)| o.id).max() {
-            self.last_observation = max;
-        }
-        let cap = i64::from(crate::driver::applied_cap(self.target_kind));
-        let targets = target_states
-            .into_iter()
-            .map(|(applied, highest)| TargetProjection {
-                applied: applied.clamp(0, cap) as u8,
-                highest_fence: highest.clamp(0, 255) as u8,
-            })
-            .collect();
-        let observation = match recorded.as_slice() {
-            [] => None,
-            [(j, o)] => Some(self.observation(*j, o)?),
+        let (observation, observation_details) = match recorded.as_slice() {
+            [] => (None, None),
+            [(j, o)] => (
+                Some(self.observation(*j, o)?),
+                if self.reads(Part::ObservationDetails) {
+                    Some(self.observation_details(o)?)
+                } else {
+                    None
+                },
+            ),
             many => {
                 return Err(DriverError::Implementation(format!(
                     "one step recorded {} observations",
@@ -733,7 +1317,11 @@ impl Session for HttpSession {
             jobs,
             targets,
             observation,
-            details: None,
+            details: Some(Details {
+                observation: observation_details,
+                answer: self.answer.clone(),
+            }),
+            unread: self.unread.clone(),
         })
     }
 }
@@ -761,13 +1349,17 @@ fn answer<T>(
                 reason: None,
             },
         }),
-        Err(error) => Err(failed(error)),
+        Err(error) => Err(http_failed(error)),
     }
 }
 
 #[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
-fn failed(error: CallError) -> DriverError {
+fn http_failed(error: CallError) -> DriverError {
     DriverError::Implementation(format!("HTTP: {error}"))
+}
+
+fn failed(detail: impl Into<String>) -> DriverError {
+    DriverError::Implementation(detail.into())
 }
 
 fn unmappable(what: impl std::fmt::Display) -> DriverError {

@@ -561,6 +561,7 @@ impl Session for PgSession {
             targets,
             observation,
             details,
+            unread: Vec::new(),
         })
     }
 }

@@ -133,6 +133,11 @@ pub trait SuiteDriver: Driver + 'static {
     /// How many times each of the implementation's SQL statements has run, when the
     /// implementation runs in this process (`None`: it runs in another one).
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
+    /// The parts of the projection this driver cannot read from its implementation: never
+    /// compared, and named in the summary.
+    fn not_compared(&self) -> Vec<crate::driver::Part> {
+        Vec::new()
+    }
 }
 
 impl SuiteDriver for PgDriver {
@@ -161,7 +166,7 @@ impl SuiteDriver for HttpDriver {
     fn heading(&self) -> String {
         format!(
             "conformance: model against the HTTP server at {} (HTTP driver)",
-            self.url()
+            self.urls().join(", ")
         )
     }
     fn replay_options(&self) -> String {
@@ -169,8 +174,9 @@ impl SuiteDriver for HttpDriver {
         format!(" --http {} --operator-token <OPERATOR_TOKEN>", self.url())
     }
     fn parallel(&self, _: usize) -> usize {
-        // The server's clock is global: one trace at a time (the driver enforces it anyway).
-        1
+        // A server's clock is global: one trace per server at a time (the driver enforces it
+        // anyway).
+        self.servers()
     }
     fn accepts(&self, model: &LeaseModel) -> Result<(), String> {
         self.tick_ms(model.config.lease_ttl)
@@ -180,6 +186,9 @@ impl SuiteDriver for HttpDriver {
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
         // The statements run in the server's process.
         None
+    }
+    fn not_compared(&self) -> Vec<crate::driver::Part> {
+        self.unread().to_vec()
     }
 }
 

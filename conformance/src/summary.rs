@@ -43,6 +43,9 @@ pub struct Summary<'a> {
     pub batches: &'a [Batch],
     /// The statements it executed.
     pub statements: &'a StatementCoverage,
+    /// The parts of the projection the driver cannot read, so never compared
+    /// ([`crate::suite::SuiteDriver::not_compared`]).
+    pub not_compared: &'a [crate::driver::Part],
 }
 
 /// One class of the coverage report: the cells hit, and the rest of the class's product split
@@ -241,6 +244,7 @@ impl Summary<'_> {
                 "never_hit": self.statements_never(),
                 "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             })).unwrap_or_else(|| json!("not available: the implementation runs in another process")),
+            "not_compared": self.not_compared.iter().map(|p| p.describe()).collect::<Vec<_>>(),
             "coverage": {
                 "classes": self.class_reports(),
                 "cells": self.coverage(),
@@ -340,6 +344,16 @@ impl Summary<'_> {
                      another process: --http, --driver-cmd)"
                 );
             }
+        }
+        if self.not_compared.is_empty() {
+            let _ = writeln!(out, "  fields not compared over this driver: none");
+        } else {
+            let parts: Vec<&str> = self.not_compared.iter().map(|p| p.describe()).collect();
+            let _ = writeln!(
+                out,
+                "  fields not compared over this driver (it cannot read them): {}",
+                parts.join("; ")
+            );
         }
         let _ = writeln!(
             out,

@@ -156,11 +156,11 @@ async fn a_command_that_does_not_speak_the_protocol_is_refused_at_setup() {
     let error = silent.err().expect("it answers nothing").to_string();
     assert!(error.contains("closed its output"), "{error}");
     let other_version = CmdDriver::connect(
-        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":2,"implementation":"x","in_reply_to":1}'"#,
+        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":3,"implementation":"x","in_reply_to":1}'"#,
     )
     .await;
     assert!(
-        matches!(other_version, Err(SetupError::Version { theirs: 2, .. })),
+        matches!(other_version, Err(SetupError::Version { theirs: 3, .. })),
         "{:?}",
         other_version.err()
     );
@@ -326,4 +326,69 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         .clone();
     broken["reason"] = serde_json::json!("because");
     assert!(violation(&schema("verdict"), &broken, "verdict").is_some());
+    // Version 2: the rule details are there, and checked.
+    for answer in ["claim", "heartbeat", "rejoin", "sweep"] {
+        assert!(
+            answered.iter().any(|m| m["answer"].get(answer).is_some()),
+            "no `{answer}` answer"
+        );
+    }
+    let mut broken = answered
+        .iter()
+        .find(|m| m["answer"].get("rejoin").is_some())
+        .unwrap()
+        .clone();
+    broken["answer"]["rejoin"]["instruction"] = serde_json::json!("carry on");
+    assert!(violation(&schema("verdict"), &broken, "verdict").is_some());
+    let mut broken = answered
+        .iter()
+        .find(|m| m["observations"].as_array().is_some_and(|o| !o.is_empty()))
+        .unwrap()
+        .clone();
+    broken["observations"][0]["runner_time"] = serde_json::json!("noon");
+    assert!(violation(&schema("projection"), &broken, "projection").is_some());
+}
+
+/// Class 5 over the driver protocol: a rule's returned value is compared, not only its verdict.
+/// The example's second seeded bug answers a rejoin `continue` while a cancel is requested (the
+/// verdict is right): the random walks catch it on the instruction. A version 1 driver reports no
+/// details: they are not compared (the buggy example passes), and the driver says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_version_1() {
+    use leasewright_conformance::driver::Part;
+    use leasewright_conformance::suite::SuiteDriver as _;
+    let model = Arc::new(LeaseModel::new(Config::one_job()));
+    let walks = random_walks(model.as_ref(), 1, 3_000, 40);
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    let bug = format!("LEASEWRIGHT_EXAMPLE_BUG=rejoin-misses-cancel {}", example());
+    let driver = connect(&bug).await;
+    assert_eq!(driver.version(), 2);
+    assert!(driver.not_compared().is_empty());
+    let outcome = suite::run(driver, Arc::clone(&model), walks.clone(), &options, |_| {}).await;
+    let d = outcome
+        .divergences
+        .first()
+        .expect("the wrong instruction is caught");
+    assert_eq!(
+        d.differences,
+        vec![
+            r#"state.details.answer.rejoin.instruction: expected "cancel", observed "continue""#
+                .to_owned()
+        ],
+        "{}",
+        d.render()
+    );
+    let old = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=1 {bug}")).await;
+    assert_eq!(old.version(), 1);
+    assert_eq!(
+        old.not_compared(),
+        vec![Part::ObservationDetails, Part::Answers]
+    );
+    let outcome = suite::run(old, model, walks, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
 }

@@ -60,12 +60,9 @@ impl<S: Session> Session for Recording<S> {
 
     async fn project(&mut self) -> Result<Projection, DriverError> {
         let projection = self.inner.project().await?;
-        // The rules' return values and the observation's details are read by the in-process
-        // driver only (the HTTP driver reports `None`: not compared); compare what both read.
-        self.seen.push(Seen::State(Projection {
-            details: None,
-            ..projection.clone()
-        }));
+        // Everything, the rules' return values and the observations' details included: both
+        // drivers read all of it from this server.
+        self.seen.push(Seen::State(projection.clone()));
         Ok(projection)
     }
 
@@ -161,8 +158,8 @@ async fn a_server_without_a_manual_clock_or_with_another_token_is_refused_with_t
     manual.stop().await.unwrap();
 }
 
-/// The isolation the driver relies on: the sweep of one project leaves another project's expired
-/// lease alone.
+/// The server's project-scoped sweep (the driver no longer needs it: it sweeps every project and
+/// counts its own jobs) leaves another project's expired lease alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_of_one_project_leaves_expired_leases_of_other_projects_alone() {
     let db = TestDatabase::create().await.expect("a test database");
@@ -215,4 +212,53 @@ async fn the_sweep_of_one_project_leaves_expired_leases_of_other_projects_alone(
         .unwrap_err();
     assert!(unknown.to_string().contains("unknown_project"), "{unknown}");
     server.stop().await.unwrap();
+}
+
+/// Several servers, each with its own database and clock, replay traces at once and agree with
+/// the model; two servers on one database are refused (their sweeps would expire each other's
+/// leases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_run_in_parallel_on_servers_of_their_own_and_a_shared_database_is_refused() {
+    let (db_a, db_b) = (
+        TestDatabase::create().await.expect("a test database"),
+        TestDatabase::create().await.expect("a test database"),
+    );
+    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    let http = HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
+        .await
+        .expect("the HTTP driver connects to both");
+    assert_eq!(http.servers(), 2);
+    assert!(http.unread().is_empty(), "{:?}", http.unread());
+    let model = Arc::new(LeaseModel::new(Config::one_job()));
+    let traces = random_walks(model.as_ref(), 7, 400, 20);
+    let outcome = leasewright_conformance::suite::run(
+        Arc::new(http),
+        Arc::clone(&model),
+        traces,
+        &leasewright_conformance::suite::RunOptions {
+            parallel: 2,
+            stop_at_first: false,
+        },
+        |_| {},
+    )
+    .await;
+    assert!(
+        outcome.divergences.is_empty(),
+        "{}",
+        outcome.divergences[0].render()
+    );
+    assert!(outcome.tally.steps >= 400, "{}", outcome.tally.steps);
+
+    let c = server(&db_a, true).await;
+    let error = HttpDriver::connect_all(&[a.url(), c.url()], OPERATOR, None)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(error, SetupError::SharedDatabase { .. }),
+        "{error}"
+    );
+    for s in [a, b, c] {
+        s.stop().await.unwrap();
+    }
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The driver of lease_server.py: speaks the language-neutral driver protocol of
-docs/conformance.md ("The driver protocol", version 1) on stdin and stdout, one JSON object per
+docs/conformance.md ("The driver protocol", version 2) on stdin and stdout, one JSON object per
 line, so that `leasewright conform --driver-cmd "python3 examples/python/driver.py"` replays the
 model's traces against the in-memory implementation.
 
@@ -10,13 +10,16 @@ the harness's: `tick` moves the server clock by one, and every call passes `now`
 """
 
 import json
+import os
 import sys
 import uuid
 
 from lease_server import ControlPlane, Rejected
 
 PROTOCOL = "leasewright-driver"
-VERSION = 1
+# LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), to test the harness's
+# handling of an older driver.
+VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "2"))
 
 
 class Namespace:
@@ -48,43 +51,61 @@ class Namespace:
         return self.leases.get(lease) or uuid.uuid4()
 
     def step(self, s):
+        """Applies one step. Returns (verdict, reason, answer): `answer` is the value the rule
+        returned (version 2), or None."""
         action = s["action"]
         if action == "tick":
             self.now += 1
-            return None, None
+            return None, None, None
         if action == "claim":
             try:
                 created = self.cp.claim(self.runners[s["runner"]], self.now)
             except Rejected as r:
-                return "rejected", r.reason
+                return "rejected", r.reason, None
             self.attempts[s["attempt"]] = created.id
             if s["lease"] is not None:
                 self.leases[s["lease"]] = created.lease_id
-            return "accepted", None
+            return "accepted", None, {"claim": {
+                "job": self.jobs.index(created.job),
+                "fence": created.fence,
+                "lease_ticks": created.lease_expiry - self.now,
+            }}
         if action in ("heartbeat", "result", "rejoin"):
             args = (self.runners[s["runner"]], self.jobs[s["job"]], self.attempt(s["attempt"]),
                     self.lease(s["lease"]), s["fence"])
             if action == "heartbeat":
-                return self.cp.heartbeat(*args, now=self.now, runner_time=s["runner_time"])
+                verdict, reason, granted = self.cp.heartbeat(*args, now=self.now,
+                                                             runner_time=s["runner_time"])
+                answer = None
+                if granted is not None:
+                    expiry, cancel_requested = granted
+                    answer = {"heartbeat": {"lease_ticks": expiry - self.now,
+                                            "cancel_requested": cancel_requested}}
+                return verdict, reason, answer
             if action == "result":
-                return self.cp.result(*args, s["outcome"], s["digest"], now=self.now,
-                                      runner_time=s["runner_time"])
-            verdict, reason, _instruction = self.cp.rejoin(*args, now=self.now,
-                                                           runner_time=s["runner_time"])
-            return verdict, reason
+                verdict, reason = self.cp.result(*args, s["outcome"], s["digest"], now=self.now,
+                                                 runner_time=s["runner_time"])
+                return verdict, reason, None
+            verdict, reason, instruction = self.cp.rejoin(*args, now=self.now,
+                                                          runner_time=s["runner_time"])
+            return verdict, reason, {"rejoin": {"instruction": instruction}}
         if action == "target_mutation":
-            return self.cp.target_mutation(self.slot_names[s["slot"]], s["slot_token"],
-                                           str(self.jobs[s["deployment"]]))
+            verdict, reason = self.cp.target_mutation(
+                self.slot_names[s["slot"]], s["slot_token"], str(self.jobs[s["deployment"]]))
+            return verdict, reason, None
         if action == "expiry_sweep":
-            return self.cp.expiry_sweep(self.now, self.projects[s["project"]]), None
+            verdict, swept = self.cp.expiry_sweep(self.now, self.projects[s["project"]])
+            return verdict, None, {"sweep": {"uncertain": sorted(self.jobs.index(j)
+                                                                 for j in swept)}}
         if action in ("cancel", "reconcile"):
             project, job = self.projects[s["project"]], self.jobs[s["job"]]
             try:
                 if action == "cancel":
-                    return self.cp.cancel(project, job), None
-                return self.cp.reconcile(project, job, s["finding"], s["decision"]), None
+                    return self.cp.cancel(project, job), None, None
+                return (self.cp.reconcile(project, job, s["finding"], s["decision"]), None,
+                        None)
             except Rejected as r:
-                return "rejected", r.reason
+                return "rejected", r.reason, None
         raise ValueError(f"unknown action {action}")
 
     def abstract(self, mapping, concrete):
@@ -92,6 +113,13 @@ class Namespace:
             if v == concrete:
                 return k
         raise ValueError(f"the implementation shows an id the harness never named: {concrete}")
+
+    def abstract_lease(self, lease_id):
+        # A lease id no claim issued is the forger's, which the harness names 0.
+        for k, v in self.leases.items():
+            if v == lease_id:
+                return k
+        return 0
 
     def mark(self):
         self.seen = len(self.cp.observations)
@@ -133,6 +161,12 @@ class Namespace:
                 "named_attempt": self.abstract(self.attempts, o.named_attempt),
                 "verdict": o.verdict,
                 "reason": o.reason,
+                # Version 2: the rest of what the observation recorded.
+                "lease": self.abstract_lease(o.named_lease_id),
+                "fence": o.named_fence,
+                "outcome": o.outcome,
+                "runner_time": o.runner_time,
+                "digest": o.digest,
             })
         self.mark()
         return {"jobs": jobs, "slots": slots, "observations": observations}
@@ -148,10 +182,18 @@ def answer(request, ns):
     if ns is None:
         raise ValueError(f"`{kind}` before any `open`")
     if kind == "step":
-        verdict, reason = ns.step(request["step"])
-        return {"type": "verdict", "verdict": verdict, "reason": reason}, ns
+        verdict, reason, answer = ns.step(request["step"])
+        reply = {"type": "verdict", "verdict": verdict, "reason": reason}
+        if VERSION >= 2:
+            reply["answer"] = answer
+        return reply, ns
     if kind == "project":
-        return dict(type="projection", **ns.project()), ns
+        projection = ns.project()
+        if VERSION < 2:
+            for o in projection["observations"]:
+                for field in ("lease", "fence", "outcome", "runner_time", "digest"):
+                    del o[field]
+        return dict(type="projection", **projection), ns
     if kind == "mark":
         ns.mark()
         return {"type": "marked"}, ns

@@ -14,6 +14,9 @@ departure from the specification, so that a test can show the conformance suite 
     expired-before-not-current   §6.1 checks 11 (`lease_expired`) before 8 (`not_current`): a late
                                  report of an attempt that a reconciliation ended is told its
                                  lease expired instead of that it is no longer current.
+    rejoin-misses-cancel         R5: a rejoin accepted while a cancel is requested answers
+                                 `continue` instead of `cancel` (the verdict is right; only the
+                                 rule's returned value is wrong).
 """
 
 import os
@@ -85,18 +88,22 @@ class Slot:
 class Observation:
     """The record of one received runner message (§2)."""
 
-    def __init__(self, seq, sender, kind, job, attempt, named_attempt, now, runner_time,
-                 verdict, reason):
+    def __init__(self, seq, sender, kind, job, attempt, named_attempt, named_lease_id,
+                 named_fence, now, runner_time, verdict, reason, outcome=None, digest=None):
         self.seq = seq
         self.sender = sender
         self.kind = kind
         self.job = job
         self.attempt = attempt  # attributed attempt (checks 1-5 passed), or None
         self.named_attempt = named_attempt
+        self.named_lease_id = named_lease_id
+        self.named_fence = named_fence
         self.now = now
         self.runner_time = runner_time
         self.verdict = verdict
         self.reason = reason
+        self.outcome = outcome  # a result's reported outcome
+        self.digest = digest  # a result's payload digest
 
 
 class Target:
@@ -231,23 +238,27 @@ class ControlPlane:
             return ("rejected", "cancel_not_requested", attempt)
         return ("accepted", None, attempt)
 
-    def _record(self, kind, sender, job_id, attempt_id, attributed, now, runner_time, verdict,
-                reason):
+    def _record(self, kind, sender, job_id, attempt_id, lease_id, fence, attributed, now,
+                runner_time, verdict, reason, outcome=None, digest=None):
         self._seq += 1
         self.observations.append(Observation(
             self._seq, sender, kind, job_id, attributed.id if attributed else None, attempt_id,
-            now, runner_time, verdict, reason))
+            lease_id, fence, now, runner_time, verdict, reason, outcome, digest))
 
     # -- R2 heartbeat, R3 result, R5 rejoin ----------------------------------------------------
 
     def heartbeat(self, sender, job_id, attempt_id, lease_id, fence, now, runner_time=None):
+        """Returns (verdict, reason, answer): an accepted heartbeat answers the new lease
+        expiry and whether a cancel is requested (R2)."""
         verdict, reason, attempt = self._check(
             "heartbeat", sender, job_id, attempt_id, lease_id, fence, now)
+        answer = None
         if verdict == "accepted":
             attempt.lease_expiry = now + self.lease_ttl
-        self._record("heartbeat", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
-                     reason)
-        return verdict, reason
+            answer = (attempt.lease_expiry, self.jobs[job_id].cancel_requested)
+        self._record("heartbeat", sender, job_id, attempt_id, lease_id, fence, attempt, now,
+                     runner_time, verdict, reason)
+        return verdict, reason, answer
 
     def result(self, sender, job_id, attempt_id, lease_id, fence, outcome, digest, now,
                runner_time=None):
@@ -259,26 +270,28 @@ class ControlPlane:
             attempt.digest = digest
             job.state = outcome
             self._release(job)
-        self._record("result", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
-                     reason)
+        self._record("result", sender, job_id, attempt_id, lease_id, fence, attempt, now,
+                     runner_time, verdict, reason, outcome, digest)
         return verdict, reason
 
     def rejoin(self, sender, job_id, attempt_id, lease_id, fence, now, runner_time=None):
         """Read-only: the heartbeat's verdict, with an instruction (R5)."""
         verdict, reason, attempt = self._check(
             "rejoin", sender, job_id, attempt_id, lease_id, fence, now)
-        self._record("rejoin", sender, job_id, attempt_id, attempt, now, runner_time, verdict,
-                     reason)
+        self._record("rejoin", sender, job_id, attempt_id, lease_id, fence, attempt, now,
+                     runner_time, verdict, reason)
         if verdict != "accepted":
             return verdict, reason, "stop"
-        if self.jobs[job_id].cancel_requested:
+        # The second seeded bug: the rejoin's verdict is right, its instruction is not.
+        if self.jobs[job_id].cancel_requested and SEEDED_BUG != "rejoin-misses-cancel":
             return verdict, reason, "cancel"
         return verdict, reason, "continue"
 
     # -- R4 expiry sweep -----------------------------------------------------------------------
 
     def expiry_sweep(self, now, project=None):
-        swept = False
+        """Returns the verdict and the jobs it made uncertain (R4)."""
+        swept = []
         for job in self.jobs.values():
             if project is not None and job.project != project:
                 continue
@@ -288,8 +301,8 @@ class ControlPlane:
             if now >= attempt.lease_expiry:
                 job.state = "uncertain"
                 attempt.state = "uncertain"  # the slot stays reserved (§8.2)
-                swept = True
-        return "uncertain" if swept else "accepted"
+                swept.append(job.id)
+        return ("uncertain" if swept else "accepted"), swept
 
     # -- R6 cancel, R7 reconcile ---------------------------------------------------------------
 
