@@ -506,3 +506,74 @@ pub trait Session: Send {
 pub fn recorded_by_server(kind: MessageKind) -> bool {
     !matches!(kind, MessageKind::TargetMutation)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasewright_model::{Config, TargetKind};
+    use stateright::Model;
+
+    /// The model's projection after a claim and a heartbeat: every part filled.
+    fn filled() -> Projection {
+        let model = LeaseModel::new(Config::one_job());
+        let init = model.init_state();
+        let claim = Action::Claim { runner: 0 };
+        let claimed = model.next_state(&init, claim).expect("a claim");
+        let heartbeat = Action::Heartbeat {
+            runner: 0,
+            runner_time: 1,
+        };
+        let after = model
+            .next_state(&claimed, heartbeat.clone())
+            .expect("a heartbeat");
+        let p = project_model(&model, &claimed, &heartbeat, &after);
+        assert!(p.observation.is_some() && !p.jobs[0].ledger.is_empty());
+        assert!(p.details.as_ref().is_some_and(|d| d.answer.is_some()));
+        assert_eq!(model.config.target, TargetKind::Fenced);
+        p
+    }
+
+    /// Each unread part compares equal whatever the two sides held, and only that part.
+    #[test]
+    fn blanking_a_part_hides_that_part_and_nothing_else() {
+        let want = filled();
+        let changes: [(Part, fn(&mut Projection)); 6] = [
+            (Part::Jobs, |p| p.jobs[0].fence += 1),
+            (Part::Ledger, |p| p.jobs[0].ledger[0].fence += 1),
+            (Part::Observation, |p| {
+                p.observation.as_mut().unwrap().sender += 1;
+            }),
+            (Part::ObservationDetails, |p| {
+                p.details
+                    .as_mut()
+                    .unwrap()
+                    .observation
+                    .as_mut()
+                    .unwrap()
+                    .runner_time = Some(9);
+            }),
+            (Part::Targets, |p| p.targets[0].applied += 1),
+            (Part::Answers, |p| {
+                p.details.as_mut().unwrap().answer = None;
+            }),
+        ];
+        for (part, change) in changes {
+            let mut got = want.clone();
+            change(&mut got);
+            assert_ne!(want, got, "{part:?}: the change changes nothing");
+            let (mut w, mut g) = (want.clone(), got.clone());
+            blank(&mut w, &[part]);
+            blank(&mut g, &[part]);
+            assert_eq!(w, g, "{part:?}: still compared");
+            for other in changes.iter().map(|(p, _)| *p).filter(|p| *p != part) {
+                let (mut w, mut g) = (want.clone(), got.clone());
+                blank(&mut w, &[other]);
+                blank(&mut g, &[other]);
+                // Blanking the observation hides its details too.
+                if !(part == Part::ObservationDetails && other == Part::Observation) {
+                    assert_ne!(w, g, "{part:?} hidden by blanking {other:?}");
+                }
+            }
+        }
+    }
+}
