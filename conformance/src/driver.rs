@@ -537,7 +537,8 @@ mod tests {
     #[test]
     fn blanking_a_part_hides_that_part_and_nothing_else() {
         let want = filled();
-        let changes: [(Part, fn(&mut Projection)); 6] = [
+        type Change = (Part, fn(&mut Projection));
+        let changes: [Change; 6] = [
             (Part::Jobs, |p| p.jobs[0].fence += 1),
             (Part::Ledger, |p| p.jobs[0].ledger[0].fence += 1),
             (Part::Observation, |p| {
