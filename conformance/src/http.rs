@@ -255,6 +255,9 @@ impl HttpDriver {
         operator_token: &str,
         target_url: Option<&str>,
     ) -> Result<Self, SetupError> {
+        if urls.is_empty() {
+            return Err(SetupError::Mismatch("no server to replay on".into()));
+        }
         let mut connected = Vec::with_capacity(urls.len());
         for url in urls {
             connected.push(Self::connect_one(url, operator_token, target_url).await?);
