@@ -103,7 +103,7 @@ impl Mutant {
                 ("observation_record", "$7, $8, $9, $10", "$7, $8, $8, $10")
             }
             Mutant::ClaimTakesLatestJob => (
-                "job_pick_earliest_queued_with_free_target",
+                "claim",
                 "ORDER BY j.submitted_seq",
                 "ORDER BY j.submitted_seq DESC",
             ),

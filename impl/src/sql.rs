@@ -58,6 +58,7 @@ statements! {
     RUNNER_SELECT_TOKEN_HASH = "runner_select_token_hash";
     JOB_INSERT = "job_insert";
     JOB_LOCK = "job_lock";
+    CLAIM = "claim";
     JOB_PICK_EARLIEST_QUEUED_WITH_FREE_TARGET = "job_pick_earliest_queued_with_free_target";
     TARGET_RESERVE_IF_FREE = "target_reserve_if_free";
     JOB_START_IF_QUEUED = "job_start_if_queued";
@@ -67,6 +68,7 @@ statements! {
     ATTEMPT_AUTHORIZE_REJOIN = "attempt_authorize_rejoin";
     ATTEMPT_AUTHORIZE_SIDE_EFFECT = "attempt_authorize_side_effect";
     ATTEMPT_COMMIT_RESULT_IF_CURRENT = "attempt_commit_result_if_current";
+    ATTEMPT_COMMIT_RESULTS_IF_CURRENT = "attempt_commit_results_if_current";
     TARGET_RELEASE = "target_release";
     OBSERVATION_RECORD = "observation_record";
     JOB_SELECT_SOURCE = "job_select_source";

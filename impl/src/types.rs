@@ -367,6 +367,15 @@ impl NewJob {
     }
 }
 
+/// One item of a batch result ([`crate::Store::report_results`]): what a single `result` carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultReport {
+    pub tuple: Tuple,
+    pub outcome: Outcome,
+    pub result_digest: String,
+    pub runner_time: Option<DateTime<Utc>>,
+}
+
 /// What a runner gets from an accepted `claim`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {

@@ -634,3 +634,307 @@ mod setup {
         }
     }
 }
+
+/// What the composite foreign keys enforced before migration 0005 (it dropped them with their
+/// unique indexes to write fewer index entries per job), now a test: every attempt is of its
+/// job's project, every job's current attempt is an attempt of that job, every reservation is of
+/// its job's project and held by an attempt of that job. The claim statement is the only one that
+/// writes these columns; the workload below runs every rule that touches attempts, current
+/// attempts or reservations, then looks for a row that breaks one of them.
+mod cross_row {
+    use super::*;
+
+    /// Every row breaking one of the four, described.
+    const STRAYS: &str = "
+        SELECT 'attempt ' || a.id || ' is of another project than its job'
+        FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+        WHERE a.project_id <> j.project_id
+        UNION ALL
+        SELECT 'job ' || j.id || ' names an attempt of another job as current'
+        FROM jobs AS j JOIN attempts AS a ON a.id = j.current_attempt_id
+        WHERE a.job_id <> j.id
+        UNION ALL
+        SELECT 'the reservation of job ' || t.job_id || ' is of another project'
+        FROM target_reservations AS t JOIN jobs AS j ON j.id = t.job_id
+        WHERE t.project_id <> j.project_id
+        UNION ALL
+        SELECT 'the reservation of job ' || t.job_id || ' is held by an attempt of another job'
+        FROM target_reservations AS t JOIN attempts AS a ON a.id = t.attempt_id
+        WHERE a.job_id <> t.job_id";
+
+    async fn strays(store: &Store) -> Vec<String> {
+        sqlx::query_scalar(STRAYS)
+            .fetch_all(store.pool())
+            .await
+            .expect("the cross-row query")
+    }
+
+    async fn submit(w: &World, project: ProjectId, slot: &str) -> JobId {
+        w.store
+            .submit_job(
+                project,
+                NewJob {
+                    target: Some(slot.into()),
+                    target_kind: TargetKind::Fenced,
+                    ..NewJob::new("r", "d", "deploy")
+                },
+            )
+            .await
+            .expect("submit")
+    }
+
+    async fn leases(w: &World, runner: RunnerId, k: usize) -> Vec<Lease> {
+        match w.store.claim_batch(runner, k, None).await.expect("claim") {
+            Verdict::Accepted(leases) => leases,
+            other => panic!("claim: {other:?}"),
+        }
+    }
+
+    /// Claims (single, batch, past a taken slot), heartbeats, results, a cancel, the sweep and
+    /// every reconciliation decision, over two projects sharing slots.
+    async fn workload() -> World {
+        let w = World::new().await;
+        for slot in ["a", "b", "a", "c", "d", "e", "f"] {
+            submit(&w, w.project, slot).await;
+        }
+        submit(&w, w.other_project, "a").await;
+        submit(&w, w.other_project, "g").await;
+        // A batch over a shared slot, a single claim, the other project's claim of what is free.
+        let batch = leases(&w, w.runner, 4).await;
+        assert_eq!(batch.len(), 3, "one job of slot a in the batch");
+        let single = leases(&w, w.second_runner, 1).await;
+        let other = leases(&w, w.other_runner, 2).await;
+        for lease in batch.iter().chain(&single).chain(&other) {
+            let verdict = w.store.heartbeat(&lease.tuple, None).await.expect("beat");
+            assert!(verdict.is_accepted(), "{verdict:?}");
+        }
+        // A result, a cancel answered by a cancelled result, lost leases reconciled every way.
+        let verdict = w
+            .store
+            .report_result(&batch[0].tuple, Outcome::Passed, "d", None)
+            .await
+            .expect("result");
+        assert!(verdict.is_accepted(), "{verdict:?}");
+        let cancelled = w
+            .store
+            .cancel(w.project, batch[1].tuple.job)
+            .await
+            .expect("cancel");
+        assert!(cancelled.is_accepted(), "{cancelled:?}");
+        let verdict = w
+            .store
+            .report_result(&batch[1].tuple, Outcome::Cancelled, "d", None)
+            .await
+            .expect("result");
+        assert!(verdict.is_accepted(), "{verdict:?}");
+        w.advance_secs(common::LEASE_TTL_SECS);
+        w.store.sweep_expired().await.expect("sweep");
+        let decisions = [
+            (batch.get(2), Finding::Stopped, Decision::Retry),
+            (single.first(), Finding::ObservedFailed, Decision::Adopt),
+            (other.first(), Finding::Stopped, Decision::Abort),
+        ];
+        for (lease, finding, decision) in decisions {
+            let lease = lease.expect("a lease");
+            let project = if lease.tuple.runner == w.other_runner {
+                w.other_project
+            } else {
+                w.project
+            };
+            let verdict = w
+                .store
+                .reconcile(project, lease.tuple.job, finding, decision)
+                .await
+                .expect("reconcile");
+            assert!(verdict.is_accepted(), "{verdict:?}");
+        }
+        // The retried job again, and the rest of the queue; then claims that find nothing.
+        assert_eq!(leases(&w, w.runner, 8).await.len(), 4);
+        for runner in [w.second_runner, w.other_runner] {
+            let verdict = w.store.claim(runner, None).await.expect("claim");
+            assert_eq!(verdict, Verdict::Rejected(Reason::NoQueuedJob));
+        }
+        w
+    }
+
+    #[tokio::test]
+    async fn every_attempt_and_reservation_is_of_its_job_and_project() {
+        let w = workload().await;
+        assert_eq!(strays(&w.store).await, Vec::<String>::new());
+    }
+
+    /// The check above can fail: a job naming another job's attempt as current passes the
+    /// remaining foreign key (the attempt exists) and is found.
+    #[tokio::test]
+    async fn a_current_attempt_of_another_job_is_found() {
+        let w = workload().await;
+        sqlx::query(
+            "UPDATE jobs SET current_attempt_id = (
+                 SELECT a.id FROM attempts AS a WHERE a.job_id <> jobs.id LIMIT 1)
+             WHERE id = (SELECT job_id FROM attempts ORDER BY ledger_seq LIMIT 1)",
+        )
+        .execute(w.store.pool())
+        .await
+        .expect("sabotage");
+        let found = strays(&w.store).await;
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("an attempt of another job"), "{found:?}");
+    }
+}
+
+/// The batch result (`report_results`) is the single result applied to each item in order.
+mod batch_result {
+    use super::*;
+
+    fn report(tuple: Tuple, outcome: Outcome, digest: &str) -> ResultReport {
+        ResultReport {
+            tuple,
+            outcome,
+            result_digest: digest.into(),
+            runner_time: None,
+        }
+    }
+
+    /// Four jobs claimed by one runner, every lease then expired and swept, one job retried and
+    /// claimed again. The batch: the new attempt's result, its identical repeat, a conflicting
+    /// one, a forged lease, the retried job's old attempt's late report, an expired attempt's.
+    async fn items(w: &World) -> Vec<ResultReport> {
+        for _ in 0..4 {
+            w.submit().await.expect("submit");
+        }
+        let leases: Vec<Lease> = match w.store.claim_batch(w.runner, 3, None).await {
+            Ok(Verdict::Accepted(leases)) => leases,
+            other => panic!("claim: {other:?}"),
+        };
+        let lost = w.claim().await.expect("a fourth job");
+        w.advance_secs(common::LEASE_TTL_SECS);
+        w.store.sweep_expired().await.expect("sweep");
+        let reconciled = w
+            .store
+            .reconcile(w.project, lost.tuple.job, Finding::Stopped, Decision::Retry)
+            .await
+            .expect("reconcile");
+        assert!(reconciled.is_accepted(), "{reconciled:?}");
+        let retried = w.claim().await.expect("the retried job");
+        assert_eq!(retried.tuple.job, lost.tuple.job);
+        // The first three leases expired with the lost one: their jobs are uncertain now.
+        let a = leases[0].tuple;
+        let forged = |t: Tuple| Tuple {
+            lease_id: LeaseId::new_random(),
+            ..t
+        };
+        vec![
+            report(retried.tuple, Outcome::Passed, "r"),
+            report(retried.tuple, Outcome::Passed, "r"),
+            report(retried.tuple, Outcome::Failed, "other"),
+            report(forged(a), Outcome::Passed, "x"),
+            report(lost.tuple, Outcome::Failed, "late"),
+            report(a, Outcome::Failed, "expired"),
+        ]
+    }
+
+    #[tokio::test]
+    async fn each_item_gets_the_verdict_of_a_single_result_sent_in_its_place() {
+        let batch = World::new().await;
+        let items_b = items(&batch).await;
+        let single = World::new().await;
+        let items_s = items(&single).await;
+        let answered = batch.store.report_results(&items_b).await.expect("batch");
+        let mut expected = Vec::new();
+        for item in &items_s {
+            expected.push(
+                single
+                    .store
+                    .report_result(&item.tuple, item.outcome, &item.result_digest, None)
+                    .await
+                    .expect("single"),
+            );
+        }
+        assert_eq!(
+            answered,
+            vec![
+                Verdict::Accepted(()),
+                Verdict::Acknowledged,
+                Verdict::Rejected(Reason::ConflictingResult),
+                Verdict::Rejected(Reason::LeaseMismatch),
+                Verdict::Rejected(Reason::NotCurrent),
+                Verdict::Rejected(Reason::LeaseExpired),
+            ]
+        );
+        assert_eq!(answered, expected);
+        // The same records, in both worlds: every item is observed once, late ones in the
+        // ledger of the attempt they name.
+        for (world, items) in [(&batch, &items_b), (&single, &items_s)] {
+            for (item, verdict) in items.iter().zip(&answered) {
+                let seen = world
+                    .store
+                    .observations(item.tuple.job)
+                    .await
+                    .expect("observations");
+                let matching: Vec<&ObservationView> = seen
+                    .iter()
+                    .filter(|o| {
+                        o.named == item.tuple
+                            && o.kind == MessageKind::Result
+                            && o.outcome == Some(item.outcome)
+                            && o.verdict == *verdict
+                    })
+                    .collect();
+                assert!(!matching.is_empty(), "{item:?} {verdict:?}: {seen:?}");
+            }
+        }
+    }
+
+    /// Several accepted items in one batch, one of them after a forged item naming its job: the
+    /// forged one is rejected, the valid one accepted, both recorded.
+    #[tokio::test]
+    async fn a_forged_item_does_not_spoil_a_valid_one_of_the_same_job() {
+        let w = World::new().await;
+        for _ in 0..3 {
+            w.submit().await.expect("submit");
+        }
+        let leases: Vec<Lease> = match w.store.claim_batch(w.runner, 3, None).await {
+            Ok(Verdict::Accepted(leases)) => leases,
+            other => panic!("claim: {other:?}"),
+        };
+        let forged = Tuple {
+            fence: leases[0].tuple.fence + 1,
+            ..leases[0].tuple
+        };
+        let answered = w
+            .store
+            .report_results(&[
+                report(forged, Outcome::Passed, "f"),
+                report(leases[0].tuple, Outcome::Passed, "0"),
+                report(leases[1].tuple, Outcome::Failed, "1"),
+                report(leases[2].tuple, Outcome::Passed, "2"),
+            ])
+            .await
+            .expect("batch");
+        assert_eq!(
+            answered,
+            vec![
+                Verdict::Rejected(Reason::FenceMismatch),
+                Verdict::Accepted(()),
+                Verdict::Accepted(()),
+                Verdict::Accepted(()),
+            ]
+        );
+        for (lease, state) in
+            leases
+                .iter()
+                .zip([JobState::Passed, JobState::Failed, JobState::Passed])
+        {
+            assert_eq!(w.job(lease.tuple.job).await.expect("job").state, state);
+            assert_eq!(
+                w.store
+                    .target_reservation(lease.tuple.job)
+                    .await
+                    .expect("reservation"),
+                None,
+                "a committed outcome releases the slot"
+            );
+        }
+        assert_eq!(w.store.report_results(&[]).await.expect("empty"), vec![]);
+    }
+}

@@ -423,36 +423,36 @@ const ALLOWED: &[(&str, &str, &str)] = &[
     ),
     (
         "impl/src/store/claim.rs",
-        "sqlx::raw_sql(begin",
-        "test only (the claim's plan test): `begin` is one of two static BEGIN strings the tests pass",
+        "sqlx::raw_sql(session",
+        "test only (the claim's plan test): `session` is one of two static SET strings the tests pass",
     ),
     (
         "impl/src/store/claim.rs",
-        "sqlx::raw_sql(&format!(\"PREPARE pick(uuid, uuid[]) AS {pick}\")",
-        "test only: PREPARE of the pick's own static statement text, which PREPARE cannot take as a \
-         parameter",
+        "sqlx::raw_sql(&format!(\n            \"PREPARE claim(",
+        "test only: PREPARE of the claim's own static statement text, which PREPARE cannot take as \
+         a parameter",
     ),
     (
         "impl/src/store/claim.rs",
-        "sqlx::raw_sql(&format!(\"EXECUTE pick(",
-        "test only: EXECUTE of the prepared pick with the test's own project id (a UUID the store \
+        "sqlx::raw_sql(&format!(\"EXECUTE {}\", execute(",
+        "test only: EXECUTE of the prepared claim with the test's own runner id (a UUID the store \
          generated); EXECUTE takes no bound parameters",
     ),
     (
         "impl/src/store/claim.rs",
-        "format!(\"EXECUTE pick(",
+        "format!(\"EXECUTE {}\"",
         "the same EXECUTE (test only)",
     ),
     (
         "impl/src/store/claim.rs",
-        "format!(\n            \"EXPLAIN (FORMAT JSON) EXECUTE pick(",
+        "format!(\n            \"EXPLAIN (FORMAT JSON) EXECUTE {}\"",
         "the same EXPLAIN EXECUTE (test only)",
     ),
     (
         "impl/src/store/claim.rs",
         "sqlx::query_scalar(&format!(",
-        "test only: EXPLAIN EXECUTE of the prepared pick with the test's own project id (a UUID the \
-         store generated); EXPLAIN of EXECUTE takes no bound parameters",
+        "test only: EXPLAIN EXECUTE of the prepared claim with the test's own runner id (a UUID \
+         the store generated); EXPLAIN of EXECUTE takes no bound parameters",
     ),
 ];
 

@@ -37,6 +37,11 @@ impl Store {
 
     /// Rule R1 `claim`, batched: up to `k` jobs in one transaction, at most one per target slot.
     /// Rejected `no_queued_job` when not even one job could be claimed.
+    ///
+    /// The accept path is one statement (`claim`: one round trip, one transaction) that picks up to
+    /// `k` jobs as a set, starts them, reserves their slots, issues their slot tokens and inserts
+    /// their attempts. It may take fewer than `k` jobs when picked jobs share a slot or lose their
+    /// slot to a concurrent claim. When it takes none, [`Store::claim_past_taken_slots`] answers.
     pub async fn claim_batch(
         &self,
         runner: RunnerId,
@@ -48,8 +53,51 @@ impl Store {
                 "a batch claim takes at least one job",
             ));
         }
+        let limit = i64::try_from(k)
+            .map_err(|_| Error::InvalidArgument("a batch claim takes too many jobs"))?;
         let now = self.now();
+        let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
+        let rows = sqlx::query(self.sql(sql::CLAIM))
+            .bind(runner.0)
+            .bind(limit)
+            .bind(now)
+            .bind(lease_expiry)
+            .fetch_all(self.pool())
+            .await?;
+        if rows.is_empty() {
+            return self.claim_past_taken_slots(runner, k, now).await;
+        }
+        let mut leases = Vec::with_capacity(rows.len());
+        for row in rows {
+            leases.push(Lease {
+                tuple: Tuple {
+                    runner,
+                    job: JobId(row.try_get("job_id")?),
+                    attempt: AttemptId(row.try_get("attempt_id")?),
+                    lease_id: LeaseId(row.try_get("lease_id")?),
+                    fence: row.try_get("fence")?,
+                },
+                lease_expiry,
+                slot_token: row.try_get("slot_token")?,
+                source_revision: row.try_get("source_revision")?,
+                source_digest: row.try_get("source_digest")?,
+                command: row.try_get("command")?,
+            });
+        }
+        Ok(Verdict::Accepted(leases))
+    }
+
+    /// The claim when its one statement took no job: it tells `unknown_runner` from
+    /// `no_queued_job` and, job by job, picks past queued jobs whose slot a concurrent claim took
+    /// since the statement's snapshot or is reserving right now (what the set-based statement
+    /// cannot wait for). Several statements, one transaction.
+    async fn claim_past_taken_slots(
+        &self,
+        runner: RunnerId,
+        k: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Verdict<Vec<Lease>>, Error> {
         // One round trip: the transaction and its plan setting (see CLAIM_BEGIN).
         let mut tx = self.pool().begin_with(CLAIM_BEGIN).await?;
         let Some(project) = self.runner_project(&mut tx, runner).await? else {
@@ -129,15 +177,15 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::CLAIM_BEGIN;
     use crate::database::TestDatabase;
     use crate::sql;
     use sqlx::{Connection, PgConnection};
 
-    /// The pick's plan under `begin`, prepared and first executed while `target_reservations`
-    /// was analyzed and physically empty, then explained after 11,000 reservations were added:
-    /// the JSON of `EXPLAIN EXECUTE`.
-    async fn pick_plan_after_an_empty_analyze(begin: &str) -> String {
+    /// The claim statement's plan in a session set up by `session` (empty: as the store runs it),
+    /// prepared and executed six times (the plan cache has then chosen between a custom and a
+    /// generic plan) while `target_reservations` was analyzed and physically empty, then explained
+    /// after 11,000 reservations were added: the JSON of `EXPLAIN EXECUTE`.
+    async fn claim_plan_after_an_empty_analyze(session: &str) -> String {
         let database = TestDatabase::create().await.expect("a test database");
         let store = database
             .store(
@@ -147,6 +195,16 @@ mod tests {
             .await
             .expect("a store");
         let project = store.create_project("plan").await.expect("a project");
+        let (runner, _) = store
+            .create_runner(project, "runner")
+            .await
+            .expect("a runner");
+        // A runner of a project without jobs: its claims reserve nothing.
+        let idle_project = store.create_project("idle").await.expect("a project");
+        let (idle, _) = store
+            .create_runner(idle_project, "idle")
+            .await
+            .expect("a runner");
         store.close().await;
         let mut conn = PgConnection::connect(database.url())
             .await
@@ -173,24 +231,36 @@ mod tests {
             .execute(&mut conn)
             .await
             .expect("analyze");
-        sqlx::raw_sql(begin)
+        if !session.is_empty() {
+            sqlx::raw_sql(session)
+                .execute(&mut conn)
+                .await
+                .expect("session");
+        }
+        let claim = sql::CLAIM.text;
+        sqlx::raw_sql(&format!(
+            "PREPARE claim(uuid, bigint, timestamptz, timestamptz) AS {claim}"
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("prepare");
+        let execute = |runner: uuid::Uuid| {
+            format!("claim('{runner}', 1, now(), now() + interval '30 seconds')")
+        };
+        // Five custom plans, then the plan cache's choice, all while no slot is reserved (a
+        // generic plan made now would be cached for the life of the connection).
+        for _ in 0..6 {
+            sqlx::raw_sql(&format!("EXECUTE {}", execute(idle.0)))
+                .execute(&mut conn)
+                .await
+                .expect("execute");
+        }
+        // Reservations of the 11,000 earliest jobs, in an open transaction: the deferred foreign
+        // key to attempts (which a claim satisfies) is never checked, since it never commits.
+        sqlx::raw_sql("BEGIN")
             .execute(&mut conn)
             .await
             .expect("begin");
-        let pick = sql::JOB_PICK_EARLIEST_QUEUED_WITH_FREE_TARGET.text;
-        sqlx::raw_sql(&format!("PREPARE pick(uuid, uuid[]) AS {pick}"))
-            .execute(&mut conn)
-            .await
-            .expect("prepare");
-        // The first execution plans the pick while no slot is reserved (a generic plan made
-        // now would be cached for the life of the connection).
-        sqlx::raw_sql(&format!("EXECUTE pick('{}', '{{}}')", project.0))
-            .execute(&mut conn)
-            .await
-            .expect("execute");
-        // Reservations of the 11,000 earliest jobs, in the same open transaction: the deferred
-        // foreign key to attempts (which a claim satisfies) is never checked, since the
-        // transaction never commits. (No `SET`, no DDL here: either would drop cached plans.)
         sqlx::query(
             "INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
              SELECT project_id, target, id, gen_random_uuid(), now()
@@ -200,8 +270,8 @@ mod tests {
         .await
         .expect("reservations");
         let plan: serde_json::Value = sqlx::query_scalar(&format!(
-            "EXPLAIN (FORMAT JSON) EXECUTE pick('{}', '{{}}')",
-            project.0
+            "EXPLAIN (FORMAT JSON) EXECUTE {}",
+            execute(runner.0)
         ))
         .fetch_one(&mut conn)
         .await
@@ -220,6 +290,7 @@ mod tests {
                 serde_json::Value::Object(map) => {
                     if map.get("Relation Name").and_then(|v| v.as_str())
                         == Some("target_reservations")
+                        && map.get("Node Type").and_then(|v| v.as_str()) != Some("ModifyTable")
                     {
                         if let Some(kind) = map.get("Node Type").and_then(|v| v.as_str()) {
                             found.push(kind.to_string());
@@ -235,11 +306,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze() {
-        let plan = pick_plan_after_an_empty_analyze(CLAIM_BEGIN).await;
+        let plan = claim_plan_after_an_empty_analyze("").await;
         let scans = reservation_scans(&plan);
         assert!(
             !scans.is_empty(),
-            "the pick reads target_reservations: {plan}"
+            "the claim reads target_reservations: {plan}"
         );
         assert!(
             scans.iter().all(|kind| kind.starts_with("Index")),

@@ -23,8 +23,7 @@ impl Store {
     ) -> Result<Verdict<()>, Error> {
         let now = self.now();
         let judge_time = self.judge_time(now, runner_time);
-        let payload_sha256 =
-            sha256_hex(format!("{}:{}", outcome.as_str(), result_digest).as_bytes());
+        let payload_sha256 = result_payload_sha256(outcome, result_digest);
         // The accept path: one statement, one round trip (it locks the job, commits the outcome
         // to the attempt and the job, releases the target and records the result).
         let row = sqlx::query(self.sql(sql::ATTEMPT_COMMIT_RESULT_IF_CURRENT))
@@ -90,6 +89,86 @@ impl Store {
         Ok(verdict)
     }
 
+    /// Rule R3 `result` for several finished attempts at once (a batch result): each item gets
+    /// the verdict and reason [`Store::report_result`] would give it, as if the items were sent
+    /// one after another in this order. Every item the rule accepts is accepted by one statement
+    /// (one round trip, one transaction); each other item is then judged alone, in order, exactly
+    /// as a single result (its own transaction, recorded in its attempt's ledger when late).
+    /// The verdicts are in the items' order.
+    pub async fn report_results(&self, items: &[ResultReport]) -> Result<Vec<Verdict<()>>, Error> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let mut runners = Vec::with_capacity(items.len());
+        let mut jobs = Vec::with_capacity(items.len());
+        let mut attempts = Vec::with_capacity(items.len());
+        let mut lease_ids = Vec::with_capacity(items.len());
+        let mut fences = Vec::with_capacity(items.len());
+        let mut outcomes = Vec::with_capacity(items.len());
+        let mut digests = Vec::with_capacity(items.len());
+        let mut runner_times = Vec::with_capacity(items.len());
+        let mut payloads = Vec::with_capacity(items.len());
+        for item in items {
+            runners.push(item.tuple.runner.0);
+            jobs.push(item.tuple.job.0);
+            attempts.push(item.tuple.attempt.0);
+            lease_ids.push(item.tuple.lease_id.0);
+            fences.push(item.tuple.fence);
+            outcomes.push(item.outcome.as_str());
+            digests.push(item.result_digest.as_str());
+            runner_times.push(item.runner_time);
+            payloads.push(result_payload_sha256(item.outcome, &item.result_digest));
+        }
+        // Every item is judged by the same receipt time: the batch arrived at once.
+        let judge_time = self.judge_time(now, None);
+        let rows = sqlx::query(self.sql(sql::ATTEMPT_COMMIT_RESULTS_IF_CURRENT))
+            .bind(&runners)
+            .bind(&jobs)
+            .bind(&attempts)
+            .bind(&lease_ids)
+            .bind(&fences)
+            .bind(judge_time)
+            .bind(&outcomes)
+            .bind(&digests)
+            .bind(now)
+            .bind(&runner_times)
+            .bind(&payloads)
+            .fetch_all(self.pool())
+            .await?;
+        let mut verdicts: Vec<Option<Verdict<()>>> = vec![None; items.len()];
+        for row in rows {
+            let position: i64 = row.try_get("position")?;
+            let finished: bool = row.try_get("finished")?;
+            if !finished {
+                return Err(Error::Invariant(
+                    "a committed attempt's job did not take the outcome",
+                ));
+            }
+            let at = usize::try_from(position - 1)
+                .ok()
+                .filter(|at| *at < items.len())
+                .ok_or(Error::Invariant("a batch result answered an unknown item"))?;
+            verdicts[at] = Some(Verdict::Accepted(()));
+        }
+        let mut answered = Vec::with_capacity(items.len());
+        for (item, verdict) in items.iter().zip(verdicts) {
+            answered.push(match verdict {
+                Some(verdict) => verdict,
+                None => {
+                    self.report_result(
+                        &item.tuple,
+                        item.outcome,
+                        &item.result_digest,
+                        item.runner_time,
+                    )
+                    .await?
+                }
+            });
+        }
+        Ok(answered)
+    }
+
     #[cfg(feature = "mutants")]
     async fn mutate_result_verdict(
         &self,
@@ -117,4 +196,9 @@ impl Store {
         }
         Ok(verdict)
     }
+}
+
+/// What a result's observation keeps of its payload: the SHA-256 of `outcome:digest`.
+fn result_payload_sha256(outcome: Outcome, result_digest: &str) -> String {
+    sha256_hex(format!("{}:{}", outcome.as_str(), result_digest).as_bytes())
 }
