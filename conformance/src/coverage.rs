@@ -38,6 +38,9 @@ pub struct Coverage {
     pub targets: Cells,
     /// Two-job situations → verdicts.
     pub two_jobs: Cells,
+    /// Shared-slot situations (issue 13: several jobs, of either project, on one slot) →
+    /// verdicts.
+    pub shared_slots: Cells,
 }
 
 impl Coverage {
@@ -54,23 +57,25 @@ impl Coverage {
     }
 
     /// The classes, by name.
-    pub fn classes(&self) -> [(&'static str, &Cells); 5] {
+    pub fn classes(&self) -> [(&'static str, &Cells); 6] {
         [
             ("messages", &self.messages),
             ("failing_pairs", &self.failing_pairs),
             ("operator", &self.operator),
             ("targets", &self.targets),
             ("two_jobs", &self.two_jobs),
+            ("shared_slots", &self.shared_slots),
         ]
     }
 
-    fn classes_mut(&mut self) -> [&mut Cells; 5] {
+    fn classes_mut(&mut self) -> [&mut Cells; 6] {
         [
             &mut self.messages,
             &mut self.failing_pairs,
             &mut self.operator,
             &mut self.targets,
             &mut self.two_jobs,
+            &mut self.shared_slots,
         ]
     }
 
@@ -92,6 +97,12 @@ impl Coverage {
                 hit(&mut self.targets, target.to_string(), v);
             } else {
                 hit(&mut self.messages, message_cell(before, &message), v);
+                if message.digest != 0 {
+                    // "Same outcome, other digest" (§6.1 check 9), as a cell of its own.
+                    let cell =
+                        message_cell(before, &message).replacen(" |", " (other digest) |", 1);
+                    hit(&mut self.messages, cell, v);
+                }
                 let failing = failing_checks(before, &message);
                 for (i, a) in failing.iter().enumerate() {
                     for b in &failing[i + 1..] {
@@ -103,6 +114,12 @@ impl Coverage {
                 if let Some(cell) = moved_on(before, &message) {
                     hit(&mut self.two_jobs, cell, v);
                 }
+            }
+        }
+        if model.config.shared_slot {
+            if let Some(cell) = shared_slot_cell(model, before, action) {
+                let v = verdict.as_deref().unwrap_or("none");
+                hit(&mut self.shared_slots, cell, v);
             }
         }
         if let Some(cell) = operator_cell(before, action) {
@@ -141,6 +158,85 @@ impl Coverage {
                     v,
                 );
             }
+        }
+    }
+}
+
+/// The shared-slot situation (issue 13) `action` exercises in `before`, if any.
+fn shared_slot_cell(model: &LeaseModel, before: &State, action: &Action) -> Option<String> {
+    match action {
+        Action::Claim { runner } => {
+            let project = before.runners.get(*runner as usize)?.project;
+            if model.claimable_job(before, *runner).is_some() {
+                return None;
+            }
+            // A queued job of the claimer's project whose slot another job holds.
+            before.jobs.iter().find_map(|j| {
+                let holder = before.targets.get(j.slot as usize)?.holder?;
+                (j.project == project && j.state == JobState::Queued && j.attempts_left > 0).then(
+                    || {
+                        let h = &before.jobs[holder as usize];
+                        format!(
+                            "claim blocked: the slot is held by {} job ({})",
+                            if h.project == project {
+                                "a same-project"
+                            } else {
+                                "another project's"
+                            },
+                            h.state
+                        )
+                    },
+                )
+            })
+        }
+        _ => {
+            let m = delivered(before, action)?;
+            if m.kind != MessageKind::TargetMutation {
+                return None;
+            }
+            let slot = before
+                .targets
+                .get(before.jobs.get(m.job as usize)?.slot as usize)?;
+            let last_job = before
+                .attempts
+                .iter()
+                .find(|a| a.token == slot.last_applied && slot.last_applied != 0)
+                .map(|a| a.job);
+            Some(match last_job {
+                None => "mutation of a slot nothing was applied to".to_string(),
+                Some(j) if j == m.job => format!(
+                    "mutation after the same job's, token {} (highest {})",
+                    if m.token < slot.highest_token {
+                        "below"
+                    } else {
+                        "at or above"
+                    },
+                    slot.highest_token
+                ),
+                Some(j) => format!(
+                    "mutation after another {} job's, token {}, job fence {} theirs",
+                    if before.jobs[j as usize].project == before.jobs[m.job as usize].project {
+                        "same-project"
+                    } else {
+                        "project's"
+                    },
+                    if m.token < slot.highest_token {
+                        "below the highest"
+                    } else {
+                        "at or above the highest"
+                    },
+                    match before
+                        .attempts
+                        .iter()
+                        .find(|a| a.token == slot.last_applied)
+                        .map(|a| a.fence.cmp(&m.fence))
+                    {
+                        Some(std::cmp::Ordering::Greater) => "below",
+                        Some(std::cmp::Ordering::Equal) => "equal to",
+                        _ => "above",
+                    }
+                ),
+            })
         }
     }
 }
@@ -225,7 +321,9 @@ pub fn failing_checks(s: &State, m: &Message) -> Vec<Reason> {
         failing.push(Reason::NotCurrent);
     }
     if let (MessageKind::Result(outcome), Some(committed)) = (m.kind, attempt.state.outcome()) {
-        if outcome != committed {
+        // Not identical: another outcome, or the same with another digest (an adopted outcome
+        // has no digest).
+        if outcome != committed || attempt.digest.is_some_and(|d| d != m.digest) {
             failing.push(Reason::ConflictingResult);
         }
     }

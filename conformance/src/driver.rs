@@ -22,7 +22,7 @@ pub type Observed = Expected;
 pub struct Projection {
     /// Jobs, by the model's job index.
     pub jobs: Vec<JobProjection>,
-    /// Target slots, by the model's job index.
+    /// Target slots, by the model's slot index.
     pub targets: Vec<TargetProjection>,
     /// The observation the last step recorded (docs/protocol.md §2: attribution, sender, kind,
     /// named job and attempt, verdict, reason), if it recorded one. Comparing every step's record
@@ -174,11 +174,13 @@ pub struct ObservationDetails {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
-    /// An accepted claim: the job it took, the fence it issued, the lease time granted (ticks).
+    /// An accepted claim: the job it took, the fence it issued, the lease time granted (ticks)
+    /// and the slot token it issued for the job's target slot (§8.3).
     Claim {
         job: u8,
         fence: Fence,
         lease_ticks: i64,
+        slot_token: u8,
     },
     /// An accepted heartbeat: the lease time granted (ticks) and whether a cancel was requested.
     Heartbeat {
@@ -192,13 +194,13 @@ pub enum Answer {
 }
 
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
-/// digest the drivers send with it, [`crate::pg::result_digest`]; the model's runners report
-/// digest 0, and another digest only in its probes, which are not replayed).
-pub fn payload_label(kind: MessageKind) -> Option<String> {
-    match kind {
+/// digest the drivers send with it, [`crate::pg::result_digest`]: the model's runners report
+/// digest 0, its probes also another digest of the same outcome).
+pub fn payload_label(m: &leasewright_model::Message) -> Option<String> {
+    match m.kind {
         MessageKind::Result(outcome) => Some(format!(
             "result {outcome} {}",
-            crate::pg::result_digest(outcome, 0)
+            crate::pg::result_digest(outcome, m.digest)
         )),
         _ => None,
     }
@@ -401,7 +403,7 @@ fn model_details(model: &LeaseModel, before: &State, action: &Action, after: &St
             _ => None,
         },
         runner_time: Some(m.runner_time),
-        payload: payload_label(m.kind),
+        payload: payload_label(&m),
     });
     let answer = match (action, message) {
         (Action::Claim { .. }, _) if accepted => {
@@ -412,6 +414,7 @@ fn model_details(model: &LeaseModel, before: &State, action: &Action, after: &St
                     job: a.job,
                     fence: a.fence,
                     lease_ticks: i64::from(model.config.lease_ttl),
+                    slot_token: a.token,
                 })
         }
         (Action::ExpirySweep, _) => Some(Answer::Sweep {

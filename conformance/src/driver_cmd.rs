@@ -276,15 +276,17 @@ fn delivery(m: &Message) -> Value {
             tuple(m),
             json!({"action": "result", "outcome": outcome.as_str(), "digest": result_digest(outcome, m.digest)}),
         ),
-        // Today's model gives every job a slot of its own, so an attempt's slot token (the
-        // slot's reservations so far) is its fence (the job's claims so far).
+        // The slot token the message carries (a stale or forged one included), not the named
+        // attempt's own: the target compares what it is sent (§8.4). The traces this driver
+        // replays give every job a slot of its own (`suite::in_process_only`), so slot j is
+        // job j's.
         MessageKind::TargetMutation => json!({
             "action": "target_mutation",
             "runner": m.sender,
             "slot": m.job,
             "job": m.job,
             "attempt": m.attempt,
-            "slot_token": m.fence,
+            "slot_token": m.token,
             "deployment": m.job,
         }),
     }
@@ -428,7 +430,7 @@ impl Session for CmdSession {
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
         self.sent_payload =
-            crate::coverage::delivered(before, action).and_then(|m| payload_label(m.kind));
+            crate::coverage::delivered(before, action).and_then(|m| payload_label(&m));
         let Some(request) = step_request(before, action, after)? else {
             return Ok(None);
         };
@@ -583,6 +585,9 @@ impl crate::suite::SuiteDriver for CmdDriver {
     fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
         Ok(())
     }
+    fn replays(&self, model: &LeaseModel, trace: &crate::generate::Generated<LeaseModel>) -> bool {
+        !crate::suite::in_process_only(model, trace)
+    }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
         None
     }
@@ -633,6 +638,8 @@ enum WireAnswer {
         job: u8,
         fence: Fence,
         lease_ticks: i64,
+        #[serde(default)]
+        slot_token: Option<u8>,
     },
     Heartbeat {
         lease_ticks: i64,
@@ -653,10 +660,13 @@ impl WireAnswer {
                 job,
                 fence,
                 lease_ticks,
+                slot_token,
             } => Answer::Claim {
                 job,
                 fence,
                 lease_ticks,
+                // A driver that does not say answers 0, which no claim issues (§8.3).
+                slot_token: slot_token.unwrap_or(0),
             },
             WireAnswer::Heartbeat {
                 lease_ticks,

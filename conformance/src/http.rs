@@ -695,7 +695,6 @@ impl Driver for HttpDriver {
             seen: vec![0; jobs.len()],
             jobs,
             attempts: Vec::new(),
-            slot_tokens: Vec::new(),
             leases: BTreeMap::new(),
             slots,
             target_kind: config.target,
@@ -732,9 +731,6 @@ pub struct HttpSession {
     seen: Vec<usize>,
     /// Model attempt index → attempt.
     attempts: Vec<Uuid>,
-    /// Model attempt index → the slot token its lease carries, which its target mutations carry
-    /// (docs/protocol.md §8.3).
-    slot_tokens: Vec<i64>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, Uuid>,
     /// Model job index → its target slot.
@@ -833,7 +829,7 @@ impl HttpSession {
         if m.kind != MessageKind::TargetMutation {
             self.sync_clock().await?;
         }
-        self.sent_payload = payload_label(m.kind);
+        self.sent_payload = payload_label(m);
         let (client, tuple) = self.tuple(m)?;
         match m.kind {
             MessageKind::Heartbeat => {
@@ -885,10 +881,10 @@ impl HttpSession {
             }
             MessageKind::TargetMutation => {
                 let slot = &self.slots[m.job as usize];
-                let slot_token = *self
-                    .slot_tokens
-                    .get(m.attempt as usize)
-                    .ok_or_else(|| unmappable(format!("attempt {}", m.attempt)))?;
+                // The slot token the model's message carries, not the named attempt's own (the
+                // target compares what it is sent, §8.4); the numbers are the implementation's,
+                // as both count a fresh slot's reservations from 1.
+                let slot_token = i64::from(m.token);
                 let body = DeployRequest {
                     kind: self.target_kind.as_str().into(),
                     job: tuple.job,
@@ -1135,7 +1131,6 @@ impl Session for HttpSession {
                         )));
                     };
                     self.attempts.push(lease.attempt);
-                    self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.lease_id);
                     self.answer = Some(Answer::Claim {
                         job: Self::index_of(&self.jobs, &lease.job, "job")?,
@@ -1146,6 +1141,12 @@ impl Session for HttpSession {
                             ))
                         })?,
                         lease_ticks: self.ticks_until(lease.lease_expiry),
+                        slot_token: u8::try_from(lease.slot_token).map_err(|_| {
+                            DriverError::Implementation(format!(
+                                "slot token {} out of range",
+                                lease.slot_token
+                            ))
+                        })?,
                     });
                 }
                 Some(answer(result, |r| &r.verdict)?)

@@ -27,6 +27,11 @@ pub const TICK: Duration = Duration::seconds(10);
 /// A lease id no claim ever issues: what the model's forged lease id maps to.
 pub const FORGED_LEASE: Uuid = Uuid::from_u128(0x1ea5_e000_0000_4000_8000_0000_0000_0000);
 
+/// What an unknown id stands for ([`PgSession::unknown`]).
+const RUNNER: u8 = 0;
+const JOB: u8 = 1;
+const ATTEMPT: u8 = 2;
+
 /// The server time every trace starts at.
 pub fn trace_epoch() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
@@ -153,26 +158,36 @@ impl Driver for PgDriver {
         }
         let kind = imp::TargetKind::from_code(config.target.as_str())
             .ok_or_else(|| unmappable(format!("target kind {}", config.target)))?;
+        // Model slot `s` is the slot named `{trace}-{unique}-slot-{s}`: fresh in every trace, so
+        // its token counter starts at 0 as the model's does, and shared by every job (of either
+        // project) the model puts on it (docs/protocol.md §8.1: slot names are global).
+        let slot_name = |s: u8| format!("{trace}-{unique}-slot-{s}");
         let mut jobs = Vec::new();
-        let mut targets = Vec::new();
-        for j in 0..config.jobs {
+        for j in 0..config.all_jobs() {
             let mut new = imp::NewJob::new(
                 format!("rev-{j}"),
                 format!("sha256:source-{j}"),
                 "true".to_string(),
             );
             new.target_kind = kind;
-            let id = store.submit_job(project, new).await.map_err(failed)?;
-            let view = store.job(id).await.map_err(failed)?.ok_or_else(|| {
-                DriverError::Implementation("a submitted job cannot be read back".into())
-            })?;
+            new.target = Some(slot_name(config.slot_of(j)));
+            // Project 0's jobs first, then the outsider project's (the model's job order).
+            let owner = if j < config.jobs {
+                project
+            } else {
+                outsider_project
+            };
+            let id = store.submit_job(owner, new).await.map_err(failed)?;
+            jobs.push(id);
+        }
+        let mut targets = Vec::new();
+        for s in 0..config.slots() {
             targets.push(
                 store
-                    .demo_target(kind, &view.target)
+                    .demo_target(kind, &slot_name(s))
                     .await
                     .map_err(failed)?,
             );
-            jobs.push(id);
         }
         Ok(PgSession {
             store,
@@ -182,7 +197,6 @@ impl Driver for PgDriver {
             runners,
             jobs,
             attempts: Vec::new(),
-            slot_tokens: Vec::new(),
             leases: BTreeMap::new(),
             targets,
             target_kind: config.target,
@@ -192,6 +206,7 @@ impl Driver for PgDriver {
             answer: None,
             sent_payload: None,
             payloads: BTreeMap::new(),
+            unknown_base: Uuid::new_v4().as_u128() & !0xffff,
         })
     }
 }
@@ -209,11 +224,9 @@ pub struct PgSession {
     jobs: Vec<imp::JobId>,
     /// Model attempt index → attempt.
     attempts: Vec<imp::AttemptId>,
-    /// Model attempt index → the slot token its claim issued, which its target mutations carry
-    /// (docs/protocol.md §8.3), as a runner carries the one of its lease.
-    slot_tokens: Vec<i64>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, imp::LeaseId>,
+    /// Model slot index → the slot's target.
     targets: Vec<imp::DemoTarget>,
     target_kind: model::TargetKind,
     /// The highest observation id seen so far.
@@ -228,29 +241,39 @@ pub struct PgSession {
     sent_payload: Option<String>,
     /// Each payload label's digest as first recorded (one payload, one digest).
     payloads: BTreeMap<String, String>,
+    /// The trace's base of ids no one created ([`PgSession::unknown`]): random, low 16 bits 0.
+    unknown_base: u128,
 }
 
 impl PgSession {
-    /// The project whose operator takes an operator step: project 0's, or the outsider's.
-    fn operator_project(&self, action: &Action) -> imp::ProjectId {
-        match action {
-            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
-                self.outsider_project
-            }
-            _ => self.project,
+    /// The project whose operator takes an operator step: the job's own project's, or (the
+    /// model's `outsider_*` actions) the other project's.
+    fn operator_project(&self, action: &Action, job: u8) -> imp::ProjectId {
+        let own = usize::from(job) < usize::from(self.model.config.jobs);
+        let other = matches!(
+            action,
+            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. }
+        );
+        if own != other {
+            self.project
+        } else {
+            self.outsider_project
         }
     }
 
     fn tuple(&self, m: &model::Message) -> Result<imp::Tuple, DriverError> {
-        fn get<T: Copy>(v: &[T], i: u8, what: &str) -> Result<T, DriverError> {
-            v.get(i as usize)
-                .copied()
-                .ok_or_else(|| unmappable(format!("{what} {i}")))
+        // An index the trace never created (a probe's unknown runner, job or attempt) is an id
+        // no one created: the implementation must find nothing under it (§6.1 checks 1, 2, 4).
+        fn get(v: &[Uuid], i: u8, unknown: Uuid) -> Uuid {
+            v.get(i as usize).copied().unwrap_or(unknown)
         }
+        let runners: Vec<Uuid> = self.runners.iter().map(|r| r.0).collect();
+        let jobs: Vec<Uuid> = self.jobs.iter().map(|j| j.0).collect();
+        let attempts: Vec<Uuid> = self.attempts.iter().map(|a| a.0).collect();
         Ok(imp::Tuple {
-            runner: get(&self.runners, m.sender, "runner")?,
-            job: get(&self.jobs, m.job, "job")?,
-            attempt: get(&self.attempts, m.attempt, "attempt")?,
+            runner: imp::RunnerId(get(&runners, m.sender, self.unknown(RUNNER, m.sender))),
+            job: imp::JobId(get(&jobs, m.job, self.unknown(JOB, m.job))),
+            attempt: imp::AttemptId(get(&attempts, m.attempt, self.unknown(ATTEMPT, m.attempt))),
             lease_id: if m.lease == model::FORGED_LEASE {
                 imp::LeaseId(FORGED_LEASE)
             } else {
@@ -261,6 +284,31 @@ impl PgSession {
             },
             fence: i64::from(m.fence),
         })
+    }
+
+    /// The id that stands for the model's never-created runner, job or attempt `index`: unique
+    /// to the trace, created by no one.
+    fn unknown(&self, what: u8, index: u8) -> Uuid {
+        Uuid::from_u128(self.unknown_base ^ (u128::from(what) << 8 | u128::from(index)))
+    }
+
+    /// The model index `id` stands for, if it is one of [`PgSession::unknown`]'s ids.
+    fn unknown_index(&self, what: u8, id: Uuid) -> Option<u8> {
+        let x = id.as_u128() ^ self.unknown_base;
+        (x >> 16 == 0 && (x >> 8) as u8 == what).then_some(x as u8)
+    }
+
+    /// The model index of a runner, job or attempt id, created or [`PgSession::unknown`].
+    fn model_index(&self, what: u8, v: &[Uuid], id: Uuid) -> Result<u8, DriverError> {
+        match v.iter().position(|y| *y == id) {
+            Some(i) => Ok(i as u8),
+            None => self.unknown_index(what, id).ok_or_else(|| {
+                DriverError::Implementation(format!(
+                    "the implementation shows an unknown {}",
+                    ["runner", "job", "attempt"][usize::from(what)]
+                ))
+            }),
+        }
     }
 
     fn index_of<T: PartialEq>(v: &[T], x: &T, what: &str) -> Result<u8, DriverError> {
@@ -275,7 +323,7 @@ impl PgSession {
     async fn deliver(&mut self, m: &model::Message) -> Result<Observed, DriverError> {
         let tuple = self.tuple(m)?;
         let at = Some(runner_time(m.runner_time));
-        self.sent_payload = payload_label(m.kind);
+        self.sent_payload = payload_label(m);
         Ok(match m.kind {
             MessageKind::Heartbeat => {
                 let verdict = self.store.heartbeat(&tuple, at).await.map_err(failed)?;
@@ -310,17 +358,22 @@ impl PgSession {
                 observed(&answer.verdict())
             }
             MessageKind::TargetMutation => {
-                let slot_token = *self
-                    .slot_tokens
-                    .get(m.attempt as usize)
-                    .ok_or_else(|| unmappable(format!("attempt {}", m.attempt)))?;
+                // The slot token the model's message carries (a stale or forged one included),
+                // not the named attempt's own: the target compares what it is sent (§8.4). Model
+                // and implementation tokens are the same numbers: both count a fresh slot's
+                // reservations from 1, and every claim compares the token it issued
+                // (`Answer::Claim`).
                 let mutation = imp::TargetMutation {
                     job: tuple.job,
                     attempt: tuple.attempt,
-                    slot_token,
+                    slot_token: i64::from(m.token),
                     deployment_id: tuple.job.to_string(),
                 };
-                let target = &self.targets[m.job as usize];
+                let slot = self.model.config.slot_of(m.job);
+                let target = self
+                    .targets
+                    .get(slot as usize)
+                    .ok_or_else(|| unmappable(format!("slot {slot}")))?;
                 observed(&target.mutate(&mutation).await.map_err(failed)?)
             }
         })
@@ -362,7 +415,6 @@ impl Session for PgSession {
                         )));
                     };
                     self.attempts.push(lease.tuple.attempt);
-                    self.slot_tokens.push(lease.slot_token);
                     self.leases.insert(created.lease, lease.tuple.lease_id);
                     self.answer = Some(Answer::Claim {
                         job: Self::index_of(&self.jobs, &lease.tuple.job, "job")?,
@@ -373,6 +425,12 @@ impl Session for PgSession {
                             ))
                         })?,
                         lease_ticks: self.ticks_from_now(lease.lease_expiry),
+                        slot_token: u8::try_from(lease.slot_token).map_err(|_| {
+                            DriverError::Implementation(format!(
+                                "slot token {} out of range",
+                                lease.slot_token
+                            ))
+                        })?,
                     });
                 }
                 Some(observed(&verdict.without_value()))
@@ -398,14 +456,24 @@ impl Session for PgSession {
                 None
             }
             Action::ExpirySweep => {
-                let swept = self
-                    .store
-                    .sweep_expired_in(Some(self.project))
-                    .await
-                    .map_err(failed)?;
-                let (verdict, jobs) = match swept {
-                    imp::SweepVerdict::Uncertain(jobs) => (Expected::UNCERTAIN, jobs),
-                    imp::SweepVerdict::Accepted => (Expected::ACCEPTED, Vec::new()),
+                // The model's sweep covers the jobs of both projects (the outsider's too); the
+                // implementation's is scoped to one project so that concurrent traces do not see
+                // each other's leases: one sweep per project of the trace.
+                let mut jobs = Vec::new();
+                for project in [self.project, self.outsider_project] {
+                    let swept = self
+                        .store
+                        .sweep_expired_in(Some(project))
+                        .await
+                        .map_err(failed)?;
+                    if let imp::SweepVerdict::Uncertain(more) = swept {
+                        jobs.extend(more);
+                    }
+                }
+                let verdict = if jobs.is_empty() {
+                    Expected::ACCEPTED
+                } else {
+                    Expected::UNCERTAIN
                 };
                 let mut uncertain = jobs
                     .iter()
@@ -416,7 +484,7 @@ impl Session for PgSession {
                 Some(verdict)
             }
             Action::Cancel { job } | Action::OutsiderCancel { job } => {
-                let project = self.operator_project(action);
+                let project = self.operator_project(action, *job);
                 let id = self.jobs[*job as usize];
                 Some(observed(
                     &self.store.cancel(project, id).await.map_err(failed)?,
@@ -432,7 +500,7 @@ impl Session for PgSession {
                 finding,
                 decision,
             } => {
-                let project = self.operator_project(action);
+                let project = self.operator_project(action, *job);
                 let id = self.jobs[*job as usize];
                 let finding = imp::Finding::from_code(finding.as_str())
                     .ok_or_else(|| unmappable(format!("finding {finding}")))?;
@@ -621,7 +689,10 @@ impl PgSession {
     /// Every observation naming one of this trace's jobs, oldest first.
     async fn records(&self) -> Result<Vec<imp::ObservationView>, DriverError> {
         let mut all = Vec::new();
-        for job in &self.jobs {
+        // The trace's jobs, and the job id a probe's unknown job is sent as (index: the number
+        // of jobs, as the model's probes name it).
+        let unknown = imp::JobId(self.unknown(JOB, self.jobs.len() as u8));
+        for job in self.jobs.iter().chain([&unknown]) {
             all.extend(self.store.observations(*job).await.map_err(failed)?);
         }
         all.sort_by_key(|o| o.id);
@@ -644,15 +715,18 @@ impl PgSession {
                 )))
             }
         };
+        let runners: Vec<Uuid> = self.runners.iter().map(|r| r.0).collect();
+        let jobs: Vec<Uuid> = self.jobs.iter().map(|j| j.0).collect();
+        let attempts: Vec<Uuid> = self.attempts.iter().map(|a| a.0).collect();
         Ok(ObservationProjection {
             attempt: match o.attempt {
                 Some(a) => Some(Self::index_of(&self.attempts, &a, "attempt")?),
                 None => None,
             },
-            sender: Self::index_of(&self.runners, &o.named.runner, "runner")?,
+            sender: self.model_index(RUNNER, &runners, o.named.runner.0)?,
             kind,
-            job: Self::index_of(&self.jobs, &o.named.job, "job")?,
-            named_attempt: Self::index_of(&self.attempts, &o.named.attempt, "attempt")?,
+            job: self.model_index(JOB, &jobs, o.named.job.0)?,
+            named_attempt: self.model_index(ATTEMPT, &attempts, o.named.attempt.0)?,
             verdict,
             reason,
         })

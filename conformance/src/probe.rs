@@ -5,8 +5,10 @@
 //! random walks), the candidates are: every runner message kind (`heartbeat`, `result` of every
 //! outcome, `rejoin`) from every runner (the outsider included), naming every attempt of the
 //! ledger under every job, with the attempt's own lease id and fence, a forged one, or another
-//! attempt's (so that superseded and stale tuples fail two §6.1 checks at once); the target
-//! mutation of every attempt with every fence issued; and every operator action (`cancel`,
+//! attempt's (so that superseded and stale tuples fail two §6.1 checks at once); a result of the
+//! same outcome with another digest; a runner, job or attempt no one created; the target
+//! mutation of every attempt with every slot token issued (and every other job fence); and every
+//! operator action (`cancel`,
 //! `reconcile` with every finding and decision, by the job's project and by another project's
 //! operator) on every job. The model's `replay` action delivers any message as any runner, and
 //! its operator actions take any finding, so every candidate is a model step and the model gives
@@ -17,8 +19,8 @@
 //! stable order, and `extra` more are drawn at random from the rest with the given seed.
 
 use leasewright_model::{
-    Action, Decision, Expected, Finding, Forge, LeaseModel, Message, MessageKind, Reason, State,
-    FORGED_FENCE, FORGED_LEASE,
+    Action, Decision, Expected, Finding, Forge, LeaseModel, Message, MessageKind, Outcome, Reason,
+    State, FORGED_FENCE, FORGED_LEASE,
 };
 use stateright::Model;
 
@@ -86,11 +88,59 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
                 }
             }
         }
-        // The attempt's own fence (and token) only: a mutation naming one attempt with another
-        // attempt's fence diverges since the slots change (probe-000856: highest fence expected
-        // 2, observed 1); docs/conformance.md, "What the suite still cannot see".
-        let message = Message {
-            kind: MessageKind::TargetMutation,
+        // "Same outcome, other digest" (§6.1 check 9): the attempt's own runner reports each
+        // outcome again under its own tuple with another digest.
+        for &outcome in Outcome::ALL {
+            out.push(Action::Replay {
+                runner: attempt.runner,
+                message: Message {
+                    kind: MessageKind::Result(outcome),
+                    sender: attempt.runner,
+                    job: attempt.job,
+                    attempt: a,
+                    lease: attempt.lease,
+                    fence: attempt.fence,
+                    runner_time: 0,
+                    digest: 1,
+                    token: 0,
+                },
+                forge: Forge::AsIs,
+            });
+        }
+        // The target mutation of the attempt carrying every slot token issued (another
+        // attempt's: a stale or a later holder's, of its slot or of another), and carrying
+        // every other job fence with its own token (the target must not look at fences, §8.3).
+        let mut tokens: Vec<u8> = s.attempts.iter().map(|o| o.token).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        let mut carried: Vec<(u8, u8)> = tokens.into_iter().map(|t| (attempt.fence, t)).collect();
+        for other in s.attempts.iter().filter(|o| o.fence != attempt.fence) {
+            carried.push((other.fence, attempt.token));
+        }
+        carried.sort_unstable();
+        carried.dedup();
+        for (fence, token) in carried {
+            let message = Message {
+                kind: MessageKind::TargetMutation,
+                sender: attempt.runner,
+                job: attempt.job,
+                attempt: a,
+                lease: attempt.lease,
+                fence,
+                runner_time: 0,
+                digest: 0,
+                token,
+            };
+            out.push(Action::Replay {
+                runner: attempt.runner,
+                message,
+                forge: Forge::AsIs,
+            });
+        }
+        // Identities no one created (§6.1 checks 1, 2 and 4): the attempt's tuple from an
+        // unknown runner, naming an unknown job, naming an unknown attempt of its job.
+        let own = Message {
+            kind: MessageKind::Heartbeat,
             sender: attempt.runner,
             job: attempt.job,
             attempt: a,
@@ -98,14 +148,33 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
             fence: attempt.fence,
             runner_time: 0,
             digest: 0,
-            // Every job has a slot of its own here: a slot token is the job's fence.
-            token: attempt.fence,
+            token: 0,
         };
-        out.push(Action::Replay {
-            runner: attempt.runner,
-            message,
-            forge: Forge::AsIs,
-        });
+        for kind in [MessageKind::Heartbeat, MessageKind::Result(Outcome::Passed)] {
+            for message in [
+                Message {
+                    kind,
+                    sender: senders,
+                    ..own
+                },
+                Message {
+                    kind,
+                    job: s.jobs.len() as u8,
+                    ..own
+                },
+                Message {
+                    kind,
+                    attempt: s.attempts.len() as u8,
+                    ..own
+                },
+            ] {
+                out.push(Action::Replay {
+                    runner: message.sender,
+                    message,
+                    forge: Forge::AsIs,
+                });
+            }
+        }
     }
     // A claim by every runner, executing or not (a buggy runner claims while it holds a job).
     for runner in 0..senders {
@@ -153,9 +222,11 @@ pub fn applicable(s: &State, action: &Action) -> bool {
         Action::Replay {
             runner, message, ..
         } => {
-            (*runner as usize) < s.runners.len()
-                && (message.job as usize) < s.jobs.len()
-                && (message.attempt as usize) < s.attempts.len()
+            // One past the last runner, job or attempt is an identity no one created (the
+            // drivers send an id they never created for it).
+            (*runner as usize) <= s.runners.len()
+                && (message.job as usize) <= s.jobs.len()
+                && (message.attempt as usize) <= s.attempts.len()
                 && (message.lease == FORGED_LEASE
                     || s.attempts.iter().any(|a| a.lease == message.lease))
         }

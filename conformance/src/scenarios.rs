@@ -22,17 +22,116 @@ pub fn all() -> Result<Vec<(LeaseModel, Generated<LeaseModel>)>, String> {
         fenced_target()?,
         unfenced_target_stays_reserved()?,
         reconnect()?,
+        slot_reserved_across_projects()?,
+        slot_stale_token_refused()?,
+        slot_later_job_accepted()?,
     ])
 }
 
 /// The names of the scenarios, in the order [`all`] returns them.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 8] = [
     "scenario-stale-completion",
     "scenario-ownership-tuple",
     "scenario-fenced-target",
     "scenario-unfenced-target-stays-reserved",
     "scenario-reconnect",
+    "scenario-slot-reserved-across-projects",
+    "scenario-slot-stale-token-refused",
+    "scenario-slot-later-job-accepted",
 ];
+
+/// The small configuration of the shared-slot scenarios (issue 13): one runner per project, one
+/// tick leases, no disconnects or forgeries, every job on slot 0.
+fn one_slot(jobs: u8, outsider_jobs: u8, target: TargetKind) -> Config {
+    Config {
+        jobs,
+        runners: 1,
+        lease_ttl: 1,
+        disconnects: false,
+        forgery: false,
+        outsider: outsider_jobs > 0,
+        outsider_jobs,
+        shared_slot: true,
+        target,
+        ..Config::one_job()
+    }
+}
+
+/// Issue 13, observation 1 (two deployments at once): while project 0's job on the slot is
+/// `uncertain` (its slot reserved), the other project's job naming the same slot cannot be
+/// claimed: `no_queued_job`. (The model offers only claims that succeed, so the refused claim is
+/// appended as a step that leaves the state unchanged, with the model's verdict.)
+pub fn slot_reserved_across_projects() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    let (model, mut trace) = shortest(
+        NAMES[5],
+        one_slot(1, 1, TargetKind::Unfenced),
+        8,
+        |_, _, after, _| {
+            after.jobs[0].state == JobState::Uncertain
+                && after.reserved(0)
+                && after.targets[0].applied > 0
+        },
+    )?;
+    let last = trace
+        .steps
+        .last()
+        .map_or(trace.init.clone(), |(_, s)| s.clone());
+    let outsider = model.outsider().ok_or("an outsider")?;
+    let claim = Action::Claim { runner: outsider };
+    if model.expected(&last, &claim) != Some(Expected::rejected(Reason::NoQueuedJob)) {
+        return Err(format!(
+            "{}: the model would let the outsider claim",
+            NAMES[5]
+        ));
+    }
+    trace.steps.push((claim, last));
+    Ok((model, trace))
+}
+
+/// Issue 13, observation 2 (stale overwrite at a fenced slot): project 0's job reached fence 2,
+/// its fence-2 attempt's mutation is still in flight when the job is ended; the other project's
+/// job (fence 1) is claimed on the slot and deploys; the late fence-2 mutation carries the older
+/// slot token and is refused `stale_fence`.
+pub fn slot_stale_token_refused() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    shortest(
+        NAMES[6],
+        one_slot(1, 1, TargetKind::Fenced),
+        16,
+        |before, action, _, verdict| {
+            matches!(action, Action::Deliver { message }
+            if message.kind == MessageKind::TargetMutation
+                && message.job == 0
+                && message.fence >= 2
+                && before.attempts.iter().any(|a| {
+                    a.job == 1 && a.token == before.targets[0].highest_token
+                }))
+                && verdict == Some(Expected::rejected(Reason::StaleFence))
+        },
+    )
+}
+
+/// Issue 13, observation 3 (blocked release): job 0 reached fence 2 and deployed to the fenced
+/// slot, then passed; job 1, of the same project, deploys with its own fence 1 and a later slot
+/// token: accepted.
+pub fn slot_later_job_accepted() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    shortest(
+        NAMES[7],
+        one_slot(2, 0, TargetKind::Fenced),
+        16,
+        |before, action, _, verdict| {
+            matches!(action, Action::Deliver { message }
+            if message.kind == MessageKind::TargetMutation
+                && message.job == 1
+                && message.fence == 1
+                && before.jobs[0].state == JobState::Passed
+                && before.attempts.iter().any(|a| {
+                    a.job == 0 && a.fence >= 2
+                        && a.token == before.targets[0].highest_token
+                }))
+                && verdict == Some(Expected::ACCEPTED)
+        },
+    )
+}
 
 /// A script of picks: each `take` chooses the first enabled action that matches.
 struct Script {

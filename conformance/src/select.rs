@@ -116,6 +116,40 @@ pub const EXTRA_PROBES: usize = 600;
 /// Prefixes of the two-job walks probed (every state of the first walks, in order).
 pub const TWO_JOB_PROBE_STATES: usize = 240;
 
+/// The share (in percent) of the random-walk steps walked on each shared-slot configuration
+/// (issue 13).
+pub const SHARED_SLOT_SHARE: usize = 10;
+
+/// The shared-slot configurations of the default suite (issue 13), by name: one job of each
+/// project on one slot (`shared-projects`), and two jobs of the project on one slot
+/// (`shared-jobs`); otherwise the configuration's bounds.
+pub fn shared_slot_configs(base: &Config) -> [(&'static str, Config); 2] {
+    [
+        (
+            "shared-projects",
+            Config {
+                jobs: 1,
+                outsider: true,
+                outsider_jobs: 1,
+                shared_slot: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "shared-jobs",
+            Config {
+                jobs: 2,
+                outsider_jobs: 0,
+                shared_slot: true,
+                ..base.clone()
+            },
+        ),
+    ]
+}
+
+/// A named configuration's model and its random walks.
+type Walks = (&'static str, Arc<LeaseModel>, Vec<Generated<LeaseModel>>);
+
 /// The two-job configuration of the default suite (class 6): the configuration with two jobs.
 pub fn two_job_config(base: &Config) -> Config {
     Config {
@@ -249,7 +283,34 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         0
     };
     let other_target_steps = selection.steps * OTHER_TARGET_SHARE / 100;
-    let main_steps = selection.steps - two_job_steps - 2 * other_target_steps;
+    let shared_configs = if model.config.shared_slot {
+        Vec::new()
+    } else {
+        shared_slot_configs(&model.config).to_vec()
+    };
+    let shared_steps = selection.steps * SHARED_SLOT_SHARE / 100;
+    let main_steps = selection.steps
+        - two_job_steps
+        - 2 * other_target_steps
+        - shared_configs.len() * shared_steps;
+    // Issue 13: walks of each shared-slot configuration (replayed by the random suite, their
+    // states probed by the probe suite).
+    let shared_walks: Vec<Walks> = shared_configs
+        .into_iter()
+        .map(|(name, config)| {
+            let m = Arc::new(LeaseModel::new(config));
+            let walks = renamed(
+                random_walks(
+                    m.as_ref(),
+                    selection.seed,
+                    shared_steps.max(TWO_JOB_PROBE_STATES),
+                    selection.walk_len,
+                ),
+                &format!("random-{name}"),
+            );
+            (name, m, walks)
+        })
+        .collect();
     let two_job_walks = renamed(
         random_walks(
             two_jobs.as_ref(),
@@ -282,6 +343,15 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             "probe2",
             "the two-job walks",
         ));
+        for (name, m, walks) in &shared_walks {
+            batches.push(probe_batch(
+                Arc::clone(m),
+                &walk_prefixes(walks, TWO_JOB_PROBE_STATES),
+                selection.seed,
+                &format!("probe-{name}"),
+                &format!("the {name} walks (issue 13: one slot)"),
+            ));
+        }
     }
     if selection.wants(Suite::Random) {
         let traces = random_walks(
@@ -315,6 +385,22 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                 &format!("random-{kind}"),
             );
             batches.push(Batch::new(other, traces));
+        }
+        for (_, m, walks) in &shared_walks {
+            // The walks are generated for at least the probes' states: keep this share's steps.
+            let mut steps = 0;
+            let traces: Vec<_> = walks
+                .iter()
+                .take_while(|w| {
+                    let take = steps < shared_steps;
+                    steps += w.steps.len();
+                    take
+                })
+                .cloned()
+                .collect();
+            if !traces.is_empty() {
+                batches.push(Batch::new(Arc::clone(m), traces));
+            }
         }
     }
     // Shard by position in the whole, stable list.

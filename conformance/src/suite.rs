@@ -130,6 +130,12 @@ pub trait SuiteDriver: Driver + 'static {
     fn parallel(&self, asked: usize) -> usize;
     /// Whether it can replay traces of `model`.
     fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
+    /// Whether it replays `trace` (of `model`); the suite leaves the others out and says how
+    /// many. The in-process driver replays every trace.
+    fn replays(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
+        let _ = (model, trace);
+        true
+    }
     /// How many times each of the implementation's SQL statements has run, when the
     /// implementation runs in this process (`None`: it runs in another one).
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
@@ -190,6 +196,38 @@ impl SuiteDriver for HttpDriver {
     fn not_compared(&self) -> Vec<crate::driver::Part> {
         self.unread().to_vec()
     }
+    fn replays(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
+        !in_process_only(model, trace)
+    }
+}
+
+/// Whether `trace` (of `model`) is one only the in-process driver replays today: shared slots
+/// and the outsider project's jobs (the HTTP and `--driver-cmd` drivers map one slot per job and
+/// read project 0's jobs only), and probes naming an identity no one created (over HTTP an
+/// unknown runner is refused 401 before any check, docs/protocol.md §6.1, and an unknown job's
+/// record is readable by no project).
+pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
+    use leasewright_model::Action;
+    let c = &model.config;
+    if c.shared_slot || (c.outsider && c.outsider_jobs > 0) {
+        return true;
+    }
+    let mut before = &trace.init;
+    for (action, after) in &trace.steps {
+        if let Action::Replay {
+            runner, message, ..
+        } = action
+        {
+            if usize::from(*runner) >= before.runners.len()
+                || usize::from(message.job) >= before.jobs.len()
+                || usize::from(message.attempt) >= before.attempts.len()
+            {
+                return true;
+            }
+        }
+        before = after;
+    }
+    false
 }
 
 /// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`

@@ -129,8 +129,46 @@ pub fn class_reports(
         }
     }
     out.insert("two_jobs", report);
+    let shared = hits["shared_slots"];
+    let mut report = ClassReport {
+        product: SHARED_SLOT_SITUATIONS.len(),
+        ..ClassReport::default()
+    };
+    for (name, start) in SHARED_SLOT_SITUATIONS {
+        if shared.keys().any(|k| k.contains(start)) {
+            report.hit += 1;
+        } else {
+            report.never_exercised.push(name.to_string());
+        }
+    }
+    out.insert("shared_slots", report);
     out
 }
+
+/// The shared-slot situations (issue 13) the default suite must exercise: (name, what the
+/// coverage cell starts with).
+pub const SHARED_SLOT_SITUATIONS: [(&str, &str); 5] = [
+    (
+        "a claim blocked by a same-project job holding the slot",
+        "claim blocked: the slot is held by a same-project job",
+    ),
+    (
+        "a claim blocked by another project's job holding the slot",
+        "claim blocked: the slot is held by another project's job",
+    ),
+    (
+        "a claim blocked by an uncertain job's reservation",
+        "job (uncertain)",
+    ),
+    (
+        "a stale token refused after another job's mutation",
+        "token below the highest",
+    ),
+    (
+        "a later holder's lower job fence accepted after another job's mutation",
+        "token at or above the highest, job fence below theirs",
+    ),
+];
 
 impl Summary<'_> {
     /// What the generated traces exercised, by class (the property suite keeps no traces).

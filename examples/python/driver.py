@@ -69,6 +69,7 @@ class Namespace:
                 "job": self.jobs.index(created.job),
                 "fence": created.fence,
                 "lease_ticks": created.lease_expiry - self.now,
+                "slot_token": created.slot_token,
             }}
         if action in ("heartbeat", "result", "rejoin"):
             args = (self.runners[s["runner"]], self.jobs[s["job"]], self.attempt(s["attempt"]),

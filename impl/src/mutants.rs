@@ -50,11 +50,17 @@ pub enum Mutant {
     CancelOnUncertainRequests,
     /// Class 7: `reconcile` with `abort` also aborts a `running` job (not only an `uncertain` one).
     AbortWithoutUncertain,
+    /// Class 4: the `idempotent` target records a deployment with an upsert, so a repeat of a
+    /// deployment id is applied again (accepted) instead of acknowledged.
+    IdempotentRepeatReapplies,
+    /// Class 4 (issue 13): the `fenced` target refuses a mutation carrying the highest token it
+    /// applied (`<` for `<=`), so a holder's second mutation, or a repeat, is refused.
+    FencedTargetRefusesSameToken,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -72,6 +78,8 @@ impl Mutant {
         Mutant::ClaimTakesLatestJob,
         Mutant::CancelOnUncertainRequests,
         Mutant::AbortWithoutUncertain,
+        Mutant::IdempotentRepeatReapplies,
+        Mutant::FencedTargetRefusesSameToken,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -116,6 +124,16 @@ impl Mutant {
                 "job_abort_if_uncertain_and_stopped",
                 "AND j.state = 'uncertain'",
                 "AND j.state IN ('uncertain', 'running')",
+            ),
+            Mutant::IdempotentRepeatReapplies => (
+                "target_idempotent_apply_once",
+                "DO NOTHING",
+                "DO UPDATE SET applied_at = EXCLUDED.applied_at",
+            ),
+            Mutant::FencedTargetRefusesSameToken => (
+                "target_fenced_apply_if_not_stale",
+                "highest_slot_token <= $2",
+                "highest_slot_token < $2",
             ),
             _ => return None,
         })

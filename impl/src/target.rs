@@ -53,6 +53,9 @@ pub struct DemoTarget {
     clock: Arc<dyn Clock>,
     slot: String,
     kind: TargetKind,
+    /// The store's mutant (feature `mutants` only): the target's statements are the store's.
+    #[cfg(feature = "mutants")]
+    mutant: Option<crate::mutants::Mutant>,
 }
 
 impl std::fmt::Debug for DemoTarget {
@@ -76,6 +79,8 @@ impl DemoTarget {
             clock,
             slot,
             kind,
+            #[cfg(feature = "mutants")]
+            mutant: None,
         };
         if target.state().await?.kind != kind {
             return Err(Error::InvalidArgument(
@@ -83,6 +88,26 @@ impl DemoTarget {
             ));
         }
         Ok(target)
+    }
+
+    /// The same target with the store's `mutant` planted in its statements.
+    #[cfg(feature = "mutants")]
+    pub(crate) fn with_mutant(mut self, mutant: Option<crate::mutants::Mutant>) -> Self {
+        self.mutant = mutant;
+        self
+    }
+
+    /// The text of `statement` to send (and counted), as the store's `sql()`: without the
+    /// `mutants` feature always the statement itself.
+    #[cfg(not(feature = "mutants"))]
+    fn sql(&self, statement: sql::Statement) -> &'static str {
+        statement.issue()
+    }
+
+    #[cfg(feature = "mutants")]
+    fn sql(&self, statement: sql::Statement) -> &'static str {
+        statement.count();
+        crate::mutants::statement_text(self.mutant, statement)
     }
 
     /// The slot's name.
@@ -99,7 +124,7 @@ impl DemoTarget {
     }
 
     async fn lock(&self, conn: &mut sqlx::PgConnection) -> Result<TargetState, Error> {
-        let row = sqlx::query(sql::TARGET_LOCK.issue())
+        let row = sqlx::query(self.sql(sql::TARGET_LOCK))
             .bind(&self.slot)
             .fetch_one(conn)
             .await?;
@@ -119,7 +144,7 @@ impl DemoTarget {
         self.lock(&mut tx).await?;
         let verdict = match self.kind {
             TargetKind::Fenced => {
-                let applied = sqlx::query(sql::TARGET_FENCED_APPLY_IF_NOT_STALE.issue())
+                let applied = sqlx::query(self.sql(sql::TARGET_FENCED_APPLY_IF_NOT_STALE))
                     .bind(&self.slot)
                     .bind(mutation.slot_token)
                     .fetch_optional(&mut *tx)
@@ -131,14 +156,14 @@ impl DemoTarget {
                 }
             }
             TargetKind::Idempotent => {
-                let first = sqlx::query(sql::TARGET_IDEMPOTENT_APPLY_ONCE.issue())
+                let first = sqlx::query(self.sql(sql::TARGET_IDEMPOTENT_APPLY_ONCE))
                     .bind(&self.slot)
                     .bind(&mutation.deployment_id)
                     .bind(now)
                     .fetch_optional(&mut *tx)
                     .await?;
                 if first.is_some() {
-                    sqlx::query(sql::TARGET_COUNT_APPLICATION.issue())
+                    sqlx::query(self.sql(sql::TARGET_COUNT_APPLICATION))
                         .bind(&self.slot)
                         .execute(&mut *tx)
                         .await?;
@@ -148,14 +173,14 @@ impl DemoTarget {
                 }
             }
             TargetKind::Unfenced => {
-                sqlx::query(sql::TARGET_COUNT_APPLICATION.issue())
+                sqlx::query(self.sql(sql::TARGET_COUNT_APPLICATION))
                     .bind(&self.slot)
                     .execute(&mut *tx)
                     .await?;
                 Verdict::Accepted(())
             }
         };
-        sqlx::query(sql::TARGET_MUTATION_RECORD.issue())
+        sqlx::query(self.sql(sql::TARGET_MUTATION_RECORD))
             .bind(&self.slot)
             .bind(mutation.job.0)
             .bind(mutation.attempt.0)

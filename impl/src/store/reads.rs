@@ -142,13 +142,16 @@ impl Store {
             .bind(kind.as_str())
             .execute(&self.pool)
             .await?;
-        crate::target::DemoTarget::open(
+        let target = crate::target::DemoTarget::open(
             self.pool.clone(),
             self.clock.clone(),
             slot.to_owned(),
             kind,
         )
-        .await
+        .await?;
+        #[cfg(feature = "mutants")]
+        let target = target.with_mutant(self.mutant);
+        Ok(target)
     }
 }
 
