@@ -10,7 +10,7 @@
 
 use crate::client::{CallError, RunnerClient};
 use crate::source::{self, Limits};
-use crate::wire::{LeaseBody, TupleBody};
+use crate::wire::{LeaseBody, ResultAnswer, TupleBody, VerdictResponse};
 use sha2::{Digest, Sha256};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 /// How the agent behaves. Its `Debug` never shows the token.
 #[derive(Clone)]
@@ -214,6 +214,104 @@ impl JobContext {
     }
 }
 
+/// A result waiting to be sent, and where its answer goes.
+struct PendingResult {
+    tuple: TupleBody,
+    outcome: &'static str,
+    result_digest: String,
+    answer: oneshot::Sender<Result<VerdictResponse, CallError>>,
+}
+
+/// Sends the results of jobs that finish at about the same time together: whatever is waiting
+/// when the sender is free goes out as one batch result (`POST /v1/runner/results`, one database
+/// statement for every accepted item), a lone result as a single one. Each job still gets its own
+/// answer, the same as a single result's (a rejection is `CallError::Rejected` with its code), and
+/// retries it through `JobContext::deliver` as before: every item is idempotent.
+#[derive(Clone)]
+struct ResultSender {
+    tx: mpsc::UnboundedSender<PendingResult>,
+}
+
+impl ResultSender {
+    fn spawn(client: RunnerClient) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<PendingResult>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < crate::app::MAX_RESULTS_PER_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                send_results(&client, batch).await;
+            }
+        });
+        Self { tx }
+    }
+
+    async fn send(
+        &self,
+        tuple: TupleBody,
+        outcome: &'static str,
+        result_digest: &str,
+    ) -> Result<VerdictResponse, CallError> {
+        let (answer, answered) = oneshot::channel();
+        let pending = PendingResult {
+            tuple,
+            outcome,
+            result_digest: result_digest.to_owned(),
+            answer,
+        };
+        if self.tx.send(pending).is_err() {
+            return Err(CallError::Network("the result sender stopped".into()));
+        }
+        answered
+            .await
+            .unwrap_or_else(|_| Err(CallError::Network("the result sender stopped".into())))
+    }
+}
+
+/// One batch: a lone result as a single result; several as a batch result, whose per-item
+/// answers become what a single result would have answered. When the batch call itself gets no
+/// decision, each item is sent alone, so that each job sees its own error and retries.
+async fn send_results(client: &RunnerClient, mut batch: Vec<PendingResult>) {
+    if batch.len() > 1 {
+        let items: Vec<(TupleBody, String, String)> = batch
+            .iter()
+            .map(|p| (p.tuple, p.outcome.to_owned(), p.result_digest.clone()))
+            .collect();
+        if let Ok(answers) = client.results(&items).await {
+            if answers.len() == batch.len() {
+                tracing::debug!(items = batch.len(), "batch result");
+                for (pending, answer) in batch.into_iter().zip(answers) {
+                    let _ = pending.answer.send(single_answer(answer));
+                }
+                return;
+            }
+        }
+    }
+    for pending in batch.drain(..) {
+        let answer = client
+            .result(&pending.tuple, pending.outcome, &pending.result_digest)
+            .await;
+        let _ = pending.answer.send(answer);
+    }
+}
+
+/// A batch item's answer as the single result's: a rejection is `CallError::Rejected`.
+fn single_answer(answer: ResultAnswer) -> Result<VerdictResponse, CallError> {
+    match answer.reason {
+        Some(code) => Err(CallError::Rejected {
+            code,
+            instruction: None,
+        }),
+        None => Ok(VerdictResponse {
+            verdict: answer.verdict,
+        }),
+    }
+}
+
 /// Run the agent until `max_jobs` jobs finished (forever when `None`).
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let client = RunnerClient::new(&config.server, &config.token, config.request_timeout)
@@ -225,6 +323,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let finished = Arc::new(AtomicUsize::new(0));
     let mut started = 0usize;
     let mut tasks = tokio::task::JoinSet::new();
+    let results = ResultSender::spawn(client.clone());
     tracing::info!(server = %config.server, capacity, %run_id, "runner started");
     loop {
         if let Some(max) = config.max_jobs {
@@ -255,8 +354,9 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
                     let config = config.clone();
                     let run_id = run_id.clone();
                     let finished = finished.clone();
+                    let results = results.clone();
                     tasks.spawn(async move {
-                        run_job(&config, job_client, &run_id, lease).await;
+                        run_job(&config, job_client, &results, &run_id, lease).await;
                         finished.fetch_add(1, Ordering::SeqCst);
                         drop(slot);
                     });
@@ -485,7 +585,13 @@ fn deploy_json(lease: &LeaseBody) -> String {
 }
 
 /// Run one leased job to its reported result.
-async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease: LeaseBody) {
+async fn run_job(
+    config: &AgentConfig,
+    client: RunnerClient,
+    results: &ResultSender,
+    run_id: &str,
+    lease: LeaseBody,
+) {
     let (stop_tx, mut stop_rx) = watch::channel(None);
     let (connected_tx, _) = watch::channel(true);
     let ctx = Arc::new(JobContext {
@@ -675,8 +781,8 @@ async fn run_job(config: &AgentConfig, client: RunnerClient, run_id: &str, lease
     ctx.reporting.store(true, Ordering::SeqCst);
     let reported = ctx
         .deliver("result", |tuple| {
-            let (client, result_digest) = (&ctx.client, &result_digest);
-            async move { client.result(&tuple, outcome, result_digest).await }
+            let result_digest = &result_digest;
+            async move { results.send(tuple, outcome, result_digest).await }
         })
         .await;
     match reported {

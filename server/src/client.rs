@@ -356,6 +356,25 @@ impl RunnerClient {
         };
         self.http.post("/v1/runner/result", &body).await
     }
+
+    /// Several results at once (`POST /v1/runner/results`): one answer per item, in order.
+    pub async fn results(
+        &self,
+        items: &[(TupleBody, String, String)],
+    ) -> Result<Vec<ResultAnswer>, CallError> {
+        let body = ResultsRequest {
+            results: items
+                .iter()
+                .map(|(tuple, outcome, result_digest)| ResultRequest {
+                    tuple: *tuple,
+                    outcome: outcome.clone(),
+                    result_digest: result_digest.clone(),
+                })
+                .collect(),
+        };
+        let response: ResultsResponse = self.http.post("/v1/runner/results", &body).await?;
+        Ok(response.results)
+    }
 }
 
 /// The operator routes.

@@ -140,6 +140,30 @@ pub struct ResultRequest {
     pub result_digest: String,
 }
 
+/// `POST /v1/runner/results`: several results at once (a batch result), each exactly what
+/// `POST /v1/runner/result` carries.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ResultsRequest {
+    pub results: Vec<ResultRequest>,
+}
+
+/// One item's answer in a batch result: the verdict a single result would get, and its reason
+/// when rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ResultAnswer {
+    /// `accepted`, `acknowledged` or `rejected`.
+    pub verdict: String,
+    /// The rejection's reason code (docs/protocol.md §6.1), only when rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Answer to `POST /v1/runner/results`: one answer per item, in the items' order.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ResultsResponse {
+    pub results: Vec<ResultAnswer>,
+}
+
 /// `POST /v1/targets/{slot}/deploy`: a mutation a runner (or its command) sends to a demo target.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct DeployRequest {

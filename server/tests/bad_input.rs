@@ -402,6 +402,9 @@ fn valid_body(w: &World, route: &Route) -> Value {
         BodyKind::Get if route.path.contains("cache") => with(t1, &json!({"name": "k"})),
         BodyKind::Get => with(t1, &json!({"name": "out.txt"})),
         BodyKind::Result => with(t1, &json!({"outcome": "passed", "result_digest": "d"})),
+        BodyKind::Results => json!({"results": [
+            with(t1, &json!({"outcome": "passed", "result_digest": "d"}))
+        ]}),
         BodyKind::Deploy => json!({"kind": "idempotent", "job": w.l2.job, "attempt": w.l2.attempt,
                                    "slot_token": w.l2.slot_token, "deployment_id": "fresh"}),
         BodyKind::Name => json!({"name": "fresh"}),
@@ -521,6 +524,7 @@ fn specs(route: &Route) -> Vec<Spec> {
             spec("outcome", Field::Enum(OUTCOMES), true),
             spec("result_digest", Field::Text, true),
         ]),
+        BodyKind::Results => vec![spec("results", Field::List, true)],
         BodyKind::Deploy => vec![
             spec("kind", Field::Enum(KINDS), true),
             spec("job", Field::Uuid, true),

@@ -2,8 +2,8 @@
 //! cluster): every runner route's ownership-tuple boundary, authentication, errors, the expiry
 //! sweep, reconciliation and the demo targets.
 
-use leasewright_server::client::RunnerClient;
-use leasewright_server::wire::LeaseBody;
+use leasewright_server::client::{CallError, RunnerClient};
+use leasewright_server::wire::{LeaseBody, TupleBody};
 use serde_json::{json, Value};
 use std::time::Duration;
 use uuid::Uuid;
@@ -535,4 +535,61 @@ async fn a_runner_of_another_project_is_told_wrong_project_and_cannot_claim_its_
     );
     let job = f.operator.job(f.project, lease.job).await.unwrap();
     assert_eq!(job.state, "running");
+}
+
+#[tokio::test]
+async fn a_batch_result_answers_each_item_as_a_single_result_would() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    for _ in 0..2 {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    let leases = f.runner.claim(2).await.unwrap();
+    assert_eq!(leases.len(), 2);
+    let (a, b) = (leases[0].tuple(None), leases[1].tuple(None));
+    let forged = TupleBody {
+        lease_id: Uuid::new_v4(),
+        ..b
+    };
+    let item = |tuple: TupleBody, outcome: &str, digest: &str| {
+        (tuple, outcome.to_owned(), digest.to_owned())
+    };
+    let answers = f
+        .runner
+        .results(&[
+            item(a, "passed", "da"),
+            item(a, "passed", "da"),
+            item(a, "failed", "other"),
+            item(forged, "passed", "x"),
+            item(b, "failed", "db"),
+        ])
+        .await
+        .unwrap();
+    let got: Vec<(&str, Option<&str>)> = answers
+        .iter()
+        .map(|a| (a.verdict.as_str(), a.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("accepted", None),
+            ("acknowledged", None),
+            ("rejected", Some("conflicting_result")),
+            ("rejected", Some("lease_mismatch")),
+            ("accepted", None),
+        ]
+    );
+    for (lease, state) in leases.iter().zip(["passed", "failed"]) {
+        let job = f.operator.job(f.project, lease.job).await.unwrap();
+        assert_eq!(job.state, state);
+    }
+    // No items is a bad request, not an empty answer.
+    let error = f.runner.results(&[]).await.unwrap_err();
+    assert!(
+        matches!(error, CallError::Http { status: 400, .. }),
+        "{error:?}"
+    );
 }

@@ -19,7 +19,7 @@ pub use extract::{
     MAX_IDENTIFIER_BYTES,
 };
 pub use listen::ConnectionLimits;
-pub use runner::MAX_CLAIM_CAPACITY;
+pub use runner::{MAX_CLAIM_CAPACITY, MAX_RESULTS_PER_BATCH};
 
 use crate::metrics::Metrics;
 use crate::source::Limits;
@@ -193,6 +193,7 @@ fn api(max_payload_bytes: usize, test_clock: bool) -> OpenApiRouter<AppState> {
         .routes(routes!(runner::cache_put).layer(payload))
         .routes(routes!(runner::cache_get).layer(control))
         .routes(routes!(runner::result).layer(control))
+        .routes(routes!(runner::results).layer(control))
         .routes(routes!(targets::target_deploy).layer(control))
         .routes(routes!(targets::target_get))
         .routes(routes!(projects::create_project).layer(control))

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use base64::Engine as _;
-use leasewright_impl::{MessageKind, Outcome, RejoinAnswer, Verdict};
+use leasewright_impl::{MessageKind, Outcome, RejoinAnswer, ResultReport, Verdict};
 use sqlx::Row;
 use std::time::Duration;
 use uuid::Uuid;
@@ -443,4 +443,69 @@ pub(super) async fn result(
         )
         .await?;
     state.answer(MessageKind::Result, verdict, plain_verdict)
+}
+
+/// The most results one batch result carries (docs/http.md).
+pub const MAX_RESULTS_PER_BATCH: usize = 64;
+
+/// `POST /v1/runner/results`: R3 `result` for each item, in order (`Store::report_results`).
+/// Every item gets its own verdict; a rejected item is an answer in the list, not an error.
+#[utoipa::path(
+    post,
+    path = "/v1/runner/results",
+    tag = "runner",
+    security(("runner_token" = [])),
+    request_body = ResultsRequest,
+    responses(
+        (status = 200, description = "one answer per item, in order: each the verdict (and the reason of a rejection) a single result would get", body = ResultsResponse),
+        (status = 400, description = "no items, more than 64, or an item that is not a result", body = ErrorBody)
+    )
+)]
+pub(super) async fn results(
+    State(state): State<AppState>,
+    RunnerAuth(runner): RunnerAuth,
+    JsonBody(body): JsonBody<ResultsRequest>,
+) -> ApiResult {
+    if body.results.is_empty() || body.results.len() > MAX_RESULTS_PER_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "results must hold between 1 and {MAX_RESULTS_PER_BATCH} items"
+        )));
+    }
+    let mut items = Vec::with_capacity(body.results.len());
+    for item in &body.results {
+        let outcome = Outcome::from_code(&item.outcome).ok_or_else(|| {
+            ApiError::bad_request("outcome must be one of passed, failed, cancelled")
+        })?;
+        items.push(ResultReport {
+            tuple: tuple(runner, &item.tuple),
+            outcome,
+            result_digest: item.result_digest.clone(),
+            runner_time: item.tuple.runner_time,
+        });
+    }
+    let verdicts = state.0.store.report_results(&items).await?;
+    let results = verdicts
+        .into_iter()
+        .map(|verdict| match verdict {
+            Verdict::Accepted(()) => ResultAnswer {
+                verdict: "accepted".into(),
+                reason: None,
+            },
+            Verdict::Acknowledged => ResultAnswer {
+                verdict: "acknowledged".into(),
+                reason: None,
+            },
+            Verdict::Rejected(reason) => {
+                state
+                    .0
+                    .metrics
+                    .rejection(MessageKind::Result.as_str(), reason.as_str());
+                ResultAnswer {
+                    verdict: "rejected".into(),
+                    reason: Some(reason.as_str().into()),
+                }
+            }
+        })
+        .collect();
+    ok(ResultsResponse { results })
 }

@@ -172,6 +172,8 @@ pub enum BodyKind {
     Get,
     /// The tuple + `outcome`, `result_digest`.
     Result,
+    /// `{"results": [Result...]}` (the batch result): no tuple at the top.
+    Results,
     /// `{"kind", "job", "attempt", "fence", "deployment_id"}`.
     Deploy,
     /// `{"name"}` (projects and runners).
@@ -301,6 +303,7 @@ pub const ROUTES: &[Route] = &[
         B::Result,
         Some("result"),
     ),
+    route("POST", "/v1/runner/results", Rn, Ctl, B::Results, None),
     route(
         "POST",
         "/v1/targets/{slot}/deploy",
