@@ -109,6 +109,10 @@ const NEEDS_RETRY_ON_ONE_SLOT: &[&str] = &[
     properties::SOMETIMES_STALE_FENCE,
 ];
 
+/// The ledger bound of the `one-job-ledger` configuration: with the ledger in the state every
+/// distinct record is a new state, so its paths end at this many distinct records.
+const ONE_JOB_LEDGER: u8 = 3;
+
 /// The configurations of `profile`.
 pub fn profile(profile: Profile) -> Vec<Named> {
     match profile {
@@ -182,6 +186,16 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ..two_jobs.clone()
                     },
                     unreachable: NEEDS_RETRY_ON_ONE_SLOT,
+                },
+                Named {
+                    name: "one-job-ledger",
+                    config: Config {
+                        lease_ttl: 1,
+                        disconnects: false,
+                        ledger: ONE_JOB_LEDGER,
+                        ..one_job.clone()
+                    },
+                    unreachable: &[],
                 },
                 Named {
                     name: "shared-slot",
@@ -661,7 +675,7 @@ fn junit_of(file: &std::path::Path, docs: &[&serde_json::Value]) -> anyhow::Resu
 
 fn summary(c: &Config) -> String {
     format!(
-        "jobs {}{}, runners {}{}, attempts/job {}, lease_ttl {}, runner time 0..={}, disconnects {}, slots {}, target {}, variant {}",
+        "jobs {}{}, runners {}{}, attempts/job {}, lease_ttl {}, runner time 0..={}, disconnects {}, slots {}, target {}, variant {}, {}",
         c.jobs,
         if c.outsider_jobs > 0 && c.outsider {
             format!(" + {} of the outsider's project", c.outsider_jobs)
@@ -676,7 +690,15 @@ fn summary(c: &Config) -> String {
         c.disconnects,
         if c.shared_slot { "one shared" } else { "one per job" },
         c.target,
-        c.variant
+        c.variant,
+        if c.ledger > 0 {
+            format!(
+                "ledger in the state (bound: {} distinct records; a path ends when it is full)",
+                c.ledger
+            )
+        } else {
+            "ledger checked by probes".to_string()
+        }
     )
 }
 

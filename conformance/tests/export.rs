@@ -143,6 +143,30 @@ struct Message {
     token: u8,
 }
 
+/// One entry of the server's ledger: what was received, the record written, and the ground
+/// truth the model compares it with.
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct LedgerEntry {
+    received: Message,
+    #[serde(with = "As::<de::Option<_>>")]
+    record: Option<Observation>,
+    #[serde(with = "As::<de::Option<_>>")]
+    sent_by: Option<u8>,
+    late_or_conflicting: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(dead_code)]
+struct Observation {
+    #[serde(with = "As::<de::Option<_>>")]
+    attempt: Option<u8>,
+    sender: u8,
+    kind: MessageKind,
+    job: u8,
+    named_attempt: u8,
+}
+
 #[derive(Debug, Deserialize)]
 #[allow(dead_code)]
 struct Target {
@@ -248,6 +272,9 @@ struct Step {
     runners: Vec<Runner>,
     in_flight: Vec<Message>,
     targets: Vec<Target>,
+    /// The server's ledger (empty unless the configuration keeps it).
+    #[serde(default)]
+    ledger: Vec<LedgerEntry>,
     #[serde(rename = "mbt::actionTaken")]
     action_taken: String,
     #[serde(rename = "mbt::nondetPicks")]

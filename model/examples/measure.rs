@@ -1,5 +1,5 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS`.
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS`.
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
 
@@ -16,6 +16,8 @@ fn main() {
         lease_ttl: *args.get(3).unwrap_or(&d.lease_ttl),
         max_skew: *args.get(4).unwrap_or(&d.max_skew),
         disconnects: args.get(5).map_or(d.disconnects, |&x| x != 0),
+        ledger: *args.get(6).unwrap_or(&0),
+        outsider_jobs: *args.get(7).unwrap_or(&0),
         ..d
     };
     let start = std::time::Instant::now();
@@ -31,18 +33,27 @@ fn main() {
             continue;
         }
         last = std::time::Instant::now();
+        let mut missing: Vec<_> = checker
+            .model()
+            .properties()
+            .into_iter()
+            .map(|p| p.name)
+            .filter(|name| !checker.discoveries().contains_key(name))
+            .collect();
+        missing.retain(|name| *name != leasewright_model::properties::EVERY_INVARIANT);
         eprintln!(
-            "  ... {} unique after {:.0?}",
+            "  ... {} unique after {:.0?}; not yet reached: {missing:?}",
             checker.unique_state_count(),
             start.elapsed()
         );
     }
     let checker = checker.join();
     println!(
-        "{config:?}\n{} unique, {} total, {:.2?}",
+        "{config:?}\n{} unique, {} total, {:.2?}, {} distinct probe keys",
         checker.unique_state_count(),
         checker.state_count(),
-        start.elapsed()
+        start.elapsed(),
+        checker.model().probe_memo_len()
     );
     let mut found: Vec<_> = checker.discoveries().into_keys().collect();
     found.sort();

@@ -7,6 +7,10 @@ use crate::properties;
 use crate::state::*;
 use crate::types::*;
 use stateright::{Model, Property};
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The fenced-lease protocol (or one flawed variant of it) as a stateright model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -25,16 +29,132 @@ pub struct LeaseModel {
     pub one_invariant: bool,
     /// With [`LeaseModel::one_invariant`]: check only this invariant (see [`LeaseModel::focused`]).
     pub focus: Option<&'static str>,
+    /// Ask each `sometimes` property only until it is reached: stateright's depth-first checker
+    /// evaluates every `sometimes` condition in every state even after it found one (it skips only
+    /// `eventually` properties), and some of them (every rejection reason produced) cost as much
+    /// as the invariants. Once a condition held in some state, it answers `false` without
+    /// computing (the discovery the checker recorded stays). For exhaustive checking only: a
+    /// caller that asks a condition twice about one state expects one answer.
+    pub settle_sometimes: bool,
+    /// The states whose probes were checked already, by the part of the state the probes'
+    /// verdicts and records depend on ([`properties::probe_key`]): shared by the clones of this
+    /// model (the checker's threads).
+    pub(crate) probe_memo: ProbeMemo,
+}
+
+/// A set of [`properties::probe_key`]s whose probes passed every probe invariant, for one
+/// configuration. Sharded so that the checker's threads rarely wait for each other. Not part of
+/// the model's identity: two models that differ only in it are equal.
+#[derive(Clone)]
+pub(crate) struct ProbeMemo(Arc<MemoInner>);
+
+type KeySet = HashSet<u64, BuildHasherDefault<KeyHasher>>;
+
+/// A `sometimes` property's condition, and whether it was reached already.
+pub(crate) type Settled = (fn(&LeaseModel, &State) -> bool, AtomicBool);
+
+pub(crate) struct MemoInner {
+    config: Config,
+    shards: Vec<Mutex<KeySet>>,
+    /// The `sometimes` conditions of [`LeaseModel::settle_sometimes`], in the order of the
+    /// model's properties.
+    sometimes: OnceLock<Vec<Settled>>,
+}
+
+/// The memo's keys are hashes already: use them as they are.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+const MEMO_SHARDS: usize = 64;
+
+impl ProbeMemo {
+    fn new(config: &Config) -> Self {
+        ProbeMemo(Arc::new(MemoInner {
+            config: config.clone(),
+            shards: (0..MEMO_SHARDS).map(|_| Mutex::default()).collect(),
+            sometimes: OnceLock::new(),
+        }))
+    }
+
+    /// The shard of `key`, if this memo was made for `config`.
+    fn shard(&self, config: &Config, key: u64) -> Option<&Mutex<KeySet>> {
+        (self.0.config == *config).then(|| &self.0.shards[(key >> 58) as usize % MEMO_SHARDS])
+    }
+
+    /// The `sometimes` conditions and their flags (see [`LeaseModel::settle_sometimes`]).
+    pub(crate) fn sometimes(&self) -> &OnceLock<Vec<Settled>> {
+        &self.0.sometimes
+    }
+
+    /// Whether `key` was recorded for `config`.
+    pub(crate) fn contains(&self, config: &Config, key: u64) -> bool {
+        self.shard(config, key).is_some_and(|shard| {
+            shard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&key)
+        })
+    }
+
+    /// Records `key` for `config`.
+    pub(crate) fn insert(&self, config: &Config, key: u64) {
+        if let Some(shard) = self.shard(config, key) {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+        }
+    }
+
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.0
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+}
+
+impl std::fmt::Debug for ProbeMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProbeMemo({} keys)", self.len())
+    }
+}
+
+impl PartialEq for ProbeMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for ProbeMemo {}
+
+impl std::hash::Hash for ProbeMemo {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
 }
 
 impl LeaseModel {
     /// A model of `config` that offers every enabled action.
     pub fn new(config: Config) -> Self {
         LeaseModel {
+            probe_memo: ProbeMemo::new(&config),
             config,
             skip_no_ops: false,
             one_invariant: false,
             focus: None,
+            settle_sometimes: false,
         }
     }
 
@@ -43,10 +163,12 @@ impl LeaseModel {
     /// [`LeaseModel::one_invariant`]).
     pub fn for_checking(config: Config) -> Self {
         LeaseModel {
+            probe_memo: ProbeMemo::new(&config),
             config,
             skip_no_ops: true,
             one_invariant: true,
             focus: None,
+            settle_sometimes: true,
         }
     }
 
@@ -56,6 +178,11 @@ impl LeaseModel {
         self.one_invariant = true;
         self.focus = Some(property);
         self
+    }
+
+    /// How many distinct [`properties::probe_key`]s had their probes checked so far.
+    pub fn probe_memo_len(&self) -> usize {
+        self.probe_memo.len()
     }
 
     /// The runner id of the outsider (project 1), if the configuration has one.
@@ -101,6 +228,7 @@ impl LeaseModel {
             runners,
             in_flight: Default::default(),
             targets: Targets::from_elem(Target::default(), c.slots() as usize),
+            ledger: Ledger::default(),
         }
     }
 
@@ -625,7 +753,35 @@ impl LeaseModel {
                 Some(Reason::ConflictingResult)
             )
         );
+        let mut o = o;
+        if self.config.variant == Variant::RecordByNamedAttempt {
+            // Attributed by the tuple it names, whoever sent it.
+            o.attempt = s
+                .attempts
+                .get(m.attempt as usize)
+                .filter(|a| a.job == m.job && m.kind != MessageKind::TargetMutation)
+                .map(|_| m.attempt);
+        }
         (!dropped).then_some(o)
+    }
+
+    /// With [`Config::ledger`]: the server receives `m` (a heartbeat, result or rejoin; target
+    /// mutations go to the target) in `last` and writes its record into the ledger of `s`.
+    fn receive(&self, last: &State, s: &mut State, m: &Message) {
+        if self.config.ledger > 0 && m.kind != MessageKind::TargetMutation {
+            s.ledger.insert(self.entry(last, m));
+        }
+    }
+
+    /// The ledger entry of receiving `m` in `s`: the message, the record this model's server
+    /// writes, and the ground truth the properties compare the record with.
+    fn entry(&self, s: &State, m: &Message) -> LedgerEntry {
+        LedgerEntry {
+            received: *m,
+            record: self.record(s, m),
+            sent_by: properties::true_attribution(s, m),
+            late_or_conflicting: properties::late_or_conflicting(s, m),
+        }
     }
 
     /// Applies the effect of delivering `m` in `s` (the verdict decides; a rejected message
@@ -956,13 +1112,16 @@ impl LeaseModel {
         // (`probes`): a replay the server accepts breaks an invariant in the state it is sent
         // from. So an exhaustive check (`skip_no_ops`) leaves them out; conformance keeps them.
         let replays = !self.skip_no_ops;
-        let results = s
-            .in_flight
-            .iter()
-            .filter(|m| replays && matches!(m.kind, MessageKind::Result(_)));
+        // With the ledger, the outsider's copies are received and recorded: they are steps.
+        let outsider_replays = self.outsider().filter(|_| c.ledger > 0);
+        let results = s.in_flight.iter().filter(|m| {
+            (replays || outsider_replays.is_some()) && matches!(m.kind, MessageKind::Result(_))
+        });
         // Another runner (of either project) replays a result in flight under its own identity.
         for m in results {
-            for runner in (0..runners).filter(|&r| r != m.sender) {
+            let senders =
+                (0..runners).filter(|&r| r != m.sender && (replays || Some(r) == outsider_replays));
+            for runner in senders {
                 actions.push(Action::Replay {
                     runner,
                     message: *m,
@@ -1072,8 +1231,21 @@ impl Model for LeaseModel {
     /// server-internal steps, operator steps by job.
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         self.all_actions(s, actions);
+        if self.config.ledger > 0 && s.ledger.len() >= self.config.ledger as usize {
+            // The ledger is full: the exploration ends here (the bound of `Config::ledger`).
+            actions.clear();
+        }
         if self.skip_no_ops {
+            // With the ledger a delivery, heartbeat or replay the server rejects still adds its
+            // record: it is a step (a target's refusal is not recorded).
+            let ledger = self.config.ledger > 0;
             actions.retain(|a| match a {
+                Action::Heartbeat { .. } | Action::Replay { .. } if ledger => true,
+                Action::Deliver { message }
+                    if ledger && message.kind != MessageKind::TargetMutation =>
+                {
+                    true
+                }
                 Action::Deliver { .. }
                 | Action::Replay { .. }
                 | Action::Heartbeat { .. }
@@ -1107,6 +1279,7 @@ impl Model for LeaseModel {
                 runner_time: skew,
             } => {
                 let m = Self::message(&s, runner, MessageKind::Heartbeat, skew)?;
+                self.receive(last, &mut s, &m);
                 self.deliver(&mut s, &m);
             }
             Action::Result {
@@ -1143,9 +1316,13 @@ impl Model for LeaseModel {
                 forge,
             } => {
                 let copy = Self::replayed(&s, &message, runner, forge);
+                self.receive(last, &mut s, &copy);
                 self.deliver(&mut s, &copy);
             }
-            Action::Deliver { message } => self.deliver(&mut s, &message),
+            Action::Deliver { message } => {
+                self.receive(last, &mut s, &message);
+                self.deliver(&mut s, &message);
+            }
             Action::Tick => {
                 s.clock += 1;
                 let now = s.clock;
@@ -1210,11 +1387,15 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        if self.one_invariant {
+        let mut all = if self.one_invariant {
             properties::combined(&self.config)
         } else {
             properties::all(&self.config)
+        };
+        if self.settle_sometimes {
+            properties::settle(self, &mut all);
         }
+        all
     }
 
     fn format_action(&self, action: &Action) -> String {

@@ -59,6 +59,18 @@ pub const LEASE_BOUNDED: &str = "a lease never expires later than now + lease_tt
 /// as a conflict with its own attempt.
 pub const CONFLICT_RECORDED: &str = "a conflicting result is recorded as a conflict";
 
+/// Invariant 21: the ledger holds a record of every message the server received, written once,
+/// against the attempt that really sent it (unattributed otherwise).
+pub const LEDGER_RECORDS_EVERY_MESSAGE: &str =
+    "the ledger records every received message against its attempt";
+/// Invariant 22: a late report and a conflicting result stay in the ledger with their own
+/// attempt, outcome and digest.
+pub const LEDGER_KEEPS_LATE_REPORTS: &str =
+    "the ledger keeps late reports and conflicts with their own attempt";
+/// Invariant 23: no record of another project's runner is attributed to this project's attempt.
+pub const LEDGER_NO_FOREIGN_RECORD: &str =
+    "no record of another project's runner is attributed to this project's attempt";
+
 /// A result of a superseded attempt was rejected `not_current`.
 pub const SOMETIMES_STALE_COMPLETION_REJECTED: &str = "a stale completion is rejected";
 /// An identical repeat of a committed result was acknowledged.
@@ -113,12 +125,65 @@ pub fn combined(config: &Config) -> Vec<Property<LeaseModel>> {
 }
 
 /// Every invariant holds in `s` (only [`LeaseModel::focus`] if the model has one).
+///
+/// The probes' verdicts and records depend on a small part of the state ([`probe_key`]): when
+/// the probes of a state with the same key were checked already and held (and none of them was
+/// a message of another project that the server accepted, whose effect depends on more), the
+/// probe invariants (10, 12's probe part, 16, 17, 20) hold here too and are not computed again.
+/// The other invariants are checked in every state.
 pub fn every_invariant(m: &LeaseModel, s: &State) -> bool {
-    let ctx = Ctx::new(m, s);
-    INVARIANTS
-        .iter()
-        .filter(|(name, _)| m.focus.is_none_or(|f| f == *name))
-        .all(|(_, holds)| holds(&ctx))
+    if m.focus.is_some() {
+        let ctx = Ctx::new(m, s);
+        return INVARIANTS
+            .iter()
+            .filter(|(name, _)| m.focus.is_none_or(|f| f == *name))
+            .all(|(_, holds)| holds(&ctx));
+    }
+    let key = probe_key(s);
+    let known = m.probe_memo.contains(&m.config, key);
+    let ctx = Ctx {
+        probes_known: known,
+        ..Ctx::new(m, s)
+    };
+    let holds = INVARIANTS.iter().all(|(_, holds)| holds(&ctx));
+    if holds && !known && !ctx.cross_project_accepted() {
+        m.probe_memo.insert(&m.config, key);
+    }
+    holds
+}
+
+/// A hash of the part of `s` the probes' verdicts and records depend on, and what the probe
+/// invariants compare them with: the clock; each job's project, state, current attempt and
+/// fence; each attempt's job, runner, lease id, fence, lease expiry, state, committed digest and
+/// whether it is executing; the runners; the messages in flight. (Not: the targets, a job's
+/// history and bookkeeping, an attempt's slot token and how its execution ended, which no probe's
+/// verdict or record reads; an accepted message of another project, whose effect would, is never
+/// memoized.)
+pub fn probe_key(s: &State) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write_u8(s.clock);
+    h.write_usize(s.jobs.len());
+    for j in &s.jobs {
+        (j.project, j.state, j.current, j.fence).hash(&mut h);
+    }
+    h.write_usize(s.attempts.len());
+    for a in &s.attempts {
+        (
+            a.job,
+            a.runner,
+            a.lease,
+            a.fence,
+            a.lease_expiry,
+            a.state,
+            a.digest,
+            a.execution == Execution::Executing,
+        )
+            .hash(&mut h);
+    }
+    s.runners.hash(&mut h);
+    s.in_flight.hash(&mut h);
+    h.finish()
 }
 
 /// The names of the invariants that fail in `s`, in their fixed order.
@@ -154,8 +219,22 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::LeaseNotChecked => &[EXACT_TUPLE_ONLY],
         Variant::FenceNotChecked => &[EXACT_TUPLE_ONLY],
         Variant::RunnerClockExtendsLease => &[LEASE_BOUNDED, RUNNER_TIME_IRRELEVANT],
-        Variant::LateReportDropped => &[REPORTS_ATTRIBUTED],
-        Variant::ConflictNotRecorded => &[CONFLICT_RECORDED, REPORTS_ATTRIBUTED],
+        Variant::LateReportDropped => &[
+            REPORTS_ATTRIBUTED,
+            LEDGER_KEEPS_LATE_REPORTS,
+            LEDGER_RECORDS_EVERY_MESSAGE,
+        ],
+        Variant::ConflictNotRecorded => &[
+            CONFLICT_RECORDED,
+            REPORTS_ATTRIBUTED,
+            LEDGER_KEEPS_LATE_REPORTS,
+            LEDGER_RECORDS_EVERY_MESSAGE,
+        ],
+        Variant::RecordByNamedAttempt => &[
+            LEDGER_NO_FOREIGN_RECORD,
+            REPORTS_ATTRIBUTED,
+            LEDGER_RECORDS_EVERY_MESSAGE,
+        ],
         Variant::DigestIgnored => &[CONFLICT_RECORDED],
         Variant::TargetIgnoresFence => &[FENCED_TARGET_MONOTONIC],
         Variant::SlotComparesJobFences => &[FENCED_TARGET_MONOTONIC],
@@ -176,7 +255,9 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
 pub struct Ctx<'a> {
     m: &'a LeaseModel,
     s: &'a State,
-    probes: Vec<Probe>,
+    probes: std::cell::OnceCell<Vec<Probe>>,
+    /// The probes of a state with the same [`probe_key`] were checked already and held.
+    probes_known: bool,
 }
 
 /// One probe the server receives, with its verdict and record.
@@ -188,32 +269,61 @@ struct Probe {
 
 impl<'a> Ctx<'a> {
     fn new(m: &'a LeaseModel, s: &'a State) -> Self {
-        let probes = m
-            .probes(s)
-            .into_iter()
-            .filter(|msg| msg.kind != MessageKind::TargetMutation)
-            .map(|msg| {
-                let record = m.record(s, &msg);
-                let verdict = match &record {
-                    Some(o) => Expected {
-                        verdict: o.verdict,
-                        reason: o.reason,
-                    },
-                    None => m.delivery_verdict(s, &msg),
-                };
-                Probe {
-                    msg,
-                    verdict,
-                    record,
-                }
-            })
-            .collect();
-        Ctx { m, s, probes }
+        Ctx {
+            m,
+            s,
+            probes: std::cell::OnceCell::new(),
+            probes_known: false,
+        }
     }
 
-    /// The probes the server (not the target) receives.
+    fn probes(&self) -> &[Probe] {
+        let (m, s) = (self.m, self.s);
+        self.probes.get_or_init(|| {
+            m.probes(s)
+                .into_iter()
+                .filter(|msg| msg.kind != MessageKind::TargetMutation)
+                .map(|msg| {
+                    let record = m.record(s, &msg);
+                    let verdict = match &record {
+                        Some(o) => Expected {
+                            verdict: o.verdict,
+                            reason: o.reason,
+                        },
+                        None => m.delivery_verdict(s, &msg),
+                    };
+                    Probe {
+                        msg,
+                        verdict,
+                        record,
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// The probes the server (not the target) receives, computed once per state; none when the
+    /// probes of a state with the same [`probe_key`] were checked already and held.
     fn server_probes(&self) -> impl Iterator<Item = &Probe> {
-        self.probes.iter()
+        let probes: &[Probe] = if self.probes_known {
+            &[]
+        } else {
+            self.probes()
+        };
+        probes.iter()
+    }
+
+    /// Some probe of a runner of another project than its job's would be accepted: its effect
+    /// depends on more than [`probe_key`], so the state's probes are not memoized.
+    fn cross_project_accepted(&self) -> bool {
+        let s = self.s;
+        let project = |r: RunnerId| s.runners.get(r as usize).map(|r| r.project);
+        self.server_probes().any(|p| {
+            p.verdict.verdict != Verdict::Rejected
+                && s.jobs
+                    .get(p.msg.job as usize)
+                    .is_some_and(|job| project(p.msg.sender).is_some_and(|p| p != job.project))
+        })
     }
 }
 
@@ -241,6 +351,9 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (NO_RETRY_AFTER_CANCEL, no_retry_after_cancel),
     (LEASE_BOUNDED, lease_bounded),
     (CONFLICT_RECORDED, conflict_recorded),
+    (LEDGER_RECORDS_EVERY_MESSAGE, ledger_records_every_message),
+    (LEDGER_KEEPS_LATE_REPORTS, ledger_keeps_late_reports),
+    (LEDGER_NO_FOREIGN_RECORD, ledger_no_foreign_record),
 ];
 
 fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
@@ -248,7 +361,7 @@ fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
 }
 
 /// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
-const SINGLE: [fn(&LeaseModel, &State) -> bool; 20] = [
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 23] = [
     single::<0>,
     single::<1>,
     single::<2>,
@@ -269,6 +382,9 @@ const SINGLE: [fn(&LeaseModel, &State) -> bool; 20] = [
     single::<17>,
     single::<18>,
     single::<19>,
+    single::<20>,
+    single::<21>,
+    single::<22>,
 ];
 
 /// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
@@ -359,6 +475,98 @@ fn produces(m: &LeaseModel, s: &State, reason: Reason) -> bool {
         })
     })
 }
+
+/// Replaces the condition of every `sometimes` property of `properties` by one that answers only
+/// until it was reached once (see [`LeaseModel::settle_sometimes`]). The originals are kept in the
+/// model's memo (the same list each time: it depends only on the configuration).
+pub(crate) fn settle(m: &LeaseModel, properties: &mut [Property<LeaseModel>]) {
+    let sometimes = || {
+        properties
+            .iter()
+            .filter(|p| p.expectation == stateright::Expectation::Sometimes)
+    };
+    let table = m.probe_memo.sometimes().get_or_init(|| {
+        sometimes()
+            .map(|p| (p.condition, std::sync::atomic::AtomicBool::new(false)))
+            .collect()
+    });
+    if table.len() > SETTLED.len() {
+        return;
+    }
+    let mut i = 0;
+    for p in properties.iter_mut() {
+        if p.expectation == stateright::Expectation::Sometimes {
+            p.condition = SETTLED[i];
+            i += 1;
+        }
+    }
+}
+
+fn settled<const I: usize>(m: &LeaseModel, s: &State) -> bool {
+    use std::sync::atomic::Ordering;
+    let Some((condition, reached)) = m.probe_memo.sometimes().get().and_then(|t| t.get(I)) else {
+        return false;
+    };
+    if reached.load(Ordering::Relaxed) {
+        return false;
+    }
+    let holds = condition(m, s);
+    if holds {
+        reached.store(true, Ordering::Relaxed);
+    }
+    holds
+}
+
+const SETTLED: [fn(&LeaseModel, &State) -> bool; 48] = [
+    settled::<0>,
+    settled::<1>,
+    settled::<2>,
+    settled::<3>,
+    settled::<4>,
+    settled::<5>,
+    settled::<6>,
+    settled::<7>,
+    settled::<8>,
+    settled::<9>,
+    settled::<10>,
+    settled::<11>,
+    settled::<12>,
+    settled::<13>,
+    settled::<14>,
+    settled::<15>,
+    settled::<16>,
+    settled::<17>,
+    settled::<18>,
+    settled::<19>,
+    settled::<20>,
+    settled::<21>,
+    settled::<22>,
+    settled::<23>,
+    settled::<24>,
+    settled::<25>,
+    settled::<26>,
+    settled::<27>,
+    settled::<28>,
+    settled::<29>,
+    settled::<30>,
+    settled::<31>,
+    settled::<32>,
+    settled::<33>,
+    settled::<34>,
+    settled::<35>,
+    settled::<36>,
+    settled::<37>,
+    settled::<38>,
+    settled::<39>,
+    settled::<40>,
+    settled::<41>,
+    settled::<42>,
+    settled::<43>,
+    settled::<44>,
+    settled::<45>,
+    settled::<46>,
+    settled::<47>,
+];
 
 /// The `sometimes` properties: each case an `always` property is about is reached, and every
 /// rejection reason is produced. Some depend on the target kind and on shared slots.
@@ -484,12 +692,38 @@ fn is_kind(kind: MessageKind) -> impl Fn(&Message) -> bool {
 
 /// The attempt `m` really belongs to: the named attempt exists, is an attempt of the named job,
 /// was claimed by the sender, and the sender's project owns the job (§7 notes: checks 1–5).
-fn true_attribution(s: &State, m: &Message) -> Option<AttemptId> {
+pub(crate) fn true_attribution(s: &State, m: &Message) -> Option<AttemptId> {
     let sender = s.runners.get(m.sender as usize)?;
     let job = s.jobs.get(m.job as usize)?;
     let attempt = s.attempts.get(m.attempt as usize)?;
     (sender.project == job.project && attempt.job == m.job && attempt.runner == m.sender)
         .then_some(m.attempt)
+}
+
+/// `m`, received in `s`, is a result with the exact tuple of the attempt its sender claimed
+/// (its lease id and fence), and that attempt either can no longer act (it is not its job's
+/// current attempt, or its lease expired, swept or not: a late report) or holds a committed
+/// outcome the result is not identical to (a conflict). Recorded with the ledger's entry when
+/// the server receives `m`.
+pub(crate) fn late_or_conflicting(s: &State, m: &Message) -> bool {
+    let MessageKind::Result(outcome) = m.kind else {
+        return false;
+    };
+    let Some(a) = true_attribution(s, m) else {
+        return false;
+    };
+    let attempt = &s.attempts[a as usize];
+    if attempt.lease != m.lease || attempt.fence != m.fence {
+        return false;
+    }
+    if s.jobs[m.job as usize].current != Some(a) {
+        return true;
+    }
+    if let Some(committed) = attempt.state.outcome() {
+        return !(outcome == committed && attempt.digest.is_none_or(|d| d == m.digest));
+    }
+    attempt.state == AttemptState::Uncertain
+        || (attempt.state == AttemptState::Active && s.clock >= attempt.lease_expiry)
 }
 
 /// `m` carries the exact ownership tuple of its job's current attempt.
@@ -858,5 +1092,65 @@ fn conflict_recorded(c: &Ctx<'_>) -> bool {
             || p.record.is_some_and(|o| {
                 o.reason == Some(Reason::ConflictingResult) && o.attempt == Some(msg.attempt)
             })
+    })
+}
+
+/// Every entry of the ledger has a record that names what was received (sender, kind, job,
+/// attempt, a result's outcome and digest) and is attributed to the attempt that really sent it
+/// (ground truth at receipt), or unattributed when none did.
+fn ledger_records_every_message(c: &Ctx<'_>) -> bool {
+    c.s.ledger.iter().all(|e| {
+        let m = &e.received;
+        let result = match m.kind {
+            MessageKind::Result(o) => Some((o, m.digest)),
+            _ => None,
+        };
+        e.record.is_some_and(|o| {
+            o.sender == m.sender
+                && o.kind == m.kind
+                && o.job == m.job
+                && o.named_attempt == m.attempt
+                && o.result == result
+                && o.attempt == e.sent_by
+        })
+    })
+}
+
+/// Every late report and conflicting result the server received is in the ledger against its
+/// own attempt, with its outcome and digest, and was not accepted.
+fn ledger_keeps_late_reports(c: &Ctx<'_>) -> bool {
+    c.s.ledger
+        .iter()
+        .filter(|e| e.late_or_conflicting)
+        .all(|e| {
+            let m = &e.received;
+            e.record.is_some_and(|o| {
+                o.attempt == Some(m.attempt)
+                    && o.result.is_some()
+                    && o.result
+                        == matches!(m.kind, MessageKind::Result(_)).then_some((
+                            match m.kind {
+                                MessageKind::Result(outcome) => outcome,
+                                _ => Outcome::Passed,
+                            },
+                            m.digest,
+                        ))
+                    && o.verdict != Verdict::Accepted
+            })
+        })
+}
+
+/// No record is attributed to an attempt of another project than its sender's.
+fn ledger_no_foreign_record(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    let project = |r: RunnerId| s.runners.get(r as usize).map(|r| r.project);
+    s.ledger.iter().all(|e| {
+        let Some(a) = e.record.and_then(|o| o.attempt) else {
+            return true;
+        };
+        s.attempts
+            .get(a as usize)
+            .and_then(|attempt| s.jobs.get(attempt.job as usize))
+            .is_some_and(|job| project(e.received.sender) == Some(job.project))
     })
 }

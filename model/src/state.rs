@@ -4,6 +4,9 @@ use crate::types::*;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
+/// The ledger's room ([`Config::ledger`]) for the variants whose flaw is in the ledger.
+pub const LEDGER_FOR_VARIANTS: u8 = 3;
+
 /// The bounds and choices of one model-checking run.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Config {
@@ -38,6 +41,16 @@ pub struct Config {
     /// `j` (§8.1: slot names are one global namespace).
     #[serde(default)]
     pub shared_slot: bool,
+    /// Keep the server's ledger in the state ([`State::ledger`]), with room for this many
+    /// distinct entries (`0`: no ledger in the state; the records are then checked as probes
+    /// only). Every message the server receives adds its entry with the record it wrote. Rejected
+    /// deliveries then change the state (they add a record), so they are explored as steps, and
+    /// the outsider replays results in flight under its own identity (a message of another
+    /// project the ledger must keep apart). The bound: a receipt that would add an entry to a full
+    /// ledger is not explored (the exploration of that path ends there for receipts; the
+    /// verdict and record of that message are still checked as a probe). `check` prints it.
+    #[serde(default)]
+    pub ledger: u8,
 }
 
 impl Default for Config {
@@ -60,6 +73,7 @@ impl Default for Config {
             variant: Variant::None,
             outsider_jobs: 0,
             shared_slot: false,
+            ledger: 0,
         }
     }
 }
@@ -91,6 +105,9 @@ impl Config {
         if variant == Variant::RejoinResurrectsLease {
             // Only a runner that lost contact rejoins.
             self.disconnects = true;
+        }
+        if variant.needs_ledger() {
+            self.ledger = self.ledger.max(LEDGER_FOR_VARIANTS);
         }
         if variant == Variant::RunnerClockExtendsLease {
             // The runner's clock must be able to differ from the server's for the lease to show it.
@@ -280,6 +297,90 @@ pub struct Observation {
     pub result: Option<(Outcome, Digest)>,
 }
 
+/// One entry of the server's ledger ([`State::ledger`]): a message the server received (what
+/// the network delivered: ground truth) and the record the server wrote for it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LedgerEntry {
+    /// The message as the server received it.
+    pub received: Message,
+    /// The record the server wrote (`None`: it wrote none, which only a flawed design does).
+    pub record: Option<Observation>,
+    /// Ground truth at receipt, computed by the properties, not by the server: the attempt that
+    /// really sent it (it exists, is an attempt of the named job, was claimed by the sender, whose
+    /// project owns the job), or `None`.
+    pub sent_by: Option<AttemptId>,
+    /// Ground truth at receipt, computed by the properties, not by the server: the message is a
+    /// result with the exact tuple of the attempt its sender claimed, which either could no
+    /// longer act (not current, or its lease expired, swept or not: a late report) or holds a
+    /// committed outcome the result differs from (a conflict).
+    pub late_or_conflicting: bool,
+}
+
+/// The server's ledger: the set of distinct [`LedgerEntry`]s, kept sorted. A set, not a list:
+/// receiving the same message again with the same verdict adds nothing, so the ledger of a
+/// configuration is bounded by its distinct messages and verdicts, and the state space stays
+/// finite. (The server writes at most one record per receipt by construction, `record` is an
+/// `Option`; the properties check that it writes one.)
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Ledger(SmallVec<[LedgerEntry; 2]>);
+
+impl Ledger {
+    /// Adds `e`; `false` if it was already in.
+    pub fn insert(&mut self, e: LedgerEntry) -> bool {
+        match self.0.binary_search(&e) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, e);
+                true
+            }
+        }
+    }
+
+    /// Whether `e` is in.
+    pub fn contains(&self, e: &LedgerEntry) -> bool {
+        self.0.binary_search(e).is_ok()
+    }
+
+    /// The entries, ascending.
+    pub fn iter(&self) -> std::slice::Iter<'_, LedgerEntry> {
+        self.0.iter()
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<LedgerEntry> for Ledger {
+    fn from_iter<I: IntoIterator<Item = LedgerEntry>>(iter: I) -> Self {
+        let mut all: SmallVec<[LedgerEntry; 2]> = iter.into_iter().collect();
+        all.sort_unstable();
+        all.dedup();
+        Ledger(all)
+    }
+}
+
+impl<'a> IntoIterator for &'a Ledger {
+    type Item = &'a LedgerEntry;
+    type IntoIter = std::slice::Iter<'a, LedgerEntry>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ledger {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Vec::<LedgerEntry>::deserialize(d)?.into_iter().collect())
+    }
+}
+
 /// One target slot (§8): its global reservation and token counter (control-plane state), and the
 /// target's own state.
 #[derive(
@@ -425,6 +526,9 @@ pub struct State {
     pub in_flight: MessageSet,
     /// Target slots by slot id.
     pub targets: Targets,
+    /// The server's ledger (only with [`Config::ledger`]; empty otherwise).
+    #[serde(default)]
+    pub ledger: Ledger,
 }
 
 impl State {
@@ -560,6 +664,7 @@ impl std::hash::Hash for State {
             runners,
             in_flight,
             targets,
+            ledger,
         } = self;
         h.write_u8(*clock);
         h.write_usize(jobs.len());
@@ -669,6 +774,10 @@ impl std::hash::Hash for State {
                 digest,
                 token,
             ]));
+        }
+        h.write_usize(ledger.len());
+        for entry in ledger {
+            entry.hash(h);
         }
         h.write_usize(targets.len());
         for target in targets {

@@ -48,6 +48,41 @@ impl RunnerRenaming<'_> {
             })
             .collect()
     }
+
+    fn ledger(&self, ledger: &Ledger) -> Ledger {
+        ledger
+            .iter()
+            .map(|e| {
+                map_entry(
+                    e,
+                    |m| Message {
+                        sender: self.id(m.sender),
+                        ..*m
+                    },
+                    |o| Observation {
+                        sender: self.id(o.sender),
+                        ..*o
+                    },
+                    |a| a,
+                )
+            })
+            .collect()
+    }
+}
+
+/// `e` with its message, record and attempt ids mapped.
+fn map_entry(
+    e: &LedgerEntry,
+    message: impl Fn(&Message) -> Message,
+    record: impl Fn(&Observation) -> Observation,
+    attempt: impl Fn(AttemptId) -> AttemptId,
+) -> LedgerEntry {
+    LedgerEntry {
+        received: message(&e.received),
+        record: e.record.as_ref().map(record),
+        sent_by: e.sent_by.map(attempt),
+        late_or_conflicting: e.late_or_conflicting,
+    }
 }
 
 impl State {
@@ -62,6 +97,7 @@ impl State {
             runners: p.runners(&self.runners),
             in_flight: p.in_flight(&self.in_flight),
             targets: self.targets.clone(),
+            ledger: p.ledger(&self.ledger),
         }
     }
 
@@ -78,6 +114,7 @@ impl State {
             .then_with(|| p.runners(&self.runners).cmp(&other.runners))
             .then_with(|| p.in_flight(&self.in_flight).cmp(&other.in_flight))
             .then_with(|| self.targets.cmp(&other.targets))
+            .then_with(|| p.ledger(&self.ledger).cmp(&other.ledger))
     }
 }
 
@@ -137,17 +174,29 @@ impl State {
                 a.execution = Execution::Finished(swap_outcome(o));
             }
         }
-        s.in_flight = s
-            .in_flight
-            .iter()
-            .map(|m| match m.kind {
-                MessageKind::Result(o) if m.job == job => Message {
-                    kind: MessageKind::Result(swap_outcome(o)),
-                    ..*m
+        let message = |m: &Message| match m.kind {
+            MessageKind::Result(o) if m.job == job => Message {
+                kind: MessageKind::Result(swap_outcome(o)),
+                ..*m
+            },
+            _ => *m,
+        };
+        s.in_flight = s.in_flight.iter().map(message).collect();
+        if !s.ledger.is_empty() {
+            let record = |o: &Observation| match o.kind {
+                MessageKind::Result(outcome) if o.job == job => Observation {
+                    kind: MessageKind::Result(swap_outcome(outcome)),
+                    result: o.result.map(|(r, d)| (swap_outcome(r), d)),
+                    ..*o
                 },
-                _ => *m,
-            })
-            .collect();
+                _ => *o,
+            };
+            s.ledger = s
+                .ledger
+                .iter()
+                .map(|e| map_entry(e, message, record, |a| a))
+                .collect();
+        }
     }
 
     /// Outcomes named canonically, job by job: the first attempt of a job (in ledger order) that
@@ -209,15 +258,24 @@ impl State {
         for t in s.targets.iter_mut() {
             t.attempts_applied = rename_bits(t.attempts_applied, &id);
         }
-        s.in_flight = s
-            .in_flight
-            .iter()
-            .map(|m| Message {
-                attempt: id(m.attempt),
-                lease: lease(m.lease),
-                ..*m
-            })
-            .collect();
+        let message = |m: &Message| Message {
+            attempt: id(m.attempt),
+            lease: lease(m.lease),
+            ..*m
+        };
+        s.in_flight = s.in_flight.iter().map(message).collect();
+        if !s.ledger.is_empty() {
+            let record = |o: &Observation| Observation {
+                attempt: o.attempt.map(id),
+                named_attempt: id(o.named_attempt),
+                ..*o
+            };
+            s.ledger = s
+                .ledger
+                .iter()
+                .map(|e| map_entry(e, message, record, id))
+                .collect();
+        }
     }
 }
 
@@ -248,14 +306,22 @@ impl State {
         for a in s.attempts.iter_mut() {
             a.job = rename(a.job);
         }
-        s.in_flight = self
-            .in_flight
-            .iter()
-            .map(|m| Message {
-                job: rename(m.job),
-                ..*m
-            })
-            .collect();
+        let message = |m: &Message| Message {
+            job: rename(m.job),
+            ..*m
+        };
+        s.in_flight = self.in_flight.iter().map(message).collect();
+        if !s.ledger.is_empty() {
+            let record = |o: &Observation| Observation {
+                job: rename(o.job),
+                ..*o
+            };
+            s.ledger = self
+                .ledger
+                .iter()
+                .map(|e| map_entry(e, message, record, |a| a))
+                .collect();
+        }
         s
     }
 

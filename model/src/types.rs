@@ -293,6 +293,10 @@ named_enum! {
         /// The `idempotent` target keys what it applied by attempt instead of by deployment id: a
         /// retry deploys again.
         IdempotencyKeyPerAttempt => "idempotency-key-per-attempt",
+        /// The server attributes a record to the attempt the message names whenever that
+        /// attempt exists, whoever sent it: another runner's, or another project's, message lands
+        /// in the attempt's ledger (§7 notes: only checks 1–5 attribute).
+        RecordByNamedAttempt => "record-by-named-attempt",
     }
 }
 
@@ -313,6 +317,15 @@ impl Variant {
         matches!(
             self,
             Self::SlotComparesJobFences | Self::ReservationPerProject | Self::UncertainReleasesSlot
+        )
+    }
+
+    /// This variant's flaw is in what the server writes into its ledger: it is checked with the
+    /// ledger in the state ([`crate::Config::ledger`]).
+    pub fn needs_ledger(self) -> bool {
+        matches!(
+            self,
+            Self::LateReportDropped | Self::ConflictNotRecorded | Self::RecordByNamedAttempt
         )
     }
 
