@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// The most connections open at once (never more than the open-file limit leaves room for).
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// The most bytes one attempt may store in logs, artifacts and cache entries (0: no quota);
+    /// past it a write is refused `413 quota_exceeded`.
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_ATTEMPT_QUOTA_BYTES)]
+    attempt_quota_bytes: u64,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -117,6 +121,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             max_connections: args.max_connections.max(1),
             ..ConnectionLimits::default()
         },
+        attempt_quota_bytes: (args.attempt_quota_bytes > 0).then_some(args.attempt_quota_bytes),
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)
@@ -181,11 +186,14 @@ enum OpCommand {
         job: uuid::Uuid,
         name: String,
     },
-    /// Print the job's attempts and observations (JSON).
+    /// Print the job's attempts and observations (JSON; every page).
     Ledger {
         project: uuid::Uuid,
         job: uuid::Uuid,
     },
+    /// Print the project's security log: what its runners sent naming another project's job,
+    /// or none (JSON; every page).
+    SecurityLog { project: uuid::Uuid },
     /// Cancel a job.
     Cancel {
         project: uuid::Uuid,
@@ -291,6 +299,9 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
             OpCommand::Ledger { project, job } => {
                 json(&client.attempts(project, job).await?);
                 json(&client.observations(project, job).await?);
+            }
+            OpCommand::SecurityLog { project } => {
+                json(&client.security_log(project).await?);
             }
             OpCommand::Cancel { project, job } => {
                 json(&client.cancel(project, job).await?);

@@ -182,6 +182,10 @@ struct AttemptsRead {
 
 #[derive(Deserialize)]
 struct ObservationRead {
+    #[serde(default)]
+    id: i64,
+    #[serde(default)]
+    named_job: Option<Uuid>,
     kind: String,
     runner: Uuid,
     named_attempt: Uuid,
@@ -910,12 +914,33 @@ impl HttpSession {
             .operator
             .http
             .get(&format!(
-                "{}/observations",
+                "{}/observations?limit=1000",
                 job_path(self.project, self.jobs[j])
             ))
             .await
             .map_err(http_failed)?;
-        Ok(list.observations)
+        let mut all = list.observations;
+        // What the outsider sent naming the job is its project's security log, never the job's
+        // ledger (protocol §7); the model records it as a message like any other.
+        if self.outsider_project != self.project {
+            let log: ObservationsRead = self
+                .server
+                .operator
+                .http
+                .get(&format!(
+                    "/v1/projects/{}/security-log?limit=1000",
+                    self.outsider_project
+                ))
+                .await
+                .map_err(http_failed)?;
+            all.extend(
+                log.observations
+                    .into_iter()
+                    .filter(|o| o.named_job == Some(self.jobs[j])),
+            );
+            all.sort_by_key(|o| o.id);
+        }
+        Ok(all)
     }
 
     /// The projection of `o`, an observation of model job `job`.

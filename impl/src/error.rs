@@ -32,6 +32,13 @@ pub enum Error {
     /// The store found its own state inconsistent (a bug).
     #[error("internal invariant broken: {0}")]
     Invariant(&'static str),
+    /// The write would make the attempt hold more bytes than its quota
+    /// ([`crate::Store::with_attempt_quota`]); nothing was written or recorded.
+    #[error("the attempt's storage quota of {quota} bytes would be exceeded")]
+    QuotaExceeded {
+        /// The quota, in bytes.
+        quota: i64,
+    },
     /// The caller passed an argument no message can carry.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

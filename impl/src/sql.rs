@@ -74,6 +74,7 @@ statements! {
     TARGET_RELEASE = "target_release";
     OBSERVATION_RECORD = "observation_record";
     JOB_SELECT_SOURCE = "job_select_source";
+    ATTEMPT_BYTES_STORED = "attempt_bytes_stored";
     LOG_APPEND_ONCE = "log_append_once";
     LOG_SELECT_CHUNK_DIGEST = "log_select_chunk_digest";
     LOG_SELECT_OF_ATTEMPT = "log_select_of_attempt";
@@ -95,6 +96,7 @@ statements! {
     ATTEMPT_SELECT_VIEWS_OF_JOB = "attempt_select_views_of_job";
     OBSERVATION_SELECT_OF_JOB = "observation_select_of_job";
     OBSERVATION_SELECT_OF_ATTEMPT = "observation_select_of_attempt";
+    OBSERVATION_SELECT_SECURITY_LOG = "observation_select_security_log";
     RECONCILIATION_SELECT_OF_JOB = "reconciliation_select_of_job";
     TARGET_RESERVATION_SELECT_OF_JOB = "target_reservation_select_of_job";
     TARGET_ENSURE = "target_ensure";

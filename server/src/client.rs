@@ -417,12 +417,19 @@ impl OperatorClient {
             .await
     }
 
+    /// Every job of the project, in submission order (every page).
     pub async fn jobs(&self, project: Uuid) -> Result<Vec<JobBody>, CallError> {
-        let list: JobList = self
-            .http
-            .get(&format!("/v1/projects/{project}/jobs"))
-            .await?;
-        Ok(list.jobs)
+        let path = format!("/v1/projects/{project}/jobs");
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let list: JobList = self.http.get(&page_path(&path, after, None)).await?;
+            all.extend(list.jobs);
+            match list.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     pub async fn job(&self, project: Uuid, job: Uuid) -> Result<JobBody, CallError> {
@@ -431,24 +438,59 @@ impl OperatorClient {
             .await
     }
 
+    /// Every attempt of the job, in fence order (every page).
     pub async fn attempts(&self, project: Uuid, job: Uuid) -> Result<Vec<AttemptBody>, CallError> {
-        let list: AttemptList = self
-            .http
-            .get(&format!("/v1/projects/{project}/jobs/{job}/attempts"))
-            .await?;
-        Ok(list.attempts)
+        let path = format!("/v1/projects/{project}/jobs/{job}/attempts");
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let list: AttemptList = self.http.get(&page_path(&path, after, None)).await?;
+            all.extend(list.attempts);
+            match list.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
+    /// The job's ledger of observations, in the order received (every page).
     pub async fn observations(
         &self,
         project: Uuid,
         job: Uuid,
     ) -> Result<Vec<ObservationBody>, CallError> {
-        let list: ObservationList = self
-            .http
-            .get(&format!("/v1/projects/{project}/jobs/{job}/observations"))
-            .await?;
-        Ok(list.observations)
+        self.all_observations(&format!("/v1/projects/{project}/jobs/{job}/observations"))
+            .await
+    }
+
+    /// The project's security log: what its runners sent naming another project's job, or none
+    /// (every page).
+    pub async fn security_log(&self, project: Uuid) -> Result<Vec<ObservationBody>, CallError> {
+        self.all_observations(&format!("/v1/projects/{project}/security-log"))
+            .await
+    }
+
+    /// One page of a list of observations (`path`: a job's observations or a security log).
+    pub async fn observation_page(
+        &self,
+        path: &str,
+        after: Option<i64>,
+        limit: Option<i64>,
+    ) -> Result<ObservationList, CallError> {
+        self.http.get(&page_path(path, after, limit)).await
+    }
+
+    async fn all_observations(&self, path: &str) -> Result<Vec<ObservationBody>, CallError> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let list = self.observation_page(path, after, None).await?;
+            all.extend(list.observations);
+            match list.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// The log of the job's current (or latest) attempt, or of `attempt`.
@@ -542,5 +584,21 @@ impl OperatorClient {
     pub async fn target(&self, slot: &str) -> Result<TargetBody, CallError> {
         let slot = path_segment(slot);
         self.http.get(&format!("/v1/targets/{slot}")).await
+    }
+}
+
+/// `path` with the list routes' `?after=&limit=`.
+fn page_path(path: &str, after: Option<i64>, limit: Option<i64>) -> String {
+    let mut query = Vec::new();
+    if let Some(after) = after {
+        query.push(format!("after={after}"));
+    }
+    if let Some(limit) = limit {
+        query.push(format!("limit={limit}"));
+    }
+    if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", query.join("&"))
     }
 }

@@ -18,6 +18,8 @@ pub struct ServeOptions {
     pub sweep_interval: Duration,
     /// Timeouts and caps of the HTTP connections.
     pub connections: ConnectionLimits,
+    /// The per-attempt quota on logs, artifacts and cache entries, in bytes (`None`: none).
+    pub attempt_quota_bytes: Option<u64>,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -79,6 +81,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         // no replay can control.
         sweep_interval: (!options.manual_clock).then_some(options.sweep_interval),
         connections: options.connections,
+        attempt_quota_bytes: options.attempt_quota_bytes,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;

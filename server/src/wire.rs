@@ -310,6 +310,9 @@ pub struct JobBody {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobBody>,
+    /// The cursor of the next page (pass it as `?after=`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 /// An attempt of the ledger.
@@ -333,6 +336,9 @@ pub struct AttemptBody {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct AttemptList {
     pub attempts: Vec<AttemptBody>,
+    /// The cursor of the next page (pass it as `?after=`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 /// One recorded runner message.
@@ -341,6 +347,8 @@ pub struct ObservationBody {
     pub id: i64,
     pub kind: String,
     pub runner: Uuid,
+    /// The job the message named (in a job's ledger, that job).
+    pub named_job: Uuid,
     pub named_attempt: Uuid,
     pub named_lease_id: Uuid,
     pub named_fence: i64,
@@ -354,10 +362,13 @@ pub struct ObservationBody {
     pub payload_sha256: Option<String>,
 }
 
-/// `GET .../observations`.
+/// `GET .../observations`, and `GET /v1/projects/{project}/security-log`.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ObservationList {
     pub observations: Vec<ObservationBody>,
+    /// The cursor of the next page (pass it as `?after=`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 /// One reconciliation.
@@ -376,6 +387,9 @@ pub struct ReconciliationBody {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ReconciliationList {
     pub reconciliations: Vec<ReconciliationBody>,
+    /// The cursor of the next page (pass it as `?after=`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 /// The error body of every non-2xx answer.

@@ -649,3 +649,260 @@ async fn a_submission_sent_again_with_its_idempotency_key_creates_one_job() {
         .unwrap();
     assert_eq!(f.operator.jobs(f.project).await.unwrap().len(), 2);
 }
+
+/// Finding 5: messages naming P1's job sent by P2's runner were refused `wrong_project` but listed
+/// in P1's job ledger (`op ledger`) with a forged outcome and runner time, and the list was one
+/// unbounded answer. Now they are P2's security log, and every list is paginated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_projects_forgeries_stay_out_of_the_jobs_ledger_and_every_list_is_paginated() {
+    const FORGED: usize = 1000;
+    let (_db, server) = start(false).await;
+    let p1 = fixture_named(&server, "p1").await;
+    let p2 = fixture_named(&server, "p2").await;
+    let submitted = p1
+        .operator
+        .submit(p1.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap();
+    let lease = p1.runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(lease.job, submitted.job);
+    // P1's own runner: one heartbeat, in its job's ledger.
+    let own = tuple_json(&lease, lease.lease_id, lease.fence);
+    let (status, _) = post(&server, Some(&p1.token), "/v1/runner/heartbeat", &own).await;
+    assert_eq!(status, 200);
+    // P2's runner forges P1's exact tuple: heartbeats and results with a forged outcome.
+    let http = reqwest::Client::new();
+    let forged = |i: usize| {
+        let tuple = tuple_json(&lease, lease.lease_id, lease.fence);
+        if i.is_multiple_of(2) {
+            ("/v1/runner/heartbeat", tuple)
+        } else {
+            (
+                "/v1/runner/result",
+                with(
+                    tuple,
+                    &serde_json::json!({"outcome": "failed", "result_digest": "forged"}),
+                ),
+            )
+        }
+    };
+    // 1,000 forgeries, 50 at a time.
+    let mut answers = Vec::new();
+    for batch in 0..FORGED / 50 {
+        let mut set = tokio::task::JoinSet::new();
+        for i in batch * 50..(batch + 1) * 50 {
+            let (path, body) = forged(i);
+            let request = http
+                .post(format!("{}{path}", server.url()))
+                .bearer_auth(&p2.token)
+                .json(&body);
+            set.spawn(async move {
+                let response = request.send().await.unwrap();
+                let status = response.status().as_u16();
+                let body: serde_json::Value = response.json().await.unwrap();
+                (status, body)
+            });
+        }
+        while let Some(answer) = set.join_next().await {
+            answers.push(answer.unwrap());
+        }
+    }
+    assert_eq!(answers.len(), FORGED);
+    for (status, body) in &answers {
+        assert_eq!(*status, 409, "{body}");
+        assert_eq!(body["error"]["code"], "wrong_project", "{body}");
+    }
+    // P1's job ledger, every page: its own runner's heartbeat only, nothing P2 sent.
+    let ledger = p1
+        .operator
+        .observations(p1.project, lease.job)
+        .await
+        .unwrap();
+    let p2_runner = p2.runner_id;
+    assert!(
+        ledger.iter().all(|o| o.runner != p2_runner),
+        "{} of P2's forgeries in P1's job ledger",
+        ledger.iter().filter(|o| o.runner == p2_runner).count()
+    );
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert_eq!(ledger[0].verdict, "accepted");
+    // P2's security log holds every forgery, as sent, unattributed.
+    let log = p2.operator.security_log(p2.project).await.unwrap();
+    assert_eq!(log.len(), FORGED);
+    assert!(log.iter().all(|o| o.runner == p2_runner
+        && o.named_job == lease.job
+        && o.attempt.is_none()
+        && o.reason.as_deref() == Some("wrong_project")));
+    assert_eq!(
+        log.iter()
+            .filter(|o| o.outcome.as_deref() == Some("failed"))
+            .count(),
+        FORGED / 2
+    );
+    // P1's security log is empty; the job's state is untouched.
+    assert!(p1
+        .operator
+        .security_log(p1.project)
+        .await
+        .unwrap()
+        .is_empty());
+    let job = p1.operator.job(p1.project, lease.job).await.unwrap();
+    assert_eq!(
+        (job.state.as_str(), job.outcome.as_deref()),
+        ("running", None)
+    );
+    // Pages are bounded: 100 by default, at most 1000, cursors in order without overlap.
+    let path = format!("/v1/projects/{}/security-log", p2.project);
+    let first = p2
+        .operator
+        .observation_page(&path, None, None)
+        .await
+        .unwrap();
+    assert_eq!(first.observations.len(), 100);
+    let next = first.next.expect("a next page");
+    assert_eq!(next, first.observations.last().unwrap().id);
+    let second = p2
+        .operator
+        .observation_page(&path, Some(next), Some(1000))
+        .await
+        .unwrap();
+    assert_eq!(second.observations.len(), FORGED - 100);
+    assert!(second.next.is_none());
+    assert!(second.observations[0].id > next);
+    for (limit, after) in [
+        ("0", "0"),
+        ("1001", "0"),
+        ("-1", "0"),
+        ("10", "-1"),
+        ("x", "0"),
+    ] {
+        let response = http
+            .get(format!(
+                "{}{path}?limit={limit}&after={after}",
+                server.url()
+            ))
+            .bearer_auth(OPERATOR)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            400,
+            "limit={limit} after={after}"
+        );
+    }
+    for route in [
+        "jobs",
+        &format!("jobs/{}/attempts", lease.job),
+        &format!("jobs/{}/observations", lease.job),
+        &format!("jobs/{}/reconciliations", lease.job),
+    ] {
+        let response = http
+            .get(format!(
+                "{}/v1/projects/{}/{route}?limit=1001",
+                server.url(),
+                p1.project
+            ))
+            .bearer_auth(OPERATOR)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{route}");
+    }
+}
+
+/// Finding 8, quotas: nothing bounded what one attempt stored (four concurrent 64 MiB log appends
+/// took the server to 576 MiB). Now an attempt holds at most its quota in logs, artifacts and the
+/// cache entries it stored, checked in the write's transaction: concurrent appends past it are
+/// refused `413 quota_exceeded`, never overshoot, and an identical retry is still acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_past_the_attempt_quota_are_refused_and_never_overshoot_it() {
+    const QUOTA: u64 = 1024 * 1024;
+    const CHUNK: usize = 100 * 1024;
+    let mut config = config(false);
+    config.attempt_quota_bytes = Some(QUOTA);
+    let (_db, server) = start_with(config).await;
+    let f = fixture(&server).await;
+    f.operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap();
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    let tuple = tuple_json(&lease, lease.lease_id, lease.fence);
+    let chunk = |seq: usize| vec![b'a' + (seq % 26) as u8; CHUNK];
+    // 16 appends of 100 KiB at once, each its own sequence number: room for 10.
+    let mut set = tokio::task::JoinSet::new();
+    for seq in 0..16usize {
+        let body = with(
+            tuple.clone(),
+            &serde_json::json!({"seq": seq, "content_base64": b64(&chunk(seq))}),
+        );
+        let (url, token) = (server.url(), f.token.clone());
+        set.spawn(async move {
+            let response = reqwest::Client::new()
+                .post(format!("{url}/v1/runner/logs"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap();
+            (seq, status, body)
+        });
+    }
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    while let Some(answer) = set.join_next().await {
+        let (seq, status, body) = answer.unwrap();
+        match status {
+            200 => accepted.push(seq),
+            413 => {
+                assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+                refused += 1;
+            }
+            other => panic!("seq {seq}: {other} {body}"),
+        }
+    }
+    assert_eq!((accepted.len(), refused), (10, 6), "accepted {accepted:?}");
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(octet_length(content)), 0)::bigint FROM logs WHERE attempt_id = $1",
+    )
+    .bind(lease.attempt)
+    .fetch_one(server.store().pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, 10 * CHUNK as i64);
+    assert!(stored as u64 <= QUOTA);
+    // An accepted chunk sent again is still acknowledged at the quota.
+    let again = with(
+        tuple.clone(),
+        &serde_json::json!({"seq": accepted[0], "content_base64": b64(&chunk(accepted[0]))}),
+    );
+    let (status, body) = post(&server, Some(&f.token), "/v1/runner/logs", &again).await;
+    assert_eq!(
+        (status, body["verdict"].as_str()),
+        (200, Some("acknowledged"))
+    );
+    // Artifacts and the cache count too (24 KiB are left); replacing an artifact counts only
+    // its new size.
+    let put = |path: &'static str, name: &str, bytes: usize, status: u16| {
+        let body = with(
+            tuple.clone(),
+            &serde_json::json!({"name": name, "content_base64": b64(&vec![b'x'; bytes])}),
+        );
+        (path, body, status)
+    };
+    for (path, body, want) in [
+        put("/v1/runner/artifacts/put", "out.txt", 24 * 1024, 200),
+        put("/v1/runner/artifacts/put", "out.txt", 24 * 1024, 200),
+        put("/v1/runner/artifacts/put", "big.bin", 1, 413),
+        put("/v1/runner/cache/put", "key", 1, 413),
+    ] {
+        let (status, answer) = post(&server, Some(&f.token), path, &body).await;
+        assert_eq!(status, want, "{path} {answer}");
+        if want == 413 {
+            assert_eq!(answer["error"]["code"], "quota_exceeded", "{answer}");
+        }
+    }
+}

@@ -63,6 +63,9 @@ pub struct Store {
     pool: PgPool,
     clock: Arc<dyn Clock>,
     lease_ttl: chrono::Duration,
+    /// The most bytes one attempt may hold in logs, artifacts and the cache entries it stored
+    /// (`None`: no bound). See [`Store::with_attempt_quota`].
+    attempt_quota: Option<i64>,
     #[cfg(feature = "mutants")]
     mutant: Option<crate::mutants::Mutant>,
 }
@@ -128,6 +131,7 @@ impl Store {
             pool,
             clock,
             lease_ttl,
+            attempt_quota: None,
             #[cfg(feature = "mutants")]
             mutant: None,
         })
@@ -146,6 +150,18 @@ impl Store {
             lease_ttl,
             ..self.clone()
         })
+    }
+
+    /// The same store with a per-attempt quota: a `log append`, `artifact put` or `cache put`
+    /// that would make the attempt hold more than `bytes` (its log chunks, its artifacts, and the
+    /// cache entries it stored last, counting what the write replaces as gone) fails with
+    /// [`Error::QuotaExceeded`] and changes nothing. The sum is taken in the write's transaction
+    /// under the job's row lock, so concurrent writes of one attempt cannot overshoot it. A
+    /// service limit, not a protocol rule: it is checked only once the tuple passed §6.1, and a
+    /// log chunk already stored is still `acknowledged` (or `sequence_conflict`).
+    pub fn with_attempt_quota(mut self, bytes: Option<u64>) -> Store {
+        self.attempt_quota = bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        self
     }
 
     /// The same store with one rule deliberately broken (feature `mutants` only).

@@ -46,18 +46,61 @@ impl Store {
 
     /// The job's attempts, in fence order.
     pub async fn attempts(&self, job: JobId) -> Result<Vec<AttemptView>, Error> {
+        self.attempts_page(job, 0, i64::MAX).await
+    }
+
+    /// One page of the job's attempts: those with a fence above `after`, at most `limit`.
+    pub async fn attempts_page(
+        &self,
+        job: JobId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AttemptView>, Error> {
         let rows = sqlx::query(self.sql(sql::ATTEMPT_SELECT_VIEWS_OF_JOB))
             .bind(job.0)
+            .bind(after)
+            .bind(limit)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(attempt_view).collect()
     }
 
-    /// Every observation that named the job (attributed to one of its attempts or not), in the
-    /// order received.
+    /// The job's ledger of observations, in the order received: every message that named the
+    /// job (attributed to one of its attempts or not), except those a runner of another project
+    /// sent, which are that project's [`Store::security_log`] (docs/protocol.md §7).
     pub async fn observations(&self, job: JobId) -> Result<Vec<ObservationView>, Error> {
+        self.observations_page(job, 0, i64::MAX).await
+    }
+
+    /// One page of [`Store::observations`]: ids above `after`, at most `limit`.
+    pub async fn observations_page(
+        &self,
+        job: JobId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<ObservationView>, Error> {
         let rows = sqlx::query(self.sql(sql::OBSERVATION_SELECT_OF_JOB))
             .bind(job.0)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(observation_view).collect()
+    }
+
+    /// One page of the project's security log: the messages its runners sent naming a job that
+    /// is not the project's (another project's, or none), in the order received; ids above
+    /// `after`, at most `limit`. They are kept here, never in the named job's ledger.
+    pub async fn security_log(
+        &self,
+        project: ProjectId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<ObservationView>, Error> {
+        let rows = sqlx::query(self.sql(sql::OBSERVATION_SELECT_SECURITY_LOG))
+            .bind(project.0)
+            .bind(after)
+            .bind(limit)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(observation_view).collect()
@@ -77,8 +120,20 @@ impl Store {
 
     /// The reconciliations asked for the job, in order.
     pub async fn reconciliations(&self, job: JobId) -> Result<Vec<ReconciliationView>, Error> {
+        self.reconciliations_page(job, 0, i64::MAX).await
+    }
+
+    /// One page of [`Store::reconciliations`]: ids above `after`, at most `limit`.
+    pub async fn reconciliations_page(
+        &self,
+        job: JobId,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<ReconciliationView>, Error> {
         let rows = sqlx::query(self.sql(sql::RECONCILIATION_SELECT_OF_JOB))
             .bind(job.0)
+            .bind(after)
+            .bind(limit)
             .fetch_all(&self.pool)
             .await?;
         rows.iter()

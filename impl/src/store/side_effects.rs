@@ -82,6 +82,36 @@ impl Store {
         Ok(verdict)
     }
 
+    /// Fails with [`Error::QuotaExceeded`] when writing `adding` bytes for `attempt` (replacing
+    /// its artifact `artifact` or the cache entry `cache_key`) would pass the attempt's quota.
+    async fn check_quota(
+        &self,
+        conn: &mut PgConnection,
+        attempt: AttemptId,
+        adding: usize,
+        artifact: Option<&str>,
+        cache_key: Option<&str>,
+    ) -> Result<(), Error> {
+        let Some(quota) = self.attempt_quota else {
+            return Ok(());
+        };
+        let adding = i64::try_from(adding).unwrap_or(i64::MAX);
+        if adding > quota {
+            return Err(Error::QuotaExceeded { quota });
+        }
+        // octet_length is an integer, so each sum is a bigint.
+        let stored: i64 = sqlx::query_scalar(self.sql(sql::ATTEMPT_BYTES_STORED))
+            .bind(attempt.0)
+            .bind(artifact)
+            .bind(cache_key)
+            .fetch_one(&mut *conn)
+            .await?;
+        if stored.saturating_add(adding) > quota {
+            return Err(Error::QuotaExceeded { quota });
+        }
+        Ok(())
+    }
+
     fn rejection<T>(gate: &Gate) -> Option<Verdict<T>> {
         gate.rejection.as_ref().map(|verdict| match verdict {
             Verdict::Rejected(reason) => Verdict::Rejected(*reason),
@@ -151,6 +181,18 @@ impl Store {
         let verdict = match Self::rejection(&gate) {
             Some(rejection) => rejection,
             None => {
+                if self.attempt_quota.is_some() {
+                    let stored: Option<String> =
+                        sqlx::query_scalar(self.sql(sql::LOG_SELECT_CHUNK_DIGEST))
+                            .bind(tuple.attempt.0)
+                            .bind(seq)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if stored.is_none() {
+                        self.check_quota(&mut tx, tuple.attempt, content.len(), None, None)
+                            .await?;
+                    }
+                }
                 let appended = sqlx::query(self.sql(sql::LOG_APPEND_ONCE))
                     .bind(tuple.attempt.0)
                     .bind(seq)
@@ -207,6 +249,8 @@ impl Store {
         let verdict = match Self::rejection(&gate) {
             Some(rejection) => rejection,
             None => {
+                self.check_quota(&mut tx, tuple.attempt, content.len(), Some(name), None)
+                    .await?;
                 sqlx::query(self.sql(sql::ARTIFACT_PUT))
                     .bind(tuple.attempt.0)
                     .bind(name)
@@ -287,6 +331,8 @@ impl Store {
         let verdict = match Self::rejection(&gate) {
             Some(rejection) => rejection,
             None => {
+                self.check_quota(&mut tx, tuple.attempt, content.len(), None, Some(key))
+                    .await?;
                 sqlx::query(self.sql(sql::CACHE_ENTRY_PUT))
                     .bind(tuple.job.0)
                     .bind(key)

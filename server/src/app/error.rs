@@ -117,6 +117,11 @@ impl From<leasewright_impl::Error> for ApiError {
                 error.to_string(),
             ),
             E::InvalidArgument(_) => ApiError::bad_request(error.to_string()),
+            E::QuotaExceeded { .. } => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                error.to_string(),
+            ),
             E::Constraint { .. } | E::Invariant(_) => {
                 tracing::error!(%error, "internal error");
                 ApiError::new(

@@ -227,6 +227,48 @@ pub(super) async fn project_job(
     }
 }
 
+/// The default and the largest page of every list route (`?limit=`).
+pub const DEFAULT_PAGE_LIMIT: i64 = 100;
+pub const MAX_PAGE_LIMIT: i64 = 1000;
+
+/// `?limit=&after=` of the list routes: at most `limit` items (default
+/// [`DEFAULT_PAGE_LIMIT`], 1 to [`MAX_PAGE_LIMIT`]) after the cursor `after` (a previous page's
+/// `next`; 0 or absent: from the start).
+#[derive(Deserialize)]
+pub(super) struct PageQuery {
+    limit: Option<i64>,
+    after: Option<i64>,
+}
+
+impl PageQuery {
+    /// (after, limit), checked.
+    fn bounds(&self) -> Result<(i64, i64), ApiError> {
+        let limit = self.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
+        if !(1..=MAX_PAGE_LIMIT).contains(&limit) {
+            return Err(ApiError::bad_request(format!(
+                "limit must be 1 to {MAX_PAGE_LIMIT}"
+            )));
+        }
+        let after = self.after.unwrap_or(0);
+        if after < 0 {
+            return Err(ApiError::bad_request("after must not be negative"));
+        }
+        Ok((after, limit))
+    }
+}
+
+/// A page read with one row more than `limit`: the first `limit` rows, and the cursor of the
+/// next page when there is one.
+fn page<T>(mut rows: Vec<T>, limit: i64, cursor: impl Fn(&T) -> i64) -> (Vec<T>, Option<i64>) {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if rows.len() <= limit {
+        return (rows, None);
+    }
+    rows.truncate(limit);
+    let next = rows.last().map(cursor);
+    (rows, next)
+}
+
 /// The project's jobs.
 #[utoipa::path(
     get,
@@ -243,21 +285,28 @@ pub(super) async fn list_jobs(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments(project): Segments<String>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> ApiResult {
+    let (after, limit) = query.bounds()?;
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
-    let ids: Vec<Uuid> =
-        sqlx::query_scalar("SELECT id FROM jobs WHERE project_id = $1 ORDER BY submitted_seq")
-            .bind(project.0)
-            .fetch_all(state.0.store.pool())
-            .await
-            .map_err(db_error)?;
-    let mut jobs = Vec::with_capacity(ids.len());
-    for id in ids {
+    let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT id, submitted_seq FROM jobs WHERE project_id = $1 AND submitted_seq > $2 \
+         ORDER BY submitted_seq LIMIT $3",
+    )
+    .bind(project.0)
+    .bind(after)
+    .bind(limit + 1)
+    .fetch_all(state.0.store.pool())
+    .await
+    .map_err(db_error)?;
+    let (rows, next) = page(rows, limit, |(_, seq)| *seq);
+    let mut jobs = Vec::with_capacity(rows.len());
+    for (id, _) in rows {
         if let Some(view) = state.0.store.job(JobId(id)).await? {
             jobs.push(job_body(&state, view).await?);
         }
     }
-    ok(JobList { jobs })
+    ok(JobList { jobs, next })
 }
 
 /// A job.
@@ -314,11 +363,19 @@ pub(super) async fn get_attempts(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> ApiResult {
+    let (after, limit) = query.bounds()?;
     let view = project_job(&state, &project, &job).await?;
-    let attempts = state.0.store.attempts(view.id).await?;
+    let rows = state
+        .0
+        .store
+        .attempts_page(view.id, after, limit + 1)
+        .await?;
+    let (rows, next) = page(rows, limit, |a| a.fence);
     ok(AttemptList {
-        attempts: attempts.into_iter().map(attempt_body).collect(),
+        attempts: rows.into_iter().map(attempt_body).collect(),
+        next,
     })
 }
 
@@ -327,6 +384,7 @@ pub(super) fn observation_body(o: ObservationView) -> ObservationBody {
         id: o.id,
         kind: o.kind.as_str().into(),
         runner: o.named.runner.0,
+        named_job: o.named.job.0,
         named_attempt: o.named.attempt.0,
         named_lease_id: o.named.lease_id.0,
         named_fence: o.named.fence,
@@ -356,11 +414,57 @@ pub(super) async fn get_observations(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> ApiResult {
+    let (after, limit) = query.bounds()?;
     let view = project_job(&state, &project, &job).await?;
-    let observations = state.0.store.observations(view.id).await?;
+    let rows = state
+        .0
+        .store
+        .observations_page(view.id, after, limit + 1)
+        .await?;
+    let (rows, next) = page(rows, limit, |o| o.id);
     ok(ObservationList {
-        observations: observations.into_iter().map(observation_body).collect(),
+        observations: rows.into_iter().map(observation_body).collect(),
+        next,
+    })
+}
+
+/// The project's security log: what its runners sent naming another project's job, or none
+/// (docs/protocol.md §7), never listed in that job's ledger.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/security-log",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(
+        ("project" = Uuid, Path, description = "the project id"),
+        ("limit" = Option<i64>, Query, description = "page size, 1 to 1000 (default 100)"),
+        ("after" = Option<i64>, Query, description = "the previous page's `next` cursor")
+    ),
+    responses(
+        (status = 200, description = "one page of what the project's runners sent naming a job that is not the project's, in receipt order", body = ObservationList),
+        (status = 400, description = "`bad_request`: a limit outside 1 to 1000 or a negative cursor", body = ErrorBody),
+        (status = 404, description = "`unknown_project`", body = ErrorBody)
+    )
+)]
+pub(super) async fn get_security_log(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments(project): Segments<String>,
+    QueryParams(query): QueryParams<PageQuery>,
+) -> ApiResult {
+    let (after, limit) = query.bounds()?;
+    let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
+    let rows = state
+        .0
+        .store
+        .security_log(project, after, limit + 1)
+        .await?;
+    let (rows, next) = page(rows, limit, |o| o.id);
+    ok(ObservationList {
+        observations: rows.into_iter().map(observation_body).collect(),
+        next,
     })
 }
 
@@ -380,9 +484,16 @@ pub(super) async fn get_reconciliations(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> ApiResult {
+    let (after, limit) = query.bounds()?;
     let view = project_job(&state, &project, &job).await?;
-    let list = state.0.store.reconciliations(view.id).await?;
+    let list = state
+        .0
+        .store
+        .reconciliations_page(view.id, after, limit + 1)
+        .await?;
+    let (list, next) = page(list, limit, |r| r.id);
     ok(ReconciliationList {
         reconciliations: list
             .into_iter()
@@ -396,6 +507,7 @@ pub(super) async fn get_reconciliations(
                 decided_at: r.decided_at,
             })
             .collect(),
+        next,
     })
 }
 

@@ -18,6 +18,7 @@ pub use extract::{
     JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
     MAX_IDENTIFIER_BYTES,
 };
+pub use jobs::{DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT};
 pub use listen::ConnectionLimits;
 pub use runner::{MAX_CLAIM_CAPACITY, MAX_RESULTS_PER_BATCH};
 
@@ -55,7 +56,13 @@ pub struct ServerConfig {
     /// The size of the store's connection pool (what one replica may hold of the database's
     /// `max_connections`).
     pub max_connections: u32,
+    /// The most bytes one attempt may hold in logs, artifacts and the cache entries it stored
+    /// (`None`: no bound); past it a write is `413 quota_exceeded`.
+    pub attempt_quota_bytes: Option<u64>,
 }
+
+/// The default per-attempt quota: 1 GiB.
+pub const DEFAULT_ATTEMPT_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -67,6 +74,7 @@ impl Default for ServerConfig {
             source_limits: Limits::default(),
             connections: ConnectionLimits::default(),
             max_connections: leasewright_impl::StoreConfig::default().max_connections,
+            attempt_quota_bytes: Some(DEFAULT_ATTEMPT_QUOTA_BYTES),
         }
     }
 }
@@ -200,6 +208,7 @@ fn api(max_payload_bytes: usize, test_clock: bool) -> OpenApiRouter<AppState> {
         .routes(routes!(projects::create_runner).layer(control))
         .routes(routes!(jobs::submit_job).layer(payload))
         .routes(routes!(jobs::list_jobs))
+        .routes(routes!(jobs::get_security_log))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::get_attempts))
         .routes(routes!(jobs::get_observations))
@@ -323,7 +332,8 @@ pub async fn start(
             ..Default::default()
         },
     )
-    .await?;
+    .await?
+    .with_attempt_quota(config.attempt_quota_bytes);
     ensure_schema(&store)
         .await
         .map_err(|e| anyhow::anyhow!("creating the server's tables: {}", e.message))?;

@@ -48,6 +48,8 @@ pub struct Fixture {
     pub project: Uuid,
     pub token: String,
     pub runner: RunnerClient,
+    /// The runner's id.
+    pub runner_id: Uuid,
 }
 
 pub async fn fixture(server: &Server) -> Fixture {
@@ -58,13 +60,15 @@ pub async fn fixture(server: &Server) -> Fixture {
 pub async fn fixture_named(server: &Server, name: &str) -> Fixture {
     let operator = OperatorClient::new(&server.url(), OPERATOR).unwrap();
     let project = operator.create_project(name).await.unwrap();
-    let token = operator.create_runner(project, "r").await.unwrap().token;
+    let created = operator.create_runner(project, "r").await.unwrap();
+    let token = created.token;
     let runner = RunnerClient::new(&server.url(), &token, Duration::from_secs(10)).unwrap();
     Fixture {
         operator,
         project,
         token,
         runner,
+        runner_id: created.runner,
     }
 }
 
@@ -331,6 +335,14 @@ pub const ROUTES: &[Route] = &[
         None,
     ),
     route("GET", "/v1/projects/{project}/jobs", Op, NoB, B::None, None),
+    route(
+        "GET",
+        "/v1/projects/{project}/security-log",
+        Op,
+        NoB,
+        B::None,
+        None,
+    ),
     route(
         "GET",
         "/v1/projects/{project}/jobs/{job}",
