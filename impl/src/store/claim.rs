@@ -58,7 +58,11 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
+        // Unnamed (not cached): PostgreSQL plans an unnamed statement at bind time for these
+        // parameters and the tables as they are now, so no generic plan made against an empty,
+        // analyzed `target_reservations` can ever run it (docs/impl.md, "The claim's plan").
         let rows = sqlx::query(self.sql(sql::CLAIM))
+            .persistent(false)
             .bind(runner.0)
             .bind(limit)
             .bind(now)
