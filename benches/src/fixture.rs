@@ -148,6 +148,7 @@ impl Fixture {
             lease_ttl: Duration::from_secs(3600),
             max_connections: workers as u32,
             acquire_timeout: Duration::from_secs(60),
+            ..Default::default()
         };
         let store = database.store(Arc::new(SystemClock), config).await?;
         let pool = store.pool().clone();

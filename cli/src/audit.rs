@@ -11,6 +11,10 @@ pub struct AuditArgs {
     /// DATABASE_URL.
     #[arg(long, value_name = "URL")]
     database_url: Option<String>,
+    /// The PostgreSQL schema our tables live in (created if missing; every connection's
+    /// search_path).
+    #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
+    schema: String,
     /// Audit only this project's jobs (its name or id).
     #[arg(long, value_name = "P")]
     project: Option<String>,
@@ -51,6 +55,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         .build()?;
     let show_progress = std::io::stderr().is_terminal() || !args.json;
     let mut last_shown = 0.0;
+    let url = leasewright_impl::database::with_search_path(&url, &args.schema);
     let result = runtime.block_on(audit::audit(&url, &options, |p| {
         if show_progress && p.seconds - last_shown >= 2.0 {
             last_shown = p.seconds;

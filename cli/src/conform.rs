@@ -49,6 +49,10 @@ pub struct ConformArgs {
     /// The PostgreSQL to run against. Default: $DATABASE_URL, else a throwaway cluster.
     #[arg(long)]
     database_url: Option<String>,
+    /// The PostgreSQL schema our tables live in (created if missing; every connection's
+    /// search_path).
+    #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
+    schema: String,
     /// Replay over HTTP against a running `leasewright serve --manual-clock` at this URL instead
     /// of in-process. Give it several times (or comma-separated) for several servers, each with
     /// its own database: one trace runs on each server at a time (a server's clock is global).
@@ -726,11 +730,15 @@ async fn connect(
             (db.url().to_string(), Some(db))
         }
     };
+    let url = leasewright_impl::database::with_search_path(&url, &args.schema);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections((args.parallel as u32).saturating_mul(2).max(4))
         .connect(&url)
         .await
         .with_context(|| "connecting to PostgreSQL (check --database-url)".to_string())?;
+    leasewright_impl::schema::create_schema(&pool, &args.schema)
+        .await
+        .context("creating the schema")?;
     leasewright_impl::Store::from_pool(
         pool.clone(),
         Arc::new(leasewright_impl::SystemClock),

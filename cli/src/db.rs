@@ -37,3 +37,10 @@ pub fn probe_blocking(url: &str) -> anyhow::Result<()> {
         .build()?
         .block_on(probe(url))
 }
+
+/// `--schema`: a name [`leasewright_impl::schema::schema_name`] accepts.
+pub fn parse_schema(name: &str) -> Result<String, String> {
+    leasewright_impl::schema::schema_name(name)
+        .map(str::to_owned)
+        .map_err(|error| error.to_string())
+}

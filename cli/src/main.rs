@@ -7,6 +7,7 @@ mod bench;
 mod check;
 mod conform;
 mod db;
+mod migrate;
 mod output;
 mod runner;
 mod secret;
@@ -42,6 +43,8 @@ enum Command {
     Stress(stress::StressArgs),
     /// Check a database's recorded ledger against the model, job by job (read-only).
     Audit(audit::AuditArgs),
+    /// Apply the migrations to a schema of DATABASE_URL and say which were applied (--status: list).
+    Migrate(migrate::MigrateArgs),
 }
 
 /// Exit codes, the same for every subcommand: 0 success; 1 a protocol violation or a divergence
@@ -58,6 +61,7 @@ fn main() {
         Command::Op(args) => serve::op(args),
         Command::Stress(args) => stress::run(&args),
         Command::Audit(args) => audit::run(&args),
+        Command::Migrate(args) => migrate::run(&args),
     };
     let code = result.unwrap_or_else(|error| {
         eprintln!("error: {error:#}");

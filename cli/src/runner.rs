@@ -33,9 +33,13 @@ pub struct RunnerArgs {
     /// Exit after this many jobs.
     #[arg(long)]
     max_jobs: Option<usize>,
-    /// Milliseconds between claims when there is no work.
+    /// Milliseconds to wait after a claim that found no work; the wait doubles (with jitter) after
+    /// each further empty claim, up to --max-poll-interval-ms.
     #[arg(long, default_value_t = 500)]
     poll_interval_ms: u64,
+    /// The longest wait between claims when there is no work, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    max_poll_interval_ms: u64,
 }
 
 pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
@@ -68,6 +72,7 @@ pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
         target_url: args.target_url,
         max_jobs: args.max_jobs,
         poll_interval: Duration::from_millis(args.poll_interval_ms.max(10)),
+        max_poll_interval: Duration::from_millis(args.max_poll_interval_ms.max(10)),
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

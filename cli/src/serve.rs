@@ -20,6 +20,10 @@ pub struct ServeArgs {
     /// and removed at exit, with all its data.
     #[arg(long)]
     database_url: Option<String>,
+    /// The PostgreSQL schema our tables live in (created if missing; every connection's
+    /// search_path).
+    #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
+    schema: String,
     /// Address to listen on (port 0: any free port; the chosen one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -122,6 +126,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             ..ConnectionLimits::default()
         },
         attempt_quota_bytes: (args.attempt_quota_bytes > 0).then_some(args.attempt_quota_bytes),
+        schema: args.schema,
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)

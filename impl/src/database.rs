@@ -321,14 +321,15 @@ impl TestDatabase {
             .map_err(|e| HarnessError::Database(e.to_string()))?;
         let _ = admin.close().await;
         Ok(TestDatabase {
-            url: with_database(&server_url, &name),
+            url: with_search_path(&with_database(&server_url, &name), crate::DEFAULT_SCHEMA),
             drop_through: cluster.is_none().then_some(server_url),
             name,
             _cluster: cluster,
         })
     }
 
-    /// The database's URL.
+    /// The database's URL. It selects the default schema ([`crate::DEFAULT_SCHEMA`]) on every
+    /// connection, so a test or tool that connects with it reads the tables a [`Store`] made.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -377,9 +378,27 @@ impl Drop for TestDatabase {
     }
 }
 
+/// `url` with `search_path` set to `schema` on every connection (sqlx's `options[...]`).
+pub fn with_search_path(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options[search_path]={schema}")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::with_database;
+    use super::{with_database, with_search_path};
+
+    #[test]
+    fn a_search_path_is_added_to_a_url() {
+        assert_eq!(
+            with_search_path("postgres://h/x", "lw"),
+            "postgres://h/x?options[search_path]=lw"
+        );
+        assert_eq!(
+            with_search_path("postgres://h/x?sslmode=disable", "lw"),
+            "postgres://h/x?sslmode=disable&options[search_path]=lw"
+        );
+    }
 
     #[test]
     fn a_database_url_gets_the_test_database_name() {

@@ -10,6 +10,7 @@ pub mod database;
 mod error;
 #[cfg(feature = "mutants")]
 pub mod mutants;
+pub mod schema;
 mod sql;
 mod store;
 pub mod target;
@@ -17,6 +18,7 @@ mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
+pub use schema::DEFAULT_SCHEMA;
 pub use sql::statement_counts;
 pub use store::{Store, StoreConfig};
 pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};

@@ -33,8 +33,12 @@ pub struct AgentConfig {
     pub workdir: PathBuf,
     /// The base URL of the deployment targets given to commands (default: `server`).
     pub target_url: Option<String>,
-    /// How long to wait between claims when there is no work.
+    /// How long to wait after a claim that found no work (or failed); the wait doubles, with
+    /// jitter, after each further empty claim, up to `max_poll_interval`, and starts again at
+    /// this after a claim that got work.
     pub poll_interval: Duration,
+    /// The longest wait between claims when there is no work.
+    pub max_poll_interval: Duration,
     /// The timeout of one HTTP call.
     pub request_timeout: Duration,
     /// Extraction limits.
@@ -65,6 +69,7 @@ impl AgentConfig {
             workdir,
             target_url: None,
             poll_interval: Duration::from_millis(500),
+            max_poll_interval: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             max_jobs: None,
@@ -96,23 +101,35 @@ struct JobContext {
     rejoining: tokio::sync::Mutex<()>,
 }
 
-/// Exponential backoff with jitter: steps of 100 ms doubling up to 5 s, each wait drawn from the
-/// upper half of its step, so that runners cut off together do not all come back at once.
+/// Exponential backoff with jitter: steps of 100 ms (or `first`) doubling up to 5 s (or
+/// `longest`), each wait drawn from the upper half of its step, so that runners cut off together
+/// do not all come back at once.
 struct Backoff {
     step: Duration,
+    first: Duration,
+    longest: Duration,
 }
 
 impl Backoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const LONGEST: Duration = Duration::from_secs(5);
-
     fn new() -> Self {
-        Self { step: Self::FIRST }
+        Self::between(Duration::from_millis(100), Duration::from_secs(5))
+    }
+
+    fn between(first: Duration, longest: Duration) -> Self {
+        Self {
+            step: first,
+            first,
+            longest: longest.max(first),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.step = self.first;
     }
 
     fn next_wait(&mut self) -> Duration {
         let step = self.step;
-        self.step = (self.step * 2).min(Self::LONGEST);
+        self.step = (self.step * 2).min(self.longest);
         let mut random = [0u8; 8];
         let fraction = match getrandom::fill(&mut random) {
             Ok(()) => (u64::from_le_bytes(random) % 1024) as f64 / 1024.0,
@@ -325,6 +342,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     let results = ResultSender::spawn(client.clone());
     tracing::info!(server = %config.server, capacity, %run_id, "runner started");
+    // Claims that find no work back off from poll_interval to max_poll_interval.
+    let mut idle = Backoff::between(config.poll_interval, config.max_poll_interval);
     loop {
         if let Some(max) = config.max_jobs {
             if started >= max {
@@ -342,6 +361,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         .min(crate::app::MAX_CLAIM_CAPACITY);
         match client.claim(want).await {
             Ok(leases) if !leases.is_empty() => {
+                idle.reset();
                 let mut permit = Some(first);
                 for lease in leases {
                     let slot = match permit.take() {
@@ -364,7 +384,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             }
             Ok(_) => {
                 drop(first);
-                tokio::time::sleep(config.poll_interval).await;
+                tokio::time::sleep(idle.next_wait()).await;
             }
             Err(CallError::Http { status: 401, .. }) => {
                 anyhow::bail!("the server refused the runner token (401)");
@@ -372,7 +392,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             Err(error) => {
                 drop(first);
                 tracing::warn!(%error, "claim failed");
-                tokio::time::sleep(config.poll_interval).await;
+                tokio::time::sleep(idle.next_wait()).await;
             }
         }
         while let Some(joined) = tasks.try_join_next() {
@@ -796,4 +816,17 @@ async fn run_job(
     }
     let _ = done_tx.send(true);
     let _ = heartbeat.await;
+    // The workspace goes with the job: its source, outputs and artifacts are on the server.
+    let removed = tokio::task::spawn_blocking(move || {
+        let removed = std::fs::remove_dir_all(&job_dir);
+        // The job's directory, if this was its only lease here (a non-empty one stays).
+        if let Some(parent) = job_dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        removed
+    })
+    .await;
+    if !matches!(removed, Ok(Ok(()))) {
+        tracing::warn!(job = %lease.job, "could not remove the job's workspace");
+    }
 }

@@ -20,6 +20,8 @@ pub struct ServeOptions {
     pub connections: ConnectionLimits,
     /// The per-attempt quota on logs, artifacts and cache entries, in bytes (`None`: none).
     pub attempt_quota_bytes: Option<u64>,
+    /// The schema of the tables (`--schema`).
+    pub schema: String,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -82,6 +84,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         sweep_interval: (!options.manual_clock).then_some(options.sweep_interval),
         connections: options.connections,
         attempt_quota_bytes: options.attempt_quota_bytes,
+        schema: options.schema.clone(),
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
@@ -114,6 +117,7 @@ pub struct RunnerOptions {
     pub target_url: Option<String>,
     pub max_jobs: Option<usize>,
     pub poll_interval: Duration,
+    pub max_poll_interval: Duration,
 }
 
 /// Run the agent until SIGINT/SIGTERM (or `max_jobs`).
@@ -127,6 +131,7 @@ pub async fn runner(options: RunnerOptions) -> anyhow::Result<()> {
     config.target_url = options.target_url;
     config.max_jobs = options.max_jobs;
     config.poll_interval = options.poll_interval;
+    config.max_poll_interval = options.max_poll_interval;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         result = crate::agent::run(config) => result,

@@ -389,6 +389,7 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
             lease_ttl: config.lease_ttl,
             max_connections: config.pool_size,
             acquire_timeout: Duration::from_secs(3),
+            ..Default::default()
         },
     )
     .await?;

@@ -951,6 +951,7 @@ pub async fn run_with(
             lease_ttl: config.lease_ttl,
             max_connections: 4,
             acquire_timeout: Duration::from_secs(3),
+            ..Default::default()
         },
     )
     .await?;

@@ -22,7 +22,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use std::sync::Arc;
 use std::time::Duration;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+use crate::schema::MIGRATOR;
 
 mod cancel;
 mod claim;
@@ -45,6 +45,9 @@ pub struct StoreConfig {
     pub max_connections: u32,
     /// How long [`Store::connect`] and every operation wait for a database connection.
     pub acquire_timeout: Duration,
+    /// The schema [`Store::connect`] keeps the tables in (created if missing; `search_path` of
+    /// every connection). Default [`crate::DEFAULT_SCHEMA`].
+    pub schema: String,
 }
 
 impl Default for StoreConfig {
@@ -53,6 +56,7 @@ impl Default for StoreConfig {
             lease_ttl: Duration::from_secs(30),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
+            schema: crate::DEFAULT_SCHEMA.to_owned(),
         }
     }
 }
@@ -100,8 +104,9 @@ fn not_accepted<T>(verdict: Verdict<()>) -> Result<Verdict<T>, Error> {
 }
 
 impl Store {
-    /// Connect to `database_url`, apply the migrations of impl/migrations (safe when many stores
-    /// connect at once: the migrator holds an advisory lock) and return the store.
+    /// Connect to `database_url` with `search_path` set to `config.schema` on every connection,
+    /// create the schema if missing, apply the migrations of impl/migrations into it (safe when
+    /// many stores connect at once: the migrator holds an advisory lock) and return the store.
     pub async fn connect(
         database_url: &str,
         clock: Arc<dyn Clock>,
@@ -110,18 +115,32 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
-            .connect(database_url)
+            .connect_with(crate::schema::connect_options(
+                database_url,
+                &config.schema,
+            )?)
             .await?;
+        crate::schema::create_schema(&pool, &config.schema).await?;
         Self::from_pool(pool, clock, config).await
     }
 
-    /// A store over an existing pool; applies the migrations.
+    /// A store over an existing pool, whose connections select the schema
+    /// ([`crate::schema::connect_options`]; created as `config.schema` when the pool's
+    /// `search_path` names no existing schema); applies the migrations there.
     pub async fn from_pool(
         pool: PgPool,
         clock: Arc<dyn Clock>,
         config: StoreConfig,
     ) -> Result<Store, Error> {
-        MIGRATOR.run(&pool).await?;
+        // A pool whose search_path names a schema that does not exist yet (a `TestDatabase`'s
+        // URL names `config.schema`): create it, so the migrations have a place to go.
+        let current: Option<String> = sqlx::query_scalar("SELECT current_schema()::text")
+            .fetch_one(&pool)
+            .await?;
+        if current.is_none() {
+            crate::schema::create_schema(&pool, &config.schema).await?;
+        }
+        crate::schema::migrate(&pool, &[&MIGRATOR]).await?;
         let lease_ttl = chrono::Duration::from_std(config.lease_ttl)
             .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
         if lease_ttl <= chrono::Duration::zero() {

@@ -27,7 +27,6 @@ use crate::source::Limits;
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use chrono::Utc;
-use error::db_error;
 use extract::digest32;
 use leasewright_impl::{Clock, ManualClock, ProjectId, Store, SweepVerdict};
 use std::sync::Arc;
@@ -59,6 +58,8 @@ pub struct ServerConfig {
     /// The most bytes one attempt may hold in logs, artifacts and the cache entries it stored
     /// (`None`: no bound); past it a write is `413 quota_exceeded`.
     pub attempt_quota_bytes: Option<u64>,
+    /// The schema of the tables (`--schema`).
+    pub schema: String,
 }
 
 /// The default per-attempt quota: 1 GiB.
@@ -75,6 +76,7 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             max_connections: leasewright_impl::StoreConfig::default().max_connections,
             attempt_quota_bytes: Some(DEFAULT_ATTEMPT_QUOTA_BYTES),
+            schema: leasewright_impl::DEFAULT_SCHEMA.to_owned(),
         }
     }
 }
@@ -98,44 +100,60 @@ pub fn random_token(prefix: &str) -> anyhow::Result<String> {
     Ok(format!("{prefix}{}", hex::encode(secret)))
 }
 
-/// The server's own tables (the content-addressed source store and the job specs). Created if
-/// missing; the protocol's tables belong to impl/migrations.
-const SERVER_SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS server_source_blobs (
-    sha256          text        PRIMARY KEY,
-    manifest_digest text        NOT NULL,
-    content         bytea       NOT NULL,
-    stored_at       timestamptz NOT NULL,
-    CONSTRAINT server_source_blobs_sha256_is_hex CHECK (sha256 ~ '^[0-9a-f]{64}$')
-);
-CREATE INDEX IF NOT EXISTS server_source_blobs_by_manifest ON server_source_blobs (manifest_digest);
-CREATE TABLE IF NOT EXISTS server_submissions (
-    project_id      uuid NOT NULL REFERENCES projects (id),
-    idempotency_key text NOT NULL,
-    job_id          uuid NOT NULL REFERENCES jobs (id),
-    request_sha256  text NOT NULL,
-    CONSTRAINT server_submissions_one_job_per_key PRIMARY KEY (project_id, idempotency_key)
-);
-CREATE TABLE IF NOT EXISTS server_job_specs (
-    job_id      uuid   PRIMARY KEY REFERENCES jobs (id),
-    blob_sha256 text   NOT NULL,
-    artifacts   text[] NOT NULL
-);
-"#;
+/// The server's own tables (the content-addressed source store, the job specs, the submissions'
+/// idempotency keys): server/migrations, versions from 1001 on, applied by the same migrator as
+/// impl/migrations into the same schema (one `_sqlx_migrations` table).
+pub static SERVER_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
-/// Create the server's tables (serialized by an advisory lock when several servers start).
+/// Every migration, in the order they apply: the protocol's (impl/migrations), then the server's.
+pub fn migrators() -> [&'static sqlx::migrate::Migrator; 2] {
+    [&leasewright_impl::schema::MIGRATOR, &SERVER_MIGRATOR]
+}
+
+/// Apply the server's migrations in the store's schema (the store applied the protocol's).
 pub async fn ensure_schema(store: &Store) -> Result<(), ApiError> {
-    let mut tx = store.pool().begin().await.map_err(db_error)?;
-    sqlx::query("SELECT pg_advisory_xact_lock(7406041988)")
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-    sqlx::raw_sql(SERVER_SCHEMA)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-    tx.commit().await.map_err(db_error)?;
+    leasewright_impl::schema::migrate(store.pool(), &[&SERVER_MIGRATOR]).await?;
     Ok(())
+}
+
+/// A pool on `database_url` whose connections select `schema` (created if missing).
+pub async fn schema_pool(
+    database_url: &str,
+    schema: &str,
+) -> Result<sqlx::PgPool, leasewright_impl::Error> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(leasewright_impl::schema::connect_options(
+            database_url,
+            schema,
+        )?)
+        .await?;
+    leasewright_impl::schema::create_schema(&pool, schema).await?;
+    Ok(pool)
+}
+
+/// `leasewright migrate`: apply every migration to `schema` of `database_url`; the versions
+/// applied now (none when the schema was up to date).
+pub async fn migrate(
+    database_url: &str,
+    schema: &str,
+) -> Result<Vec<i64>, leasewright_impl::Error> {
+    let pool = schema_pool(database_url, schema).await?;
+    let applied = leasewright_impl::schema::migrate(&pool, &migrators()).await;
+    pool.close().await;
+    applied
+}
+
+/// `leasewright migrate --status`: every migration and whether `schema` has it (nothing is
+/// changed, except that the schema is created if missing).
+pub async fn migration_status(
+    database_url: &str,
+    schema: &str,
+) -> Result<Vec<leasewright_impl::schema::MigrationStatus>, leasewright_impl::Error> {
+    let pool = schema_pool(database_url, schema).await?;
+    let status = leasewright_impl::schema::status(&pool, &migrators()).await;
+    pool.close().await;
+    status
 }
 
 impl AppState {
@@ -329,6 +347,7 @@ pub async fn start(
         leasewright_impl::StoreConfig {
             lease_ttl,
             max_connections: config.max_connections,
+            schema: config.schema.clone(),
             ..Default::default()
         },
     )

@@ -1,0 +1,141 @@
+//! `leasewright migrate` and `--schema`: the tables and sqlx's `_sqlx_migrations` live in their
+//! own schema (default `leasewright`, never `public`), migrate is idempotent and says what it
+//! applied, and two schemas of one database are two independent installations.
+
+use leasewright_impl::database::TestDatabase;
+use leasewright_impl::*;
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Arc;
+
+fn migrate(url: &str, args: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .arg("migrate")
+        .arg("--json")
+        .args(args)
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("runs leasewright");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().expect("an exit code"), doc, stderr)
+}
+
+async fn tables(url: &str, schema: &str) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let tables = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 \
+         ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    tables
+}
+
+fn versions(doc: &Value, key: &str) -> Vec<i64> {
+    doc[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} in {doc}"))
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_applies_every_migration_once_into_its_schema_never_public() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let (code, status, err) = migrate(db.url(), &["--status"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(status["schema"], "leasewright");
+    let all: Vec<i64> = status["migrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["applied"], false, "{m}");
+            m["version"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(all.contains(&1) && all.contains(&1001), "{all:?}");
+
+    let (code, first, err) = migrate(db.url(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(versions(&first, "applied_now"), all);
+    assert_eq!(first["schema_version"], 1);
+    // Idempotent: the second run applies nothing and every migration is applied.
+    let (code, second, err) = migrate(db.url(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(versions(&second, "applied_now"), Vec::<i64>::new());
+    assert!(second["migrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["applied"] == true));
+
+    // The default schema is ours, not public: every table, the server's and sqlx's too.
+    let ours = tables(db.url(), "leasewright").await;
+    for table in [
+        "jobs",
+        "attempts",
+        "observations",
+        "server_job_specs",
+        "_sqlx_migrations",
+    ] {
+        assert!(ours.iter().any(|t| t == table), "{table} in {ours:?}");
+    }
+    assert_eq!(tables(db.url(), "public").await, Vec::<String>::new());
+
+    // Another schema of the same database starts empty.
+    let (code, other, err) = migrate(db.url(), &["--schema", "tenant_b"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(versions(&other, "applied_now"), all);
+    // A schema name that would need quoting is bad arguments.
+    let (code, _, err) = migrate(db.url(), &["--schema", "Robert'); DROP"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_schemas_of_one_database_are_independent() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = |schema: &str| {
+        let clock = clock.clone();
+        let url = db.url().to_owned();
+        let schema = schema.to_owned();
+        async move {
+            Store::connect(
+                &url,
+                Arc::new(clock),
+                StoreConfig {
+                    schema,
+                    ..StoreConfig::default()
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let a = store("tenant_a").await;
+    let b = store("tenant_b").await;
+    // The same project name in both: no conflict, each sees only its own.
+    let pa = a.create_project("p").await.unwrap();
+    let pb = b.create_project("p").await.unwrap();
+    assert_ne!(pa, pb);
+    let count = |s: Store| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM projects")
+            .fetch_one(s.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(count(a.clone()).await, 1);
+    assert_eq!(count(b.clone()).await, 1);
+    let (runner, _) = a.create_runner(pa, "r").await.unwrap();
+    assert_eq!(
+        b.claim_batch(runner, 1, None).await.unwrap(),
+        Verdict::Rejected(Reason::UnknownRunner),
+        "a runner of schema a is unknown in schema b"
+    );
+}
