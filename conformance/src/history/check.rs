@@ -620,8 +620,27 @@ pub fn check_job(
     for pair in claims.windows(2) {
         let (c1, t1, _) = pair[0];
         let (c2, t2, _) = pair[1];
+        // A retry whose answer was lost (its replica killed, the connection cut) may have taken
+        // effect: it explains the second claim when the ledger holds an accepted retry of the
+        // first claim's attempt (or when no ledger was read).
+        let retry_recorded = job_ledger.is_none_or(|jl| {
+            jl.reconciliations.iter().any(|r| {
+                r.decision == Decision::Retry
+                    && r.attempt == Some(t1.attempt)
+                    && r.verdict.is_accepted()
+            })
+        });
         let retry_between = ops.iter().any(|r| {
-            is_accepted_reconcile(r, &[Decision::Retry])
+            let retry = is_accepted_reconcile(r, &[Decision::Retry])
+                || (matches!(
+                    &r.call,
+                    Call::Reconcile {
+                        decision: Decision::Retry,
+                        ..
+                    }
+                ) && !r.is_known()
+                    && retry_recorded);
+            retry
                 && c2.completed_seq.is_none_or(|c| r.invoked_seq < c)
                 && r.completed_seq.is_none_or(|c| c > c1.invoked_seq)
         });
@@ -2002,6 +2021,57 @@ mod tests {
         assert_eq!(report.double_claims, 1, "{}", report.render(10));
         assert!(kinds(&report).contains(&ViolationKind::SilentRequeue));
         assert!(kinds(&report).contains(&ViolationKind::NotLinearizable));
+    }
+
+    /// A retry whose answer was lost explains the next claim when the ledger recorded it
+    /// accepted, and only then.
+    #[test]
+    fn a_retry_with_a_lost_answer_explains_the_next_claim_only_when_the_ledger_kept_it() {
+        let retry_lost = |recorded: Option<imp::Verdict<()>>| {
+            let mut w = World::new();
+            w.claim(1, 0, 10);
+            let call = Call::Reconcile {
+                job: w.job,
+                finding: imp::Finding::Stopped,
+                decision: Decision::Retry,
+            };
+            w.op(
+                call,
+                Some(Answer::Unknown("replica killed".into())),
+                400,
+                Some(410),
+            );
+            w.claim(2, 450, 460);
+            let mut ledger = w.ledger(
+                JobState::Running,
+                Some(2),
+                vec![
+                    w.attempt(1, AttemptState::Stopped, 305, None),
+                    w.attempt(2, AttemptState::Active, 755, None),
+                ],
+                vec![],
+            );
+            if let Some(verdict) = recorded {
+                let jl = ledger.jobs.get_mut(&w.job).expect("the job's ledger");
+                jl.reconciliations.push(imp::ReconciliationView {
+                    id: 1,
+                    project: jl.job.project,
+                    job: w.job,
+                    attempt: Some(w.tuple(1).attempt),
+                    finding: imp::Finding::Stopped,
+                    decision: Decision::Retry,
+                    verdict,
+                    decided_at: at(405),
+                });
+            }
+            check(&w.ops, &ledger, &config()).double_claims
+        };
+        assert_eq!(retry_lost(Some(imp::Verdict::Accepted(()))), 0);
+        assert_eq!(retry_lost(None), 1);
+        assert_eq!(
+            retry_lost(Some(imp::Verdict::Rejected(imp::Reason::NotUncertain))),
+            1
+        );
     }
 
     #[test]
