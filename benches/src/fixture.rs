@@ -117,6 +117,9 @@ pub struct Fixture {
     pub servers: Vec<leasewright_server::app::Server>,
     /// One runner-side HTTP client per worker, worker `w` talking to server `w % servers`.
     pub clients: Vec<leasewright_server::client::RunnerClient>,
+    /// Whether loaded jobs get the HTTP server's spec row even without [`Fixture::start_http`]
+    /// (control planes in other processes on this database).
+    pub job_specs: bool,
 }
 
 /// Connections a fixture of `workers` workers opens: the shared pool, plus one for setup
@@ -128,7 +131,15 @@ pub fn connections_needed(workers: usize) -> u32 {
 impl Fixture {
     /// A fresh database for `workers` concurrent workers.
     pub async fn new(workers: usize) -> Result<Fixture, BenchError> {
+        Fixture::with_pool(workers, workers, 0).await
+    }
+
+    /// A fresh database with `workers` runners and a pool of `pool` connections (at least 1),
+    /// refused at once unless the server can give it those plus `also` more (what the caller
+    /// will open besides: other fixtures, control planes, a sampler).
+    pub async fn with_pool(workers: usize, pool: usize, also: u32) -> Result<Fixture, BenchError> {
         let workers = workers.max(1);
+        let pool_size = pool.max(1);
         let database = TestDatabase::create().await?;
         // Refuse at once, with the numbers, when the server cannot hold the pool (a server as
         // users have it allows 100 connections, some of them in use by others).
@@ -142,11 +153,11 @@ impl Fixture {
             // The probe's own connection is free again once it is closed.
             let mut capacity = capacity?;
             capacity.in_use = capacity.in_use.saturating_sub(1);
-            capacity.check(connections_needed(workers))?;
+            capacity.check(connections_needed(pool_size) + also)?;
         }
         let config = StoreConfig {
             lease_ttl: Duration::from_secs(3600),
-            max_connections: workers as u32,
+            max_connections: pool_size as u32,
             acquire_timeout: Duration::from_secs(60),
             ..Default::default()
         };
@@ -170,7 +181,7 @@ impl Fixture {
             tokens.push(token);
         }
         // Open every connection now, so that no measurement pays for a connect.
-        warm_pool(&pool, workers).await?;
+        warm_pool(&pool, pool_size).await?;
         Ok(Fixture {
             database,
             store,
@@ -180,6 +191,7 @@ impl Fixture {
             tokens,
             servers: Vec::new(),
             clients: Vec::new(),
+            job_specs: false,
         })
     }
 
@@ -205,7 +217,7 @@ impl Fixture {
         }
         // With HTTP servers each job also gets the server's spec row, as a submission over HTTP
         // writes it (the server's claim waits for it).
-        let then = if self.servers.is_empty() {
+        let then = if self.servers.is_empty() && !self.job_specs {
             "SELECT count(*) FROM loaded"
         } else {
             "INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)

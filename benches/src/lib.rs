@@ -4,9 +4,12 @@
 pub mod baseline;
 pub mod claims;
 pub mod contender;
+pub mod curve;
 pub mod fixture;
 pub mod lifecycle;
 pub mod measure;
+pub mod probe;
+pub mod replicas;
 pub mod scaling;
 pub mod shared_slots;
 pub mod vacuum;

@@ -1,7 +1,7 @@
 //! `leasewright bench`: measure the implementation against same-run baselines on PostgreSQL.
 //! The logic lives in the leasewright-benches crate; see docs/benchmarks.md.
 use clap::{Args, Subcommand};
-use leasewright_benches::{claims, fixture, lifecycle, scaling, vacuum, writes};
+use leasewright_benches::{claims, curve, fixture, lifecycle, scaling, vacuum, writes};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -32,6 +32,75 @@ enum BenchCommand {
     Scaling(ScalingArgs),
     /// A sustained run: throughput per interval next to dead tuples and autovacuum counts.
     Sustained(SustainedArgs),
+    /// How throughput grows with claimers, batch size, queue depth or control-plane replicas
+    /// (real `serve` processes): every point next to its same-run baseline, alternately, with
+    /// jobs/s, p50/p99, CPU per job and where the database's backends waited.
+    Curve(CurveArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OverArg {
+    /// The fenced claim at 1, 4, 16, 64 claimers, next to the bare SKIP LOCKED claim.
+    Claimers,
+    /// The batch claim of K = 1, 4, 16, 64 jobs, next to the bare claim of K rows.
+    Batch,
+    /// The fenced claim with 10,000 and 100,000 jobs queued (one database each; 1,000,000 on
+    /// request with --points, its load takes about a minute), next to the bare claim.
+    Depth,
+    /// Claim -> result over HTTP against 1, 2, 4 `leasewright serve` processes on one database.
+    Replicas,
+}
+
+#[derive(Args)]
+struct CurveArgs {
+    /// What the curve moves.
+    #[arg(long, value_enum)]
+    over: OverArg,
+    /// The points, comma-separated (default: claimers and batch 1,4,16,64; depth
+    /// 10000,100000; replicas 1,2,4).
+    #[arg(long, value_delimiter = ',')]
+    points: Vec<u64>,
+    /// Concurrent workers where the curve does not move them (batch, depth, replicas).
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Measured seconds in all (split evenly over rounds and slots).
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// Rounds of every point's slots.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Jobs kept queued (at least) through every slot (depth: the points instead).
+    #[arg(long, default_value_t = 10_000)]
+    queued: i64,
+    /// Replicas: the database connections of each point's serve processes in all, split evenly
+    /// (default: --concurrency, fewer when the server cannot hold them).
+    #[arg(long)]
+    server_connections: Option<u32>,
+}
+
+impl CurveArgs {
+    fn options(&self) -> curve::Options {
+        let over = match self.over {
+            OverArg::Claimers => curve::Over::Claimers,
+            OverArg::Batch => curve::Over::Batch,
+            OverArg::Depth => curve::Over::Depth,
+            OverArg::Replicas => curve::Over::Replicas,
+        };
+        curve::Options {
+            over,
+            points: if self.points.is_empty() {
+                over.default_points()
+            } else {
+                self.points.clone()
+            },
+            concurrency: self.concurrency,
+            duration_seconds: self.duration,
+            rounds: self.rounds,
+            queued: self.queued,
+            server_connections: self.server_connections,
+            serve_exe: std::env::current_exe().ok(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -120,6 +189,7 @@ struct SustainedArgs {
 /// Why the arguments cannot be measured (checked before any database is started).
 fn invalid(command: &BenchCommand) -> Option<String> {
     let (concurrency, duration, rounds) = match command {
+        BenchCommand::Curve(a) => return curve::invalid(&a.options()),
         BenchCommand::Claims(a) => (a.concurrency, a.duration, a.rounds),
         BenchCommand::Lifecycle(a) => {
             if a.http == Some(0) {
@@ -236,6 +306,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                     rounds: a.rounds,
                 })
                 .await?;
+                if json {
+                    crate::output::print_json(&report)?;
+                } else {
+                    print!("{}", report.table());
+                }
+            }
+            BenchCommand::Curve(a) => {
+                let report = curve::run(a.options()).await?;
                 if json {
                     crate::output::print_json(&report)?;
                 } else {

@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// past it a write is refused `413 quota_exceeded`.
     #[arg(long, default_value_t = leasewright_server::app::DEFAULT_ATTEMPT_QUOTA_BYTES)]
     attempt_quota_bytes: u64,
+    /// The size of this server's PostgreSQL connection pool: what it may hold of the database's
+    /// `max_connections` (replicas on one database each hold their own pool).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    database_connections: u32,
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -127,6 +131,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         },
         attempt_quota_bytes: (args.attempt_quota_bytes > 0).then_some(args.attempt_quota_bytes),
         schema: args.schema,
+        database_connections: args.database_connections,
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)

@@ -44,3 +44,139 @@ fn an_unreachable_server_exits_2() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("cannot connect to PostgreSQL"), "{stderr}");
 }
+
+#[test]
+fn bad_curve_options_exit_2_before_any_database() {
+    for (args, reason) in [
+        (&["curve"][..], "--over"),
+        (&["curve", "--over", "sideways"], "invalid value 'sideways'"),
+        (
+            &["curve", "--over", "claimers", "--points", "0,4"],
+            "--points of --over claimers must be between 1 and 500 (got 0)",
+        ),
+        (
+            &["curve", "--over", "batch", "--points", "4,4"],
+            "--points must not repeat a value",
+        ),
+        (
+            &["curve", "--over", "depth", "--points", "10000,20000000"],
+            "between 1 and 10000000",
+        ),
+        (
+            &["curve", "--over", "replicas", "--concurrency", "2"],
+            "at least one runner per replica",
+        ),
+        (
+            &["curve", "--over", "replicas", "--server-connections", "2"],
+            "less than one database connection each",
+        ),
+        (
+            &["curve", "--over", "batch", "--server-connections", "8"],
+            "applies to --over replicas only",
+        ),
+        (
+            &["curve", "--over", "claimers", "--duration", "0"],
+            "--duration must be positive",
+        ),
+        (
+            &["curve", "--over", "claimers", "--rounds", "0"],
+            "--rounds must be positive",
+        ),
+        (
+            &["curve", "--over", "depth", "--points", "many"],
+            "invalid value 'many'",
+        ),
+    ] {
+        let (code, stderr) = bench(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("cannot connect"),
+            "{args:?} reached the database: {stderr}"
+        );
+    }
+}
+
+/// A tiny curve, end to end, on `DATABASE_URL` or a throwaway cluster: the structure of its JSON,
+/// never its speed.
+fn curve_json(args: &[&str]) -> serde_json::Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasewright"));
+    command
+        .args(["bench", "curve", "--json", "--rounds", "1"])
+        .args(args);
+    let out = command.output().expect("run leasewright");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+#[test]
+fn a_tiny_claimers_curve_reports_every_point_next_to_its_baseline() {
+    let report = curve_json(&[
+        "--over",
+        "claimers",
+        "--points",
+        "1,2",
+        "--duration",
+        "1",
+        "--queued",
+        "50",
+    ]);
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["over"], "claimers");
+    let points = report["points"].as_array().expect("points");
+    assert_eq!(
+        points
+            .iter()
+            .map(|p| p["point"].as_u64())
+            .collect::<Vec<_>>(),
+        [Some(1), Some(2)]
+    );
+    for p in points {
+        // Work was done and measured (jobs/s above zero), by both contenders, in the one round.
+        assert!(p["line"]["jobs_per_second"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(
+            p["baseline"]["jobs_per_second"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
+        assert_eq!(p["ratio"]["per_round"].as_array().unwrap().len(), 1, "{p}");
+        assert!(p["line"]["p99_ms"].as_f64().unwrap() >= p["line"]["p50_ms"].as_f64().unwrap());
+        assert!(p["waits"]["samples"].as_u64().unwrap() > 0, "{p}");
+    }
+    assert_eq!(points[0]["relative"], 1.0);
+}
+
+#[test]
+fn a_tiny_replicas_curve_runs_real_serve_processes() {
+    let report = curve_json(&[
+        "--over",
+        "replicas",
+        "--points",
+        "1,2",
+        "--concurrency",
+        "2",
+        "--duration",
+        "2",
+        "--queued",
+        "50",
+    ]);
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["over"], "replicas");
+    assert!(report["baseline"].is_null());
+    let points = report["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2);
+    for p in points {
+        // Jobs went claim -> result over HTTP through the serve processes.
+        assert!(p["line"]["jobs_per_second"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["baseline"].is_null(), "{p}");
+        assert!(p["line"]["contender"]
+            .as_str()
+            .unwrap()
+            .starts_with("HTTP claim->result"));
+    }
+    // The second point is compared with the first (one control plane).
+    assert!(points[1]["ratio"]["name"]
+        .as_str()
+        .unwrap()
+        .ends_with("HTTP claim->result, 1 replica"));
+}

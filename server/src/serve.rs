@@ -22,6 +22,9 @@ pub struct ServeOptions {
     pub attempt_quota_bytes: Option<u64>,
     /// The schema of the tables (`--schema`).
     pub schema: String,
+    /// The size of the database connection pool (what this replica may hold of the server's
+    /// `max_connections`; several replicas share one database).
+    pub database_connections: u32,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -85,6 +88,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         connections: options.connections,
         attempt_quota_bytes: options.attempt_quota_bytes,
         schema: options.schema.clone(),
+        max_connections: options.database_connections,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
