@@ -141,8 +141,14 @@ fn a_tiny_claimers_curve_reports_every_point_next_to_its_baseline() {
         );
         assert_eq!(p["ratio"]["per_round"].as_array().unwrap().len(), 1, "{p}");
         assert!(p["line"]["p99_ms"].as_f64().unwrap() >= p["line"]["p50_ms"].as_f64().unwrap());
-        assert!(p["waits"]["samples"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["waits"]["samples"].as_u64().is_some(), "{p}");
     }
+    // The sampler saw the backends inside their transactions at some point of the run.
+    let samples: u64 = points
+        .iter()
+        .map(|p| p["waits"]["samples"].as_u64().unwrap())
+        .sum();
+    assert!(samples > 0, "{report}");
     assert_eq!(points[0]["relative"], 1.0);
 }
 
