@@ -61,6 +61,12 @@ pub struct ServeArgs {
     /// past it a write is refused `413 quota_exceeded`.
     #[arg(long, default_value_t = leasewright_server::app::DEFAULT_ATTEMPT_QUOTA_BYTES)]
     attempt_quota_bytes: u64,
+    /// The most payload bytes (logs, artifacts, cache entries, sources) all requests together may
+    /// be receiving at once; past it a payload request is refused `503 payload_budget_exhausted`
+    /// before its body is read (a runner retries it).
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_PAYLOAD_IN_FLIGHT_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 40)))]
+    payload_in_flight_bytes: u64,
     /// The size of this server's PostgreSQL connection pool: what it may hold of the database's
     /// `max_connections` (replicas on one database each hold their own pool).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
@@ -130,6 +136,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             ..ConnectionLimits::default()
         },
         attempt_quota_bytes: (args.attempt_quota_bytes > 0).then_some(args.attempt_quota_bytes),
+        payload_in_flight_bytes: usize::try_from(args.payload_in_flight_bytes)
+            .unwrap_or(usize::MAX),
         schema: args.schema,
         database_connections: args.database_connections,
     };

@@ -20,6 +20,8 @@ pub struct ServeOptions {
     pub connections: ConnectionLimits,
     /// The per-attempt quota on logs, artifacts and cache entries, in bytes (`None`: none).
     pub attempt_quota_bytes: Option<u64>,
+    /// The most payload bytes all requests together may be receiving at once.
+    pub payload_in_flight_bytes: usize,
     /// The schema of the tables (`--schema`).
     pub schema: String,
     /// The size of the database connection pool (what this replica may hold of the server's
@@ -87,6 +89,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         sweep_interval: (!options.manual_clock).then_some(options.sweep_interval),
         connections: options.connections,
         attempt_quota_bytes: options.attempt_quota_bytes,
+        payload_in_flight_bytes: options.payload_in_flight_bytes,
         schema: options.schema.clone(),
         max_connections: options.database_connections,
         ..ServerConfig::default()

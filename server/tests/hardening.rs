@@ -906,3 +906,78 @@ async fn concurrent_appends_past_the_attempt_quota_are_refused_and_never_oversho
         }
     }
 }
+
+/// Finding 8 (memory): four concurrent 64 MiB log appends took the server to 576 MiB; the quota
+/// bounds what an attempt stores, not what the server holds while reading bodies. Every payload
+/// request takes its declared length from one budget before its body is read: with a 256 KiB
+/// budget, a stalled 200 KiB upload holds it and a second 200 KiB upload is answered
+/// `503 payload_budget_exhausted` (retryable) without its body being read; once the stalled upload
+/// is gone the same request is admitted. Control routes (a claim) never wait for the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_bytes_in_flight_are_bounded_and_a_request_past_the_bound_is_a_retryable_503() {
+    let mut config = config(false);
+    config.payload_in_flight_bytes = 256 * 1024;
+    let (_db, server) = start_with(config).await;
+    let f = fixture(&server).await;
+    f.operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap();
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    let tuple = tuple_json(&lease, lease.lease_id, lease.fence);
+    let append = |seq: usize| {
+        with(
+            tuple.clone(),
+            &serde_json::json!({"seq": seq, "content_base64": b64(&vec![b'a'; 150 * 1024])}),
+        )
+    };
+    // A 200 KiB upload that sends its headers and 10 bytes, then nothing.
+    let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/runner/logs HTTP/1.1\r\nHost: leasewright\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{\"runner_id",
+        f.token,
+        200 * 1024
+    );
+    stalled.write_all(head.as_bytes()).await.expect("write");
+    // The stalled upload is admitted once its headers are read; wait until it holds the budget.
+    let mut refused = None;
+    for _ in 0..100 {
+        let (status, body) = post(&server, Some(&f.token), "/v1/runner/logs", &append(0)).await;
+        if status == 503 {
+            refused = Some(body);
+            break;
+        }
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = refused.expect("a payload request past the budget is refused");
+    assert_eq!(
+        refused["error"]["code"], "payload_budget_exhausted",
+        "{refused}"
+    );
+    // A control route is not held up by the payload budget.
+    let (status, body) = post(
+        &server,
+        Some(&f.token),
+        "/v1/runner/heartbeat",
+        &with(tuple.clone(), &serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    drop(stalled);
+    // The stalled upload's bytes come back when its connection is gone.
+    let mut admitted = false;
+    for _ in 0..200 {
+        let (status, _) = post(&server, Some(&f.token), "/v1/runner/logs", &append(1)).await;
+        if status == 200 {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        admitted,
+        "the budget is given back when the stalled upload ends"
+    );
+}

@@ -2,6 +2,7 @@
 //! [`Store`]; this module only authenticates, translates JSON to the Store's API and back, and
 //! keeps the content-addressed source store.
 
+mod budget;
 mod error;
 mod extract;
 mod health;
@@ -60,7 +61,14 @@ pub struct ServerConfig {
     pub attempt_quota_bytes: Option<u64>,
     /// The schema of the tables (`--schema`).
     pub schema: String,
+    /// The most payload bytes (logs, artifacts, cache entries, sources) all requests together may
+    /// be reading or holding at once; a payload request that would go past it is answered
+    /// `503 payload_budget_exhausted` before its body is read (the runner retries a 503).
+    pub payload_in_flight_bytes: usize,
 }
+
+/// The default bound of payload bytes in flight: 256 MiB (four bodies at the 64 MiB limit).
+pub const DEFAULT_PAYLOAD_IN_FLIGHT_BYTES: usize = 256 * 1024 * 1024;
 
 /// The default per-attempt quota: 1 GiB.
 pub const DEFAULT_ATTEMPT_QUOTA_BYTES: u64 = 1024 * 1024 * 1024;
@@ -77,6 +85,7 @@ impl Default for ServerConfig {
             max_connections: leasewright_impl::StoreConfig::default().max_connections,
             attempt_quota_bytes: Some(DEFAULT_ATTEMPT_QUOTA_BYTES),
             schema: leasewright_impl::DEFAULT_SCHEMA.to_owned(),
+            payload_in_flight_bytes: DEFAULT_PAYLOAD_IN_FLIGHT_BYTES,
         }
     }
 }
@@ -202,9 +211,18 @@ impl AppState {
 /// with the document they make. `test_clock`: whether `POST /v1/test/clock` is routed (only on a
 /// manual-clock server; the document always describes it). A route is added here only as
 /// `.routes(routes!(..))` (app/openapi.rs; server/tests/openapi.rs checks it).
-fn api(max_payload_bytes: usize, test_clock: bool) -> OpenApiRouter<AppState> {
+fn api(
+    max_payload_bytes: usize,
+    test_clock: bool,
+    budget: &budget::PayloadBudget,
+) -> OpenApiRouter<AppState> {
     let control = DefaultBodyLimit::max(CONTROL_BODY_LIMIT);
-    let payload = DefaultBodyLimit::max(max_payload_bytes);
+    let payload = tower::ServiceBuilder::new()
+        .layer(axum::middleware::from_fn_with_state(
+            budget.clone(),
+            budget::admit,
+        ))
+        .layer(DefaultBodyLimit::max(max_payload_bytes));
     let mut api = OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(health::healthz))
         .routes(routes!(health::metrics))
@@ -213,10 +231,10 @@ fn api(max_payload_bytes: usize, test_clock: bool) -> OpenApiRouter<AppState> {
         .routes(routes!(runner::heartbeat).layer(control))
         .routes(routes!(runner::rejoin).layer(control))
         .routes(routes!(runner::source).layer(control))
-        .routes(routes!(runner::logs).layer(payload))
-        .routes(routes!(runner::artifact_put).layer(payload))
+        .routes(routes!(runner::logs).layer(payload.clone()))
+        .routes(routes!(runner::artifact_put).layer(payload.clone()))
         .routes(routes!(runner::artifact_get).layer(control))
-        .routes(routes!(runner::cache_put).layer(payload))
+        .routes(routes!(runner::cache_put).layer(payload.clone()))
         .routes(routes!(runner::cache_get).layer(control))
         .routes(routes!(runner::result).layer(control))
         .routes(routes!(runner::results).layer(control))
@@ -252,7 +270,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
     DOCUMENT
         .get_or_init(|| {
-            let mut document = api(CONTROL_BODY_LIMIT, true).into_openapi();
+            let budget = budget::PayloadBudget::new(CONTROL_BODY_LIMIT, CONTROL_BODY_LIMIT);
+            let mut document = api(CONTROL_BODY_LIMIT, true, &budget).into_openapi();
             openapi::add_shared_answers(&mut document);
             document
         })
@@ -262,7 +281,19 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The router. The `POST /v1/test/clock` route exists only when the state has a manual clock,
 /// which only the process's command line can give it.
 pub fn router(state: AppState, max_payload_bytes: usize) -> Router {
-    let (router, _) = api(max_payload_bytes, state.0.manual_clock.is_some()).split_for_parts();
+    router_with_budget(state, max_payload_bytes, DEFAULT_PAYLOAD_IN_FLIGHT_BYTES)
+}
+
+/// [`router`] with its bound of payload bytes in flight
+/// ([`ServerConfig::payload_in_flight_bytes`]).
+pub fn router_with_budget(
+    state: AppState,
+    max_payload_bytes: usize,
+    payload_in_flight_bytes: usize,
+) -> Router {
+    let budget = budget::PayloadBudget::new(payload_in_flight_bytes, max_payload_bytes);
+    let (router, _) =
+        api(max_payload_bytes, state.0.manual_clock.is_some(), &budget).split_for_parts();
     router
         .fallback(health::fallback)
         .method_not_allowed_fallback(health::method_not_allowed)
@@ -366,7 +397,11 @@ pub async fn start(
         &operator_token,
         config.source_limits,
     );
-    let app = router(state.clone(), config.max_payload_bytes);
+    let app = router_with_budget(
+        state.clone(),
+        config.max_payload_bytes,
+        config.payload_in_flight_bytes,
+    );
     let addr = listener.local_addr()?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
     let limits = config.connections;
