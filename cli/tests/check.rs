@@ -30,8 +30,8 @@ fn one_job_with_disconnects_holds_and_reports_every_property() {
     assert_eq!(doc["complete"], true);
     assert_eq!(doc["unique_states"], 13_679);
     let properties = doc["properties"].as_array().unwrap();
-    // 20 invariants; 10 cases and 18 rejection reasons reached.
-    assert_eq!(properties.len(), 48);
+    // 23 invariants; 10 cases and 18 rejection reasons reached.
+    assert_eq!(properties.len(), 51);
     for p in properties {
         let expected = if p["kind"] == "always" {
             "holds"
