@@ -386,20 +386,15 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             );
             batches.push(Batch::new(other, traces));
         }
-        for (_, m, walks) in &shared_walks {
-            // The walks are generated for at least the probes' states: keep this share's steps.
-            let mut steps = 0;
-            let traces: Vec<_> = walks
-                .iter()
-                .take_while(|w| {
-                    let take = steps < shared_steps;
-                    steps += w.steps.len();
-                    take
-                })
-                .cloned()
-                .collect();
-            if !traces.is_empty() {
-                batches.push(Batch::new(Arc::clone(m), traces));
+        for (name, m, _) in &shared_walks {
+            // Exactly this share's steps (`--steps` is the walks' steps in all); the same seed
+            // walks the same paths as the probes' longer walks of this configuration.
+            let walks = random_walks(m.as_ref(), selection.seed, shared_steps, selection.walk_len);
+            if !walks.is_empty() {
+                batches.push(Batch::new(
+                    Arc::clone(m),
+                    renamed(walks, &format!("random-{name}")),
+                ));
             }
         }
     }
