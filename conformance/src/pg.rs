@@ -687,7 +687,7 @@ impl PgSession {
     }
 
     /// Every observation naming one of this trace's jobs, oldest first: the jobs' ledgers and
-    /// the outsider project's security log.
+    /// both projects' security logs.
     async fn records(&self) -> Result<Vec<imp::ObservationView>, DriverError> {
         let mut all = Vec::new();
         // The trace's jobs, and the job id a probe's unknown job is sent as (index: the number
@@ -696,16 +696,20 @@ impl PgSession {
         for job in self.jobs.iter().chain([&unknown]) {
             all.extend(self.store.observations(*job).await.map_err(failed)?);
         }
-        // What the outsider sent naming this trace's jobs is its project's security log, never
-        // the jobs' ledgers (protocol §7); the model records it as a message like any other.
-        all.extend(
-            self.store
-                .security_log(self.outsider_project, 0, i64::MAX)
-                .await
-                .map_err(failed)?
-                .into_iter()
-                .filter(|o| self.jobs.contains(&o.named.job)),
-        );
+        // What a runner sent naming another project's job is its own project's security log,
+        // never the job's ledger (protocol §7): the outsider naming the project's jobs, and (with
+        // shared slots, where the outsider owns jobs) the project's runners naming the outsider's.
+        // The model records it as a message like any other.
+        for project in [self.project, self.outsider_project] {
+            all.extend(
+                self.store
+                    .security_log(project, 0, i64::MAX)
+                    .await
+                    .map_err(failed)?
+                    .into_iter()
+                    .filter(|o| self.jobs.contains(&o.named.job)),
+            );
+        }
         all.sort_by_key(|o| o.id);
         Ok(all)
     }
