@@ -8,8 +8,8 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct AuditArgs {
     /// The database to audit (read-only: a replica or a read-only role will do). Default:
-    /// DATABASE_URL.
-    #[arg(long, value_name = "URL")]
+    /// $DATABASE_URL (which keeps the password off the command line).
+    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// The PostgreSQL schema our tables live in (created if missing; every connection's
     /// search_path).
@@ -33,16 +33,17 @@ pub struct AuditArgs {
 }
 
 pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
-    let Some(url) = args
-        .database_url
-        .clone()
-        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()))
-    else {
+    let Some(url) = args.database_url.clone().filter(|u| !u.is_empty()) else {
         eprintln!("leasewright audit: no --database-url and no DATABASE_URL");
         return Ok(2);
     };
     if args.since.is_some_and(|w| w < 0) || args.batch == 0 {
         eprintln!("leasewright audit: --since is a watermark (0 or more), --batch at least 1");
+        return Ok(2);
+    }
+    // A refused connection at once, with its address and never its password.
+    if let Err(error) = crate::db::probe_blocking(&url) {
+        eprintln!("leasewright audit: {error:#}");
         return Ok(2);
     }
     let options = AuditOptions {

@@ -8,8 +8,15 @@ pub struct BenchArgs {
     #[command(subcommand)]
     command: BenchCommand,
     /// PostgreSQL server to benchmark on (a fresh database is created there and dropped).
-    /// Default: DATABASE_URL; without either, a throwaway cluster is started.
-    #[arg(long, global = true)]
+    /// Default: $DATABASE_URL (which keeps the password off the command line); without either,
+    /// a throwaway cluster is started.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     /// Print the report as JSON on stdout.
     #[arg(long, global = true)]
@@ -230,8 +237,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         eprintln!("leasewright bench: {problem}");
         return Ok(2);
     }
-    if let Some(url) = &args.database_url {
-        // Set before any thread exists: the benchmark database module reads it.
+    if let Some(url) = args.database_url.as_ref().filter(|u| !u.is_empty()) {
+        // `--database-url` given on the command line: set before any thread exists, the
+        // benchmark database module reads DATABASE_URL.
         std::env::set_var("DATABASE_URL", url);
     }
     if fixture::uses_database_url() {

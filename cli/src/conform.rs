@@ -46,9 +46,14 @@ pub enum SuiteName {
 
 #[derive(Args, Debug)]
 pub struct ConformArgs {
-    /// The PostgreSQL to run against. Default: $DATABASE_URL, else a throwaway cluster.
-    #[arg(long)]
-    database_url: Option<String>,
+    /// The PostgreSQL to run against. Default: $DATABASE_URL (which keeps the password off the
+    /// command line), else a throwaway cluster. Only the in-process replay uses it: $DATABASE_URL
+    /// is ignored with --http, --driver-cmd and --export, which refuse --database-url.
+    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// Whether `database_url` came from $DATABASE_URL rather than the command line.
+    #[arg(skip)]
+    pub(crate) database_url_from_env: bool,
     /// The PostgreSQL schema our tables live in (created if missing; every connection's
     /// search_path).
     #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
@@ -56,12 +61,7 @@ pub struct ConformArgs {
     /// Replay over HTTP against a running `leasewright serve --manual-clock` at this URL instead
     /// of in-process. Give it several times (or comma-separated) for several servers, each with
     /// its own database: one trace runs on each server at a time (a server's clock is global).
-    #[arg(
-        long,
-        value_name = "URL",
-        conflicts_with = "database_url",
-        value_delimiter = ','
-    )]
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
     http: Vec<String>,
     /// Where the targets' routes (`POST /v1/targets/{slot}/deploy`, `GET /v1/targets/{slot}`)
     /// are, when not on the servers of --http.
@@ -73,11 +73,11 @@ pub struct ConformArgs {
     /// Replay against any implementation, in any language, behind this command: it is started
     /// (through `sh -c`) and speaks the driver protocol (one JSON object per line on its stdin and
     /// stdout; docs/conformance.md, "The driver protocol").
-    #[arg(long, value_name = "CMD", conflicts_with_all = ["database_url", "http", "mutants", "mutant"])]
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["http", "mutants", "mutant"])]
     driver_cmd: Option<String>,
     /// Write the selected suite's traces as ITF files under DIR, with DIR/manifest.json, and exit
     /// (no implementation is run): the corpus for other tooling.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["database_url", "http", "driver_cmd", "mutants", "mutant", "replay"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["http", "driver_cmd", "mutants", "mutant", "replay"])]
     export: Option<PathBuf>,
     /// Which traces to replay.
     #[arg(long, value_enum, default_value_t = SuiteName::All)]
@@ -177,7 +177,22 @@ impl ConformArgs {
     }
 }
 
-pub fn run(args: ConformArgs) -> anyhow::Result<i32> {
+pub fn run(mut args: ConformArgs) -> anyhow::Result<i32> {
+    let elsewhere = [
+        (!args.http.is_empty(), "--http"),
+        (args.driver_cmd.is_some(), "--driver-cmd"),
+        (args.export.is_some(), "--export"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag));
+    if let Some(flag) = elsewhere {
+        if args.database_url.is_some() && !args.database_url_from_env {
+            eprintln!("error: --database-url cannot be used with {flag}");
+            return Ok(2);
+        }
+        // $DATABASE_URL is for the in-process replay; the others reach no database of ours.
+        args.database_url = None;
+    }
     if !args.http.is_empty() && args.mutants {
         eprintln!(
             "error: --mutants cannot be used with --http: the mutants are compiled into an \
@@ -712,10 +727,7 @@ async fn connect(
     sqlx::PgPool,
     Option<leasewright_impl::database::TestDatabase>,
 )> {
-    let url = args
-        .database_url
-        .clone()
-        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let url = args.database_url.clone().filter(|u| !u.is_empty());
     let (url, guard) = match url {
         Some(url) => {
             crate::db::probe(&url).await?;

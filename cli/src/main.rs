@@ -1,6 +1,6 @@
 //! The `leasewright` command. Each subcommand lives in its own module with a clap `Args` struct and
 //! a `run(args) -> anyhow::Result<i32>` returning the process exit code.
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 mod audit;
 mod bench;
@@ -52,9 +52,16 @@ enum Command {
 /// any error a subcommand does not turn into a verdict is one (a database or server that cannot
 /// be reached, a file that cannot be read or written).
 fn main() {
-    let result = match Cli::parse().command {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    let result = match cli.command {
         Command::Check(args) => check::run(&args),
-        Command::Conform(args) => conform::run(args),
+        Command::Conform(mut args) => {
+            let sub = matches.subcommand().map(|(_, sub)| sub);
+            args.database_url_from_env = sub.and_then(|m| m.value_source("database_url"))
+                == Some(clap::parser::ValueSource::EnvVariable);
+            conform::run(args)
+        }
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Runner(args) => runner::run(args),

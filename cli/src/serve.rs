@@ -16,9 +16,9 @@ pub struct ServeArgs {
     /// per line).
     #[arg(long, value_enum, default_value_t = crate::output::LogFormat::Text)]
     log_format: crate::output::LogFormat,
-    /// PostgreSQL URL (default: $DATABASE_URL). Without either, a throwaway cluster is started
-    /// and removed at exit, with all its data.
-    #[arg(long)]
+    /// PostgreSQL URL (default: $DATABASE_URL, which keeps the password off the command line).
+    /// Without either, a throwaway cluster is started and removed at exit, with all its data.
+    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// The PostgreSQL schema our tables live in (created if missing; every connection's
     /// search_path).
@@ -115,9 +115,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
                 return Ok(2);
             }
         };
-    let database_url = args
-        .database_url
-        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let database_url = args.database_url.filter(|u| !u.is_empty());
     if let Some(url) = &database_url {
         crate::db::probe_blocking(url)?;
     }

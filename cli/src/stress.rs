@@ -47,8 +47,9 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 3600)]
     max_seconds: u64,
     /// PostgreSQL server to run on (a fresh database is created there and dropped). Default:
-    /// DATABASE_URL; without either, a throwaway cluster is started.
-    #[arg(long)]
+    /// $DATABASE_URL (which keeps the password off the command line); without either, a
+    /// throwaway cluster is started.
+    #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
     /// Print the summary as one JSON document on stdout.
     #[arg(long)]
@@ -95,10 +96,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         }),
         None => None,
     };
-    let url = args
-        .database_url
-        .clone()
-        .or_else(|| std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()));
+    let url = args.database_url.clone().filter(|u| !u.is_empty());
     let mut known: Vec<&str> = FAULTS.to_vec();
     if args.http {
         known.extend(HTTP_FAULTS);

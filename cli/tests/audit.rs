@@ -89,7 +89,14 @@ async fn audit_exits_0_clean_1_on_a_violation_and_2_on_setup() {
     assert_eq!(doc["jobs"], 1);
     let watermark = doc["watermark"].as_i64().expect("a watermark");
     let xml = std::fs::read_to_string(&junit).unwrap();
-    assert!(xml.contains("failures=\"1\""), "{xml}");
+    let report = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit that parses");
+    // One failing case for the violation, one passing case for the rest of the ledger.
+    assert_eq!((report.tests, report.failures), (2, 1), "{xml}");
+    let failed = &report.test_suites[0].test_cases[0];
+    assert!(
+        failed.name.as_str().starts_with("replaced_outcome "),
+        "{xml}"
+    );
 
     // Resumed from its watermark with nothing new: nothing to audit, clean.
     let since = watermark.to_string();

@@ -220,6 +220,14 @@ impl Op {
 }
 
 /// The first eight hex digits of an id, for reports.
+/// Retries of the harness's own set-up calls (a final sweep or ledger read after a database
+/// outage, a server restarted under load): `times` more tries, `every` apart.
+pub(crate) fn retries(every: std::time::Duration, times: usize) -> backon::ConstantBuilder {
+    backon::ConstantBuilder::default()
+        .with_delay(every)
+        .with_max_times(times)
+}
+
 pub fn short(id: &uuid::Uuid) -> String {
     id.simple().to_string()[..8].to_string()
 }

@@ -11,6 +11,7 @@
 use crate::client::{CallError, RunnerClient};
 use crate::source::{self, Limits};
 use crate::wire::{LeaseBody, ResultAnswer, TupleBody, VerdictResponse};
+use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use sha2::{Digest, Sha256};
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
@@ -101,42 +102,20 @@ struct JobContext {
     rejoining: tokio::sync::Mutex<()>,
 }
 
-/// Exponential backoff with jitter: steps of 100 ms (or `first`) doubling up to 5 s (or
-/// `longest`), each wait drawn from the upper half of its step, so that runners cut off together
-/// do not all come back at once.
-struct Backoff {
-    step: Duration,
-    first: Duration,
-    longest: Duration,
+/// Exponential backoff with jitter (backon): steps of `first` doubling up to `longest`, each wait
+/// drawn from the upper half of its step, so that runners cut off together do not all come back
+/// at once. backon adds its jitter above the delay (`[d, 2d)`), so its delays are half steps.
+fn backoff(first: Duration, longest: Duration) -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(first / 2)
+        .with_max_delay(longest.max(first) / 2)
+        .with_jitter()
+        .without_max_times()
 }
 
-impl Backoff {
-    fn new() -> Self {
-        Self::between(Duration::from_millis(100), Duration::from_secs(5))
-    }
-
-    fn between(first: Duration, longest: Duration) -> Self {
-        Self {
-            step: first,
-            first,
-            longest: longest.max(first),
-        }
-    }
-
-    fn reset(&mut self) {
-        self.step = self.first;
-    }
-
-    fn next_wait(&mut self) -> Duration {
-        let step = self.step;
-        self.step = (self.step * 2).min(self.longest);
-        let mut random = [0u8; 8];
-        let fraction = match getrandom::fill(&mut random) {
-            Ok(()) => (u64::from_le_bytes(random) % 1024) as f64 / 1024.0,
-            Err(_) => 0.5,
-        };
-        step.mul_f64(0.5 + 0.5 * fraction)
-    }
+/// The waits between retries of a message about a lease: 100 ms doubling up to 5 s.
+fn delivery_backoff() -> ExponentialBuilder {
+    backoff(Duration::from_millis(100), Duration::from_secs(5))
 }
 
 impl JobContext {
@@ -208,26 +187,21 @@ impl JobContext {
     /// retried (every runner message is idempotent: the same tuple and content again is
     /// `acknowledged` if the first one committed) after a backoff with jitter and a rejoin. The
     /// answer, or the error that is a decision (a rejection, another 4xx).
-    async fn deliver<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, CallError>
+    async fn deliver<T, F, Fut>(&self, what: &str, call: F) -> Result<T, CallError>
     where
-        F: FnMut(TupleBody) -> Fut,
+        F: Fn(TupleBody) -> Fut,
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
-        let mut backoff = Backoff::new();
-        loop {
+        let call = &call;
+        (|| async move {
             self.rejoin_if_disconnected().await;
-            match call(self.tuple()).await {
-                Ok(answer) => return Ok(answer),
-                Err(error) if error.is_transient() => {
-                    self.on_error(what, &error);
-                    tokio::time::sleep(backoff.next_wait()).await;
-                }
-                Err(error) => {
-                    self.on_error(what, &error);
-                    return Err(error);
-                }
-            }
-        }
+            call(self.tuple()).await
+        })
+        .retry(delivery_backoff())
+        .when(CallError::is_transient)
+        .notify(|error, _| self.on_error(what, error))
+        .await
+        .inspect_err(|error| self.on_error(what, error))
     }
 }
 
@@ -343,7 +317,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let results = ResultSender::spawn(client.clone());
     tracing::info!(server = %config.server, capacity, %run_id, "runner started");
     // Claims that find no work back off from poll_interval to max_poll_interval.
-    let mut idle = Backoff::between(config.poll_interval, config.max_poll_interval);
+    let idle_backoff = backoff(config.poll_interval, config.max_poll_interval);
+    let mut idle = idle_backoff.build();
     loop {
         if let Some(max) = config.max_jobs {
             if started >= max {
@@ -361,7 +336,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         .min(crate::app::MAX_CLAIM_CAPACITY);
         match client.claim(want).await {
             Ok(leases) if !leases.is_empty() => {
-                idle.reset();
+                idle = idle_backoff.build();
                 let mut permit = Some(first);
                 for lease in leases {
                     let slot = match permit.take() {
@@ -384,7 +359,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             }
             Ok(_) => {
                 drop(first);
-                tokio::time::sleep(idle.next_wait()).await;
+                tokio::time::sleep(idle.next().unwrap_or_default()).await;
             }
             Err(CallError::Http { status: 401, .. }) => {
                 anyhow::bail!("the server refused the runner token (401)");
@@ -392,7 +367,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             Err(error) => {
                 drop(first);
                 tracing::warn!(%error, "claim failed");
-                tokio::time::sleep(idle.next_wait()).await;
+                tokio::time::sleep(idle.next().unwrap_or_default()).await;
             }
         }
         while let Some(joined) = tasks.try_join_next() {

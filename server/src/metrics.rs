@@ -1,10 +1,16 @@
-//! Prometheus metrics in the text exposition format, without a metrics library: a handful of
-//! counters and one latency histogram.
+//! Prometheus metrics: a handful of counters, one gauge and one latency histogram, kept and
+//! written in the Prometheus text format (version 0.0.4) by `prometheus-client`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Mutex, PoisonError};
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use std::time::Duration;
+
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 const BUCKETS_SECONDS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 
@@ -17,160 +23,256 @@ fn method_label(method: &str) -> &'static str {
         .unwrap_or("other")
 }
 
-#[derive(Default)]
-struct Histogram {
-    buckets: [u64; BUCKETS_SECONDS.len()],
-    count: u64,
-    sum: f64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RejectionLabels {
+    kind: String,
+    reason: String,
 }
 
-#[derive(Default)]
-struct Inner {
-    claims: u64,
-    leases_granted: u64,
-    rejections: BTreeMap<(String, String), u64>,
-    lease_expiries: u64,
-    sweeps: u64,
-    requests: BTreeMap<(String, String, u16), u64>,
-    latency: BTreeMap<String, Histogram>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: &'static str,
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(BUCKETS_SECONDS)
 }
 
 /// The server's metrics.
-#[derive(Default)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: Registry,
+    claims: Counter,
+    leases_granted: Counter,
+    rejections: Family<RejectionLabels, Counter>,
+    uncertain_jobs: Gauge,
+    lease_expiries: Counter,
+    sweeps: Counter,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let claims = Counter::default();
+        let leases_granted = Counter::default();
+        let rejections = Family::<RejectionLabels, Counter>::default();
+        let uncertain_jobs = Gauge::default();
+        let lease_expiries = Counter::default();
+        let sweeps = Counter::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        // Counters are registered without `_total`: the encoder appends it.
+        registry.register("leasewright_claims", "Accepted claims", claims.clone());
+        registry.register(
+            "leasewright_leases_granted",
+            "Leases granted by accepted claims",
+            leases_granted.clone(),
+        );
+        registry.register(
+            "leasewright_rejections",
+            "Protocol rejections by message kind and reason",
+            rejections.clone(),
+        );
+        registry.register(
+            "leasewright_uncertain_jobs",
+            "Jobs now uncertain (awaiting reconciliation)",
+            uncertain_jobs.clone(),
+        );
+        registry.register(
+            "leasewright_lease_expiries",
+            "Jobs the expiry sweep made uncertain",
+            lease_expiries.clone(),
+        );
+        registry.register("leasewright_sweeps", "Expiry sweeps run", sweeps.clone());
+        registry.register(
+            "leasewright_http_requests",
+            "HTTP requests",
+            requests.clone(),
+        );
+        registry.register(
+            "leasewright_http_request_duration_seconds",
+            "HTTP request latency",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            claims,
+            leases_granted,
+            rejections,
+            uncertain_jobs,
+            lease_expiries,
+            sweeps,
+            requests,
+            latency,
+        }
+    }
 }
 
 impl Metrics {
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        f(&mut self.inner.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
     /// An accepted claim that granted `leases` leases.
     pub fn claim(&self, leases: usize) {
-        self.with(|m| {
-            m.claims += 1;
-            m.leases_granted += leases as u64;
-        });
+        self.claims.inc();
+        self.leases_granted.inc_by(leases as u64);
     }
 
     /// A protocol rejection of a message of `kind` with `reason`.
     pub fn rejection(&self, kind: &str, reason: &str) {
-        self.with(|m| {
-            *m.rejections
-                .entry((kind.into(), reason.into()))
-                .or_default() += 1
-        });
+        self.rejections
+            .get_or_create(&RejectionLabels {
+                kind: kind.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// An expiry sweep that made `expired` jobs uncertain.
     pub fn sweep(&self, expired: usize) {
-        self.with(|m| {
-            m.sweeps += 1;
-            m.lease_expiries += expired as u64;
-        });
+        self.sweeps.inc();
+        self.lease_expiries.inc_by(expired as u64);
     }
 
     /// One HTTP request. `route` must come from a bounded set (the router's matched paths, or
     /// `unmatched`); `method` is reduced to one here: every label value of a series comes from
     /// a bounded set, or a client could make `/metrics` grow without end.
     pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let method = method_label(method);
-        self.with(|m| {
-            *m.requests
-                .entry((method.into(), route.into(), status))
-                .or_default() += 1;
-            let histogram = m.latency.entry(route.into()).or_default();
-            let seconds = elapsed.as_secs_f64();
-            for (i, bound) in BUCKETS_SECONDS.iter().enumerate() {
-                if seconds <= *bound {
-                    histogram.buckets[i] += 1;
-                }
-            }
-            histogram.count += 1;
-            histogram.sum += seconds;
-        });
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method_label(method),
+                route: route.into(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.into(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// The exposition text; `uncertain_jobs` is read from the database at scrape time.
     pub fn render(&self, uncertain_jobs: i64) -> String {
-        self.with(|m| {
-            let mut out = String::new();
-            let _ = writeln!(out, "# HELP leasewright_claims_total Accepted claims.");
-            let _ = writeln!(out, "# TYPE leasewright_claims_total counter");
-            let _ = writeln!(out, "leasewright_claims_total {}", m.claims);
-            let _ = writeln!(
-                out,
-                "# HELP leasewright_leases_granted_total Leases granted by accepted claims."
-            );
-            let _ = writeln!(out, "# TYPE leasewright_leases_granted_total counter");
-            let _ = writeln!(out, "leasewright_leases_granted_total {}", m.leases_granted);
-            let _ = writeln!(
-                out,
-                "# HELP leasewright_rejections_total Protocol rejections by message kind and reason."
-            );
-            let _ = writeln!(out, "# TYPE leasewright_rejections_total counter");
-            for ((kind, reason), n) in &m.rejections {
-                let _ = writeln!(
-                    out,
-                    "leasewright_rejections_total{{kind=\"{kind}\",reason=\"{reason}\"}} {n}"
-                );
+        self.uncertain_jobs.set(uncertain_jobs);
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Metrics;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    /// The series of an exposition text, by name, each with its labels and value; every line
+    /// must be a comment or `name{labels} value`, and every series must follow its family's
+    /// `# TYPE` line.
+    fn parse(text: &str) -> BTreeMap<String, Vec<(String, f64)>> {
+        let mut series: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+        let mut typed: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                typed.push(name.to_owned());
+                continue;
             }
-            let _ = writeln!(
-                out,
-                "# HELP leasewright_uncertain_jobs Jobs now uncertain (awaiting reconciliation)."
-            );
-            let _ = writeln!(out, "# TYPE leasewright_uncertain_jobs gauge");
-            let _ = writeln!(out, "leasewright_uncertain_jobs {uncertain_jobs}");
-            let _ = writeln!(
-                out,
-                "# HELP leasewright_lease_expiries_total Jobs the expiry sweep made uncertain."
-            );
-            let _ = writeln!(out, "# TYPE leasewright_lease_expiries_total counter");
-            let _ = writeln!(out, "leasewright_lease_expiries_total {}", m.lease_expiries);
-            let _ = writeln!(out, "# HELP leasewright_sweeps_total Expiry sweeps run.");
-            let _ = writeln!(out, "# TYPE leasewright_sweeps_total counter");
-            let _ = writeln!(out, "leasewright_sweeps_total {}", m.sweeps);
-            let _ = writeln!(out, "# HELP leasewright_http_requests_total HTTP requests.");
-            let _ = writeln!(out, "# TYPE leasewright_http_requests_total counter");
-            for ((method, route, status), n) in &m.requests {
-                let _ = writeln!(
-                    out,
-                    "leasewright_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
-                );
+            if line.starts_with("# HELP ") {
+                continue;
             }
-            let _ = writeln!(
-                out,
-                "# HELP leasewright_http_request_duration_seconds HTTP request latency."
+            let (head, value) = line.rsplit_once(' ').expect("name value");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("{line}"));
+            let (name, labels) = match head.split_once('{') {
+                Some((name, labels)) => (name, labels.strip_suffix('}').expect("closed labels")),
+                None => (head, ""),
+            };
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+                "{line}"
             );
-            let _ = writeln!(
-                out,
-                "# TYPE leasewright_http_request_duration_seconds histogram"
-            );
-            for (route, h) in &m.latency {
-                for (bound, n) in BUCKETS_SECONDS.iter().zip(h.buckets) {
-                    let _ = writeln!(
-                        out,
-                        "leasewright_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "leasewright_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
-                    h.count
-                );
-                let _ = writeln!(
-                    out,
-                    "leasewright_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
-                    h.sum
-                );
-                let _ = writeln!(
-                    out,
-                    "leasewright_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
-                    h.count
-                );
-            }
-            out
-        })
+            let family = typed.last().expect("a series after its # TYPE");
+            assert!(name.starts_with(family.as_str()), "{line} under {family}");
+            series
+                .entry(name.to_owned())
+                .or_default()
+                .push((labels.to_owned(), value));
+        }
+        series
+    }
+
+    #[test]
+    fn the_exposition_keeps_its_names_labels_and_values() {
+        let metrics = Metrics::default();
+        metrics.claim(3);
+        metrics.rejection("heartbeat", "lease_expired");
+        metrics.rejection("heartbeat", "lease_expired");
+        metrics.sweep(2);
+        metrics.request("GET", "/healthz", 200, Duration::from_millis(3));
+        metrics.request("BREW", "unmatched", 405, Duration::from_secs(7));
+        let text = metrics.render(4);
+        let series = parse(&text);
+        let value = |name: &str, labels: &str| {
+            series[name]
+                .iter()
+                .find(|(l, _)| l == labels)
+                .unwrap_or_else(|| panic!("{name}{{{labels}}} in\n{text}"))
+                .1
+        };
+        let latency = "leasewright_http_request_duration_seconds";
+        let expected: [(&str, &str, f64); 14] = [
+            ("leasewright_claims_total", "", 1.0),
+            ("leasewright_leases_granted_total", "", 3.0),
+            (
+                "leasewright_rejections_total",
+                "kind=\"heartbeat\",reason=\"lease_expired\"",
+                2.0,
+            ),
+            ("leasewright_uncertain_jobs", "", 4.0),
+            ("leasewright_lease_expiries_total", "", 2.0),
+            ("leasewright_sweeps_total", "", 1.0),
+            (
+                "leasewright_http_requests_total",
+                "method=\"GET\",route=\"/healthz\",status=\"200\"",
+                1.0,
+            ),
+            (
+                "leasewright_http_requests_total",
+                "method=\"other\",route=\"unmatched\",status=\"405\"",
+                1.0,
+            ),
+            ("_bucket", "route=\"/healthz\",le=\"0.001\"", 0.0),
+            ("_bucket", "route=\"/healthz\",le=\"0.005\"", 1.0),
+            ("_bucket", "route=\"unmatched\",le=\"5\"", 0.0),
+            ("_bucket", "route=\"unmatched\",le=\"+Inf\"", 1.0),
+            ("_count", "route=\"unmatched\"", 1.0),
+            ("_sum", "route=\"unmatched\"", 7.0),
+        ];
+        for (name, labels, want) in expected {
+            let name = match name.strip_prefix('_') {
+                Some(suffix) => format!("{latency}_{suffix}"),
+                None => name.to_owned(),
+            };
+            assert_eq!(value(&name, labels), want, "{name}{{{labels}}}");
+        }
+        assert!(
+            text.contains("# TYPE leasewright_http_request_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP leasewright_claims_total Accepted claims."),
+            "{text}"
+        );
     }
 }

@@ -20,6 +20,7 @@
 use super::check::{self, CheckConfig, Ledger, Report};
 use super::{FaultCounts, MonotonicClock, Op, Recorded, Recorder};
 use crate::generate::SplitMix64;
+use backon::Retryable;
 use chrono::{DateTime, Utc};
 use imp::{AttemptId, Decision, Finding, JobId, Outcome, Reason, RejoinAnswer, RunnerId, Verdict};
 use leasewright_impl as imp;
@@ -537,33 +538,25 @@ pub(crate) async fn drive(
     let load_seconds = started.elapsed().as_secs_f64();
     // Every lease still held is over now; the final sweep must take it.
     tokio::time::sleep(config.lease_ttl + Duration::from_millis(50)).await;
-    let mut final_sweep_at = None;
-    for _ in 0..100 {
+    let final_sweep_at = (|| async {
         let before = recorder.len();
-        if shared.rec.sweep("final-sweep").await.is_ok() {
-            final_sweep_at = recorder.snapshot().get(before).map(|op| op.invoked_at);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        shared.rec.sweep("final-sweep").await?;
+        Ok::<_, Failed>(recorder.snapshot().get(before).map(|op| op.invoked_at))
+    })
+    .retry(super::retries(Duration::from_millis(200), 99))
+    .await
+    .ok()
+    .flatten();
     if final_sweep_at.is_none() {
         return Err(LoadError::Other(
             "the final sweep failed: the database did not come back".into(),
         ));
     }
     let check_started = Instant::now();
-    let mut ledger = None;
-    for _ in 0..50 {
-        match check::read_ledger(&store, project, 4).await {
-            Ok(read) => {
-                ledger = Some(read);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    let mut ledger =
-        ledger.ok_or_else(|| LoadError::Other("could not read the final ledger".into()))?;
+    let mut ledger = (|| check::read_ledger(&store, project, 4))
+        .retry(super::retries(Duration::from_millis(200), 49))
+        .await
+        .map_err(|_| LoadError::Other("could not read the final ledger".into()))?;
     ledger.final_sweep_at = final_sweep_at;
     store.close().await;
     let history = recorder.snapshot();

@@ -14,6 +14,7 @@
 use super::load::{self, Api, Failed, LoadConfig, LoadError, RunOutcome, Setup};
 use super::{Answer, Call, FaultCounts, Recorder};
 use crate::generate::SplitMix64;
+use backon::Retryable;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use imp::{Decision, Finding, JobId, Outcome, Reason, RejoinAnswer, RunnerId, Verdict};
@@ -1056,19 +1057,17 @@ async fn kill_replicas(
         drop(replicas);
         // Down for a moment: its requests under way were cut, the others go elsewhere.
         tokio::time::sleep(lease_ttl / 2).await;
-        for _ in 0..50 {
-            match start_replica(&spec, &database_url, lease_ttl, index, &recorder).await {
-                Ok(new) => {
-                    let mut replicas = live.lock().await;
-                    replicas[index] = new;
-                    *lock(&upstreams) = replicas.iter().map(|r| r.addr).collect();
-                    break;
-                }
-                Err(error) => {
-                    eprintln!("restarting replica {index}: {error}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+        let started = (|| start_replica(&spec, &database_url, lease_ttl, index, &recorder))
+            .retry(super::retries(Duration::from_millis(200), 49))
+            .notify(|error, _| eprintln!("restarting replica {index}: {error}"))
+            .await;
+        match started {
+            Ok(new) => {
+                let mut replicas = live.lock().await;
+                replicas[index] = new;
+                *lock(&upstreams) = replicas.iter().map(|r| r.addr).collect();
             }
+            Err(error) => eprintln!("restarting replica {index}: {error}"),
         }
     }
 }
@@ -1095,17 +1094,10 @@ async fn restart_servers(
         }
         // Down for a moment: runners see refused connections and rejoin.
         tokio::time::sleep(lease_ttl / 2).await;
-        let mut started = None;
-        for _ in 0..50 {
-            match start_server(&database_url, lease_ttl).await {
-                Ok(new) => {
-                    started = Some(new);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        let Some(new) = started else {
+        let started = (|| start_server(&database_url, lease_ttl))
+            .retry(super::retries(Duration::from_millis(100), 49))
+            .await;
+        let Ok(new) = started else {
             eprintln!("restarting the control plane failed");
             continue;
         };

@@ -34,7 +34,7 @@ pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
     path = "/metrics",
     tag = "health",
     responses(
-        (status = 200, description = "the Prometheus text exposition format", body = String, content_type = "text/plain; version=0.0.4")
+        (status = 200, description = "the Prometheus text exposition format", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8")
     )
 )]
 pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
@@ -43,7 +43,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
         .await
         .map_err(db_error)?;
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.0.metrics.render(uncertain),
     )
         .into_response())
