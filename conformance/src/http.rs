@@ -110,6 +110,8 @@ pub struct HttpDriver {
     archive_base64: String,
     /// What the servers do not let the driver read (not compared).
     unread: Vec<Part>,
+    /// The `?limit=` of every list the driver reads (it reads every page).
+    page_limit: i64,
 }
 
 /// A lease as a claim answers it: the fields the driver reads.
@@ -176,11 +178,6 @@ struct AttemptRead {
 }
 
 #[derive(Deserialize)]
-struct AttemptsRead {
-    attempts: Vec<AttemptRead>,
-}
-
-#[derive(Deserialize)]
 struct ObservationRead {
     #[serde(default)]
     id: i64,
@@ -205,9 +202,44 @@ struct ObservationRead {
     payload_sha256: Option<String>,
 }
 
+/// One page of a list route (attempts, observations, the security log): its items, under the
+/// list's own name, and the cursor of the next page (absent on the last page).
 #[derive(Deserialize)]
-struct ObservationsRead {
-    observations: Vec<ObservationRead>,
+struct Page<T> {
+    #[serde(alias = "attempts", alias = "observations")]
+    items: Vec<T>,
+    #[serde(default)]
+    next: Option<i64>,
+}
+
+/// Every item of the list at `path`, page after page (`?limit=&after=`), so that a trace with
+/// more records than one page still compares.
+async fn every_page<T: serde::de::DeserializeOwned>(
+    http: &Http,
+    path: &str,
+    limit: i64,
+) -> Result<Vec<T>, CallError> {
+    let mut all = Vec::new();
+    let mut after: Option<i64> = None;
+    loop {
+        let page: Page<T> = http
+            .get(&match after {
+                Some(after) => format!("{path}?limit={limit}&after={after}"),
+                None => format!("{path}?limit={limit}"),
+            })
+            .await?;
+        all.extend(page.items);
+        match page.next {
+            None => return Ok(all),
+            Some(next) if after.is_some_and(|after| next <= after) => {
+                return Err(CallError::Network(format!(
+                    "{path}: the next page's cursor {next} does not move past {}",
+                    after.unwrap_or_default()
+                )))
+            }
+            Some(next) => after = Some(next),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -312,7 +344,16 @@ impl HttpDriver {
             lease_ttl_ms,
             archive_base64: snapshot,
             unread,
+            page_limit: leasewright_server::app::MAX_PAGE_LIMIT,
         })
+    }
+
+    /// Reads every list in pages of `limit` items (1 to the server's largest page, 1000; the
+    /// default is the largest): a small page makes every trace read several pages, which the
+    /// tests use to check that the driver follows them.
+    pub fn with_page_limit(mut self, limit: i64) -> Self {
+        self.page_limit = limit;
+        self
     }
 
     async fn connect_one(
@@ -703,6 +744,7 @@ impl Driver for HttpDriver {
             slots,
             target_kind: config.target,
             unread: self.unread.clone(),
+            page_limit: self.page_limit,
             answer: None,
             sent_payload: None,
             payloads: PayloadDigests::default(),
@@ -741,6 +783,8 @@ pub struct HttpSession {
     slots: Vec<String>,
     target_kind: model::TargetKind,
     unread: Vec<Part>,
+    /// The `?limit=` of every list read (every page is read).
+    page_limit: i64,
     /// The value the last step's rule returned.
     answer: Option<Answer>,
     /// The payload the last step sent, as [`payload_label`] names it.
@@ -907,35 +951,22 @@ impl HttpSession {
         }
     }
 
-    /// The observations of model job `j`, in receipt order.
+    /// The observations of model job `j`, in receipt order (every page).
     async fn observations(&self, j: usize) -> Result<Vec<ObservationRead>, DriverError> {
-        let list: ObservationsRead = self
-            .server
-            .operator
-            .http
-            .get(&format!(
-                "{}/observations?limit=1000",
-                job_path(self.project, self.jobs[j])
-            ))
+        let http = &self.server.operator.http;
+        let path = format!("{}/observations", job_path(self.project, self.jobs[j]));
+        let mut all: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
             .await
             .map_err(http_failed)?;
-        let mut all = list.observations;
         // What the outsider sent naming the job is its project's security log, never the job's
         // ledger (protocol §7); the model records it as a message like any other.
         if self.outsider_project != self.project {
-            let log: ObservationsRead = self
-                .server
-                .operator
-                .http
-                .get(&format!(
-                    "/v1/projects/{}/security-log?limit=1000",
-                    self.outsider_project
-                ))
+            let path = format!("/v1/projects/{}/security-log", self.outsider_project);
+            let log: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
                 .await
                 .map_err(http_failed)?;
             all.extend(
-                log.observations
-                    .into_iter()
+                log.into_iter()
                     .filter(|o| o.named_job == Some(self.jobs[j])),
             );
             all.sort_by_key(|o| o.id);
@@ -1035,9 +1066,8 @@ impl HttpSession {
             },
             async {
                 if self.reads(Part::Ledger) {
-                    http.get::<AttemptsRead>(&format!("{base}/attempts"))
+                    every_page::<AttemptRead>(http, &format!("{base}/attempts"), self.page_limit)
                         .await
-                        .map(|a| a.attempts)
                         .map_err(http_failed)
                 } else {
                     Ok(Vec::new())

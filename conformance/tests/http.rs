@@ -33,6 +33,18 @@ async fn server(db: &TestDatabase, manual_clock: bool) -> Server {
         .expect("server")
 }
 
+/// A manual-clock server on `db`, the HTTP driver against it and the in-process driver on the
+/// same database.
+async fn both_drivers(db: &TestDatabase) -> (Server, HttpDriver, PgDriver) {
+    let server = server(db, true).await;
+    let http = HttpDriver::connect(&server.url(), OPERATOR)
+        .await
+        .expect("the HTTP driver connects");
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let pg = PgDriver::new(pool).await.expect("migrations");
+    (server, http, pg)
+}
+
 /// What one step showed: its verdict, and the projected state when the replay asked for it.
 #[derive(Debug, PartialEq)]
 enum Seen {
@@ -91,13 +103,8 @@ async fn record<D: Driver>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step() {
     let db = TestDatabase::create().await.expect("a test database");
-    let server = server(&db, true).await;
-    let http = HttpDriver::connect(&server.url(), OPERATOR)
-        .await
-        .expect("the HTTP driver connects");
+    let (server, http, pg) = both_drivers(&db).await;
     assert_eq!(http.lease_ttl_ms(), 30_000);
-    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
-    let pg = PgDriver::new(pool).await.expect("migrations");
 
     let mut traces: Vec<(Arc<LeaseModel>, Generated<LeaseModel>)> = scenarios::all()
         .expect("scenarios")
@@ -263,4 +270,42 @@ async fn traces_run_in_parallel_on_servers_of_their_own_and_a_shared_database_is
     for s in [a, b, c] {
         s.stop().await.unwrap();
     }
+}
+
+/// The driver reads every page of a list: with one item per page, every job whose ledger holds
+/// two attempts or whose observations number two or more is read over several pages, and the
+/// named scenarios still agree with the model and with the in-process driver at every step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_driver_reads_every_page_of_a_list() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let (server, http, pg) = both_drivers(&db).await;
+    let http = http.with_page_limit(1);
+    let mut longest_ledger = 0;
+    let mut most_observations = 0;
+    for (model, trace) in scenarios::all()
+        .expect("scenarios")
+        .into_iter()
+        .filter(|(m, t)| !leasewright_conformance::suite::in_process_only(m, t))
+        .filter(|(m, _)| m.config.jobs == 1)
+    {
+        let (_, seen_http) = record(&http, &model, &trace).await;
+        let (_, seen_pg) = record(&pg, &model, &trace).await;
+        assert_eq!(seen_http, seen_pg, "{}", trace.name);
+        for seen in &seen_http {
+            if let Seen::State(projection) = seen {
+                longest_ledger = longest_ledger.max(projection.jobs[0].ledger.len());
+            }
+        }
+        let observations = seen_http
+            .iter()
+            .filter(|s| matches!(s, Seen::State(p) if p.observation.is_some()))
+            .count();
+        most_observations = most_observations.max(observations);
+    }
+    assert!(longest_ledger >= 2, "no ledger spanned two pages");
+    assert!(
+        most_observations >= 2,
+        "no job's observations spanned two pages"
+    );
+    server.stop().await.unwrap();
 }
