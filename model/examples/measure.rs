@@ -1,5 +1,6 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS`.
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS`
+//! (`MEASURE_STATES=N` stops after about N generated states).
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
 
@@ -21,11 +22,15 @@ fn main() {
         ..d
     };
     let start = std::time::Instant::now();
-    let checker = LeaseModel::for_checking(config.clone())
-        .checker()
-        .symmetry()
-        .threads(2)
-        .spawn_dfs();
+    let mut builder = LeaseModel::for_checking(config.clone()).checker();
+    // `MEASURE_STATES=N`: stop after about N generated states (a quick comparison of two builds).
+    if let Some(n) = std::env::var("MEASURE_STATES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        builder = builder.target_state_count(n);
+    }
+    let checker = builder.symmetry().threads(2).spawn_dfs();
     let mut last = std::time::Instant::now();
     while !checker.is_done() {
         std::thread::sleep(std::time::Duration::from_millis(20));

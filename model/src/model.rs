@@ -33,8 +33,9 @@ pub struct LeaseModel {
     /// evaluates every `sometimes` condition in every state even after it found one (it skips only
     /// `eventually` properties), and some of them (every rejection reason produced) cost as much
     /// as the invariants. Once a condition held in some state, it answers `false` without
-    /// computing (the discovery the checker recorded stays). For exhaustive checking only: a
-    /// caller that asks a condition twice about one state expects one answer.
+    /// computing (the discovery the checker recorded stays), and [`Model::properties`] no longer
+    /// lists it (the checker takes the list anew for every block of states). For exhaustive
+    /// checking only: a caller that asks a condition twice about one state expects one answer.
     pub settle_sometimes: bool,
     /// The states whose probes were checked already, by the part of the state the probes'
     /// verdicts and records depend on ([`properties::probe_key`]): shared by the clones of this

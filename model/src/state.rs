@@ -321,9 +321,15 @@ pub struct LedgerEntry {
 /// configuration is bounded by its distinct messages and verdicts, and the state space stays
 /// finite. (The server writes at most one record per receipt by construction, `record` is an
 /// `Option`; the properties check that it writes one.)
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct Ledger(SmallVec<[LedgerEntry; 2]>);
+
+impl Clone for Ledger {
+    fn clone(&self) -> Self {
+        Ledger(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl Ledger {
     /// Adds `e`; `false` if it was already in.
@@ -340,6 +346,15 @@ impl Ledger {
     /// Whether `e` is in.
     pub fn contains(&self, e: &LedgerEntry) -> bool {
         self.0.binary_search(e).is_ok()
+    }
+
+    /// Replaces every entry `e` by `f(e)` in place, then restores the order (and drops the
+    /// duplicates): the set `self.iter().map(f).collect()` would build, without building it.
+    pub fn map_in_place(&mut self, f: impl Fn(&LedgerEntry) -> LedgerEntry) {
+        for e in self.0.iter_mut() {
+            *e = f(e);
+        }
+        restore_set_order(&mut self.0);
     }
 
     /// The entries, ascending.
@@ -427,9 +442,15 @@ pub type Targets = SmallVec<[Target; 2]>;
 
 /// A set of messages: kept sorted and without duplicates, inline up to eight messages. Ordered,
 /// hashed and serialized (a JSON array, ascending) as a `BTreeSet` would be.
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct MessageSet(SmallVec<[Message; 8]>);
+
+impl Clone for MessageSet {
+    fn clone(&self) -> Self {
+        MessageSet(SmallVec::from_slice(&self.0))
+    }
+}
 
 impl MessageSet {
     /// Adds `m`; `false` if it was already in.
@@ -479,9 +500,30 @@ impl MessageSet {
         self.0.clear();
     }
 
+    /// Replaces every message `m` by `f(m)` in place, then restores the order (and drops the
+    /// duplicates): the set `self.iter().map(f).collect()` would build, without building it.
+    pub fn map_in_place(&mut self, f: impl Fn(&Message) -> Message) {
+        for m in self.0.iter_mut() {
+            *m = f(m);
+        }
+        restore_set_order(&mut self.0);
+    }
+
     /// The messages in `self` and not in `other`, ascending.
     pub fn difference<'a>(&'a self, other: &'a MessageSet) -> impl Iterator<Item = &'a Message> {
         self.iter().filter(move |m| !other.contains(m))
+    }
+}
+
+/// Sorts `items` and drops duplicates, unless they are strictly ascending already (the usual
+/// case after a renaming that keeps the order).
+fn restore_set_order<A: smallvec::Array>(items: &mut SmallVec<A>)
+where
+    A::Item: Ord,
+{
+    if !items.windows(2).all(|w| w[0] < w[1]) {
+        items.sort_unstable();
+        items.dedup();
     }
 }
 
@@ -509,7 +551,7 @@ impl<'de> Deserialize<'de> for MessageSet {
 }
 
 /// The whole state.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct State {
     /// Server time (`now`). Time is relative: after every step the origin moves to `now`, so
     /// `clock` is 0 in every reachable state and an active attempt's `lease_expiry` is the
@@ -529,6 +571,23 @@ pub struct State {
     /// The server's ledger (only with [`Config::ledger`]; empty otherwise).
     #[serde(default)]
     pub ledger: Ledger,
+}
+
+impl Clone for State {
+    /// A copy of each collection at once (their records are `Copy`): the checker clones a state
+    /// for every successor and every symmetry candidate, and `SmallVec`'s own `clone` pushes
+    /// element by element.
+    fn clone(&self) -> Self {
+        State {
+            clock: self.clock,
+            jobs: SmallVec::from_slice(&self.jobs),
+            attempts: SmallVec::from_slice(&self.attempts),
+            runners: SmallVec::from_slice(&self.runners),
+            in_flight: self.in_flight.clone(),
+            targets: SmallVec::from_slice(&self.targets),
+            ledger: self.ledger.clone(),
+        }
+    }
 }
 
 impl State {

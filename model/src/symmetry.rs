@@ -5,6 +5,7 @@
 
 use crate::state::*;
 use crate::types::{AttemptId, AttemptState, JobId, JobState, LeaseId, Outcome, RunnerId};
+use smallvec::SmallVec;
 use stateright::Representative;
 use std::cmp::Ordering;
 
@@ -40,33 +41,36 @@ impl RunnerRenaming<'_> {
     }
 
     fn in_flight(&self, in_flight: &MessageSet) -> MessageSet {
-        in_flight
-            .iter()
-            .map(|m| Message {
-                sender: self.id(m.sender),
-                ..*m
-            })
-            .collect()
+        let mut renamed = in_flight.clone();
+        self.rename_in_flight(&mut renamed);
+        renamed
     }
 
-    fn ledger(&self, ledger: &Ledger) -> Ledger {
-        ledger
-            .iter()
-            .map(|e| {
-                map_entry(
-                    e,
-                    |m| Message {
-                        sender: self.id(m.sender),
-                        ..*m
-                    },
-                    |o| Observation {
-                        sender: self.id(o.sender),
-                        ..*o
-                    },
-                    |a| a,
-                )
-            })
-            .collect()
+    fn rename_in_flight(&self, in_flight: &mut MessageSet) {
+        in_flight.map_in_place(|m| Message {
+            sender: self.id(m.sender),
+            ..*m
+        });
+    }
+
+    fn rename_ledger(&self, ledger: &mut Ledger) {
+        if ledger.is_empty() {
+            return;
+        }
+        ledger.map_in_place(|e| {
+            map_entry(
+                e,
+                |m| Message {
+                    sender: self.id(m.sender),
+                    ..*m
+                },
+                |o| Observation {
+                    sender: self.id(o.sender),
+                    ..*o
+                },
+                |a| a,
+            )
+        });
     }
 }
 
@@ -89,15 +93,47 @@ impl State {
     /// This state with every runner id `r` renamed to `permutation[r]` (ids beyond the
     /// permutation, e.g. the outsider, are kept).
     pub fn rename_runners(&self, permutation: &[RunnerId]) -> State {
+        let mut s = self.clone();
+        s.rename_runners_in_place(permutation);
+        s
+    }
+
+    /// [`State::rename_runners`] in place.
+    fn rename_runners_in_place(&mut self, permutation: &[RunnerId]) {
         let p = RunnerRenaming(permutation);
-        State {
-            clock: self.clock,
-            jobs: self.jobs.iter().map(|j| p.job(j)).collect(),
-            attempts: self.attempts.iter().map(|a| p.attempt(a)).collect(),
-            runners: p.runners(&self.runners),
-            in_flight: p.in_flight(&self.in_flight),
-            targets: self.targets.clone(),
-            ledger: p.ledger(&self.ledger),
+        for j in self.jobs.iter_mut() {
+            *j = p.job(j);
+        }
+        for a in self.attempts.iter_mut() {
+            *a = p.attempt(a);
+        }
+        self.runners = p.runners(&self.runners);
+        p.rename_in_flight(&mut self.in_flight);
+        p.rename_ledger(&mut self.ledger);
+    }
+
+    /// Replaces this state by its least renaming under `permutations` of the runners of project
+    /// 0 (the identity among them), building a renamed state only when it is the least so far.
+    fn least_runner_renaming(&mut self, permutations: &[Vec<RunnerId>]) {
+        let mut others = permutations.iter().filter(|p| !is_identity(p));
+        if permutations.len() == 2 {
+            // One other renaming (two symmetric runners, the default): compare, rename in place.
+            if let Some(p) = others.next() {
+                if self.cmp_renamed_runners(p, self) == Ordering::Less {
+                    self.rename_runners_in_place(p);
+                }
+            }
+            return;
+        }
+        let mut best: Option<State> = None;
+        for p in others {
+            let so_far = best.as_ref().unwrap_or(self);
+            if self.cmp_renamed_runners(p, so_far) == Ordering::Less {
+                best = Some(self.rename_runners(p));
+            }
+        }
+        if let Some(best) = best {
+            *self = best;
         }
     }
 
@@ -114,7 +150,11 @@ impl State {
             .then_with(|| p.runners(&self.runners).cmp(&other.runners))
             .then_with(|| p.in_flight(&self.in_flight).cmp(&other.in_flight))
             .then_with(|| self.targets.cmp(&other.targets))
-            .then_with(|| p.ledger(&self.ledger).cmp(&other.ledger))
+            .then_with(|| {
+                let mut ledger = self.ledger.clone();
+                p.rename_ledger(&mut ledger);
+                ledger.cmp(&other.ledger)
+            })
     }
 }
 
@@ -181,7 +221,12 @@ impl State {
             },
             _ => *m,
         };
-        s.in_flight = s.in_flight.iter().map(message).collect();
+        if s.in_flight
+            .iter()
+            .any(|m| m.job == job && matches!(m.kind, MessageKind::Result(_)))
+        {
+            s.in_flight.map_in_place(message);
+        }
         if !s.ledger.is_empty() {
             let record = |o: &Observation| match o.kind {
                 MessageKind::Result(outcome) if o.job == job => Observation {
@@ -191,11 +236,8 @@ impl State {
                 },
                 _ => *o,
             };
-            s.ledger = s
-                .ledger
-                .iter()
-                .map(|e| map_entry(e, message, record, |a| a))
-                .collect();
+            s.ledger
+                .map_in_place(|e| map_entry(e, message, record, |a| a));
         }
     }
 
@@ -228,9 +270,9 @@ impl State {
         if self.attempts.windows(2).all(|w| w[0].job <= w[1].job) {
             return;
         }
-        let mut order: Vec<usize> = (0..self.attempts.len()).collect();
+        let mut order: SmallVec<[usize; 8]> = (0..self.attempts.len()).collect();
         order.sort_by_key(|&a| self.attempts[a].job);
-        let mut new_id = vec![0 as AttemptId; order.len()];
+        let mut new_id: SmallVec<[AttemptId; 8]> = smallvec::smallvec![0; order.len()];
         for (new, &old) in order.iter().enumerate() {
             new_id[old] = new as AttemptId;
         }
@@ -263,18 +305,14 @@ impl State {
             lease: lease(m.lease),
             ..*m
         };
-        s.in_flight = s.in_flight.iter().map(message).collect();
+        s.in_flight.map_in_place(message);
         if !s.ledger.is_empty() {
             let record = |o: &Observation| Observation {
                 attempt: o.attempt.map(id),
                 named_attempt: id(o.named_attempt),
                 ..*o
             };
-            s.ledger = s
-                .ledger
-                .iter()
-                .map(|e| map_entry(e, message, record, id))
-                .collect();
+            s.ledger.map_in_place(|e| map_entry(e, message, record, id));
         }
     }
 }
@@ -310,17 +348,14 @@ impl State {
             job: rename(m.job),
             ..*m
         };
-        s.in_flight = self.in_flight.iter().map(message).collect();
+        s.in_flight.map_in_place(message);
         if !s.ledger.is_empty() {
             let record = |o: &Observation| Observation {
                 job: rename(o.job),
                 ..*o
             };
-            s.ledger = self
-                .ledger
-                .iter()
-                .map(|e| map_entry(e, message, record, |a| a))
-                .collect();
+            s.ledger
+                .map_in_place(|e| map_entry(e, message, record, |a| a));
         }
         s
     }
@@ -373,12 +408,6 @@ impl State {
     fn canonical(&self, exchange_outcomes: bool) -> State {
         let symmetric = self.runners.iter().filter(|r| r.project == 0).count() as u8;
         let runner_permutations = cached_permutations(symmetric);
-        let mut least: Option<State> = None;
-        let mut consider = |candidate: State| {
-            if least.as_ref().is_none_or(|l| candidate < *l) {
-                least = Some(candidate);
-            }
-        };
         let open = (0..self.jobs.len() as JobId)
             .filter(|&j| self.claim_order_matters(j))
             .count();
@@ -389,31 +418,29 @@ impl State {
         } else {
             job_permutations.len()
         };
+        // Each job renaming that keeps claim order, with the ledger in job order, the outcomes
+        // named canonically and the least runner renaming; the least of them. The identity comes
+        // first (permutations are in lexicographic order) and always keeps claim order.
+        let canonical = |mut c: State| {
+            c.canonicalize_attempts();
+            if exchange_outcomes {
+                c.canonicalize_outcomes();
+            }
+            c.least_runner_renaming(&runner_permutations);
+            c
+        };
+        let mut least = canonical(self.clone());
         for jobs in job_permutations
             .iter()
             .take(candidates)
-            .filter(|p| self.keeps_claim_order(p))
+            .filter(|p| !is_identity(p) && self.keeps_claim_order(p))
         {
-            let mut canonical = if is_identity(jobs) {
-                self.clone()
-            } else {
-                self.rename_jobs(jobs)
-            };
-            canonical.canonicalize_attempts();
-            if exchange_outcomes {
-                canonical.canonicalize_outcomes();
+            let candidate = canonical(self.rename_jobs(jobs));
+            if candidate < least {
+                least = candidate;
             }
-            // The least runner renaming of `canonical`, built only when it is the least so far.
-            let mut best: Option<State> = None;
-            for runners in runner_permutations.iter().filter(|p| !is_identity(p)) {
-                let so_far = best.as_ref().unwrap_or(&canonical);
-                if canonical.cmp_renamed_runners(runners, so_far) == Ordering::Less {
-                    best = Some(canonical.rename_runners(runners));
-                }
-            }
-            consider(best.unwrap_or(canonical));
         }
-        least.expect("at least the identity")
+        least
     }
 }
 

@@ -786,6 +786,25 @@ fn reductions_are_symmetries(ledger: u8) {
             }
             let representative = s.representative();
             assert_eq!(representative.representative(), representative);
+            // It is the least of the images it is defined by, each built in full: every job
+            // renaming that keeps claim order (the ledger then in job order, the outcomes named
+            // canonically) under every runner renaming.
+            let job_renamings: &[[JobId; 2]] =
+                if (0..2).filter(|&j| s.claim_order_matters(j)).count() <= 1 {
+                    &[[0, 1], [1, 0]]
+                } else {
+                    &[[0, 1]]
+                };
+            let least = job_renamings
+                .iter()
+                .flat_map(|jobs| {
+                    let mut image = s.rename_jobs(jobs);
+                    image.canonicalize_attempts();
+                    image.canonicalize_outcomes();
+                    [image.rename_runners(&[0, 1]), image.rename_runners(&[1, 0])]
+                })
+                .min();
+            assert_eq!(least.as_ref(), Some(&representative), "{s:?}");
             // The lazy comparison and the hash agree with building the image and with `Eq`.
             let swapped = s.rename_runners(&[1, 0]);
             for other in [&s, &swapped, &representative] {
