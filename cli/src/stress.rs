@@ -51,6 +51,10 @@ pub struct StressArgs {
     /// throwaway cluster is started.
     #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// The PostgreSQL schema our tables live in (created if missing; every connection's
+    /// search_path), in the fresh database.
+    #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
+    schema: String,
     /// Print the summary as one JSON document on stdout.
     #[arg(long)]
     json: bool,
@@ -93,6 +97,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             program: std::env::current_exe().context("finding the leasewright executable")?,
             count,
             sweep_interval: Duration::from_millis(lease_ttl_ms / 4),
+            schema: args.schema.clone(),
         }),
         None => None,
     };
@@ -155,6 +160,7 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
         let mut config = LoadConfig::short(args.runners, args.ops, seed);
         config.lease_ttl = Duration::from_millis(lease_ttl_ms);
         config.pool_size = args.pool;
+        config.schema = args.schema.clone();
         config.max_duration = Duration::from_secs(args.max_seconds);
         config.progress = true;
         config.faults = Faults::default();
@@ -235,7 +241,9 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
             }) {
                 eprintln!(
                     "leasewright stress: database `{name}` kept on the server; audit its ledger \
-                     with `leasewright audit --database-url <the server's URL with /{name}>`"
+                     with `leasewright audit --schema {}` and DATABASE_URL set to the server's \
+                     URL with /{name}",
+                    args.schema
                 );
             }
         }

@@ -42,6 +42,7 @@ fn bad_arguments_are_exit_2_for_every_subcommand() {
         &["runner", "--server", "http://127.0.0.1:9"],
         &["op", "project", "p"],
         &["stress", "--runners", "0"],
+        &["stress", "--schema", "Robert'); DROP"],
         &["no-such-command"],
     ] {
         let (code, _, err, _) = leasewright(args);

@@ -139,3 +139,50 @@ async fn two_schemas_of_one_database_are_independent() {
         "a runner of schema a is unknown in schema b"
     );
 }
+
+/// `stress --schema NAME`: the fresh database keeps its tables in that schema, in-process and
+/// over HTTP (where the control plane it starts is given the schema too), and none in the
+/// default one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stress_keeps_its_tables_in_the_schema_it_is_given() {
+    let db = TestDatabase::create().await.expect("a test database");
+    for (schema, over_http) in [("stress_here", false), ("stress_http", true)] {
+        let mut args = vec![
+            "stress",
+            "--runners",
+            "4",
+            "--ops",
+            "200",
+            "--schema",
+            schema,
+            "--keep-database",
+        ];
+        if over_http {
+            args.push("--http");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+            .args(&args)
+            .env("DATABASE_URL", db.url())
+            .output()
+            .expect("runs leasewright");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        let kept = err
+            .split("database `")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .expect("the kept database's name");
+        let url = db
+            .url()
+            .replace(&format!("/{}", db.name()), &format!("/{kept}"));
+        let ours = tables(&url, schema).await;
+        assert!(ours.iter().any(|t| t == "jobs"), "{args:?}: {ours:?}");
+        assert!(tables(&url, "leasewright").await.is_empty(), "{args:?}");
+        let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+        sqlx::query(&format!("DROP DATABASE {kept} WITH (FORCE)"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}

@@ -69,6 +69,8 @@ impl Faults {
 /// How to run the load.
 #[derive(Clone, Debug)]
 pub struct LoadConfig {
+    /// The schema the tables live in (`stress --schema`; created if missing).
+    pub schema: String,
     /// Runner tasks (each its own runner identity).
     pub runners: usize,
     /// Stop starting new work once this many calls were recorded.
@@ -106,6 +108,7 @@ impl LoadConfig {
     /// A short profile: `runners` runners, `ops` calls, a 300 ms lease.
     pub fn short(runners: usize, ops: usize, seed: u64) -> Self {
         Self {
+            schema: imp::DEFAULT_SCHEMA.to_owned(),
             runners,
             ops,
             seed,
@@ -390,7 +393,7 @@ pub async fn run(database_url: &str, config: &LoadConfig) -> Result<RunOutcome, 
             lease_ttl: config.lease_ttl,
             max_connections: config.pool_size,
             acquire_timeout: Duration::from_secs(3),
-            ..Default::default()
+            schema: config.schema.clone(),
         },
     )
     .await?;

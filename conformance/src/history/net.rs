@@ -706,16 +706,25 @@ async fn serve(state: Arc<ProxyState>, client: TcpStream) {
 /// Start a control plane on a free port. The server's start-up future is not provably `Send`
 /// (sqlx's executor bounds), so a spawned task runs it to completion in place (multi-threaded
 /// runtime only); the server itself runs on the current runtime.
-async fn start_server(database_url: &str, lease_ttl: Duration) -> Result<app::Server, String> {
-    let database_url = database_url.to_owned();
+async fn start_server(
+    database_url: &str,
+    lease_ttl: Duration,
+    schema: &str,
+) -> Result<app::Server, String> {
+    let (database_url, schema) = (database_url.to_owned(), schema.to_owned());
     tokio::task::block_in_place(move || {
-        tokio::runtime::Handle::current().block_on(start_server_owned(database_url, lease_ttl))
+        tokio::runtime::Handle::current().block_on(start_server_owned(
+            database_url,
+            lease_ttl,
+            schema,
+        ))
     })
 }
 
 async fn start_server_owned(
     database_url: String,
     lease_ttl: Duration,
+    schema: String,
 ) -> Result<app::Server, String> {
     let database_url = database_url.as_str();
     let listener = TcpListener::bind("127.0.0.1:0")
@@ -725,6 +734,7 @@ async fn start_server_owned(
         operator_token: Some(OPERATOR_TOKEN.into()),
         manual_clock: false,
         sweep_interval: None,
+        schema,
         ..ServerConfig::default()
     };
     app::start(database_url, lease_ttl, listener, config)
@@ -746,6 +756,8 @@ pub struct ReplicaProcesses {
     pub count: usize,
     /// Each replica's own expiry-sweep interval (`serve --sweep-interval-ms`).
     pub sweep_interval: Duration,
+    /// The schema the replicas keep the tables in (`serve --schema`).
+    pub schema: String,
 }
 
 /// One running replica: its process, its address, and the recorded op that stands for the
@@ -775,6 +787,7 @@ async fn start_replica(
             .arg(format!("{}", lease_ttl.as_secs_f64()))
             .arg("--sweep-interval-ms")
             .arg(spec.sweep_interval.as_millis().max(10).to_string())
+            .args(["--schema", &spec.schema])
             .env("DATABASE_URL", database_url)
             .env("LEASEWRIGHT_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .stdin(std::process::Stdio::null())
@@ -856,7 +869,7 @@ pub async fn run_with(
     match replicas {
         None => {
             server = Some(
-                start_server(database_url, config.lease_ttl)
+                start_server(database_url, config.lease_ttl, &config.schema)
                     .await
                     .map_err(|e| setup_error("starting the control plane", e))?,
             );
@@ -952,7 +965,7 @@ pub async fn run_with(
             lease_ttl: config.lease_ttl,
             max_connections: 4,
             acquire_timeout: Duration::from_secs(3),
-            ..Default::default()
+            schema: config.schema.clone(),
         },
     )
     .await?;
@@ -968,6 +981,7 @@ pub async fn run_with(
             api.clone(),
             database_url.to_owned(),
             config.lease_ttl,
+            config.schema.clone(),
             every,
             stop_background.clone(),
             counts.clone(),
@@ -1079,6 +1093,7 @@ async fn restart_servers(
     api: Arc<HttpApi>,
     database_url: String,
     lease_ttl: Duration,
+    schema: String,
     every: Duration,
     stop: Arc<AtomicBool>,
     counts: Arc<Mutex<FaultCounts>>,
@@ -1094,7 +1109,7 @@ async fn restart_servers(
         }
         // Down for a moment: runners see refused connections and rejoin.
         tokio::time::sleep(lease_ttl / 2).await;
-        let started = (|| start_server(&database_url, lease_ttl))
+        let started = (|| start_server(&database_url, lease_ttl, &schema))
             .retry(super::retries(Duration::from_millis(100), 49))
             .await;
         let Ok(new) = started else {
