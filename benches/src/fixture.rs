@@ -96,6 +96,23 @@ pub fn uses_database_url() -> bool {
     std::env::var("DATABASE_URL").is_ok_and(|url| !url.is_empty())
 }
 
+static SCHEMA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Keep the implementation's tables of every benchmark database in `schema` (`bench --schema`)
+/// instead of [`leasewright_impl::DEFAULT_SCHEMA`]: the store, the in-process control planes and
+/// the `serve` processes all use it. Set once, before the first fixture; a second call is
+/// ignored (the process's benchmarks share one schema, as they share `DATABASE_URL`).
+pub fn set_schema(schema: &str) {
+    let _ = SCHEMA.set(schema.to_owned());
+}
+
+/// The schema of [`set_schema`], else the default.
+pub fn schema() -> &'static str {
+    SCHEMA
+        .get()
+        .map_or(leasewright_impl::DEFAULT_SCHEMA, String::as_str)
+}
+
 /// A benchmark database with the implementation's schema (migrations applied) and the baselines'
 /// tables (schema `leasewright_bench`).
 pub struct Fixture {
@@ -159,7 +176,7 @@ impl Fixture {
             lease_ttl: Duration::from_secs(3600),
             max_connections: pool_size as u32,
             acquire_timeout: Duration::from_secs(60),
-            ..Default::default()
+            schema: schema().to_owned(),
         };
         let store = database.store(Arc::new(SystemClock), config).await?;
         let pool = store.pool().clone();
@@ -309,6 +326,7 @@ impl Fixture {
                 .map_err(|e| BenchError::Invalid(format!("no local port: {e}")))?;
             let config = leasewright_server::app::ServerConfig {
                 max_connections: per_replica,
+                schema: schema().to_owned(),
                 ..Default::default()
             };
             let server = leasewright_server::app::start(

@@ -33,6 +33,8 @@ impl ServeProcess {
                 "3600",
                 "--database-connections",
                 &connections.to_string(),
+                "--schema",
+                crate::fixture::schema(),
             ])
             .env("DATABASE_URL", database_url)
             .env("LEASEWRIGHT_OPERATOR_TOKEN", operator_token())

@@ -76,7 +76,7 @@ pub async fn run(
     let reloptions: Vec<(String, String)> = sqlx::query_as(
         "SELECT c.relname::text, coalesce(array_to_string(c.reloptions, ', '), '(defaults)')
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname = ANY($1)
+         WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname = ANY($1)
          ORDER BY 1",
     )
     .bind(TABLES.iter().map(|t| t.to_string()).collect::<Vec<_>>())
@@ -133,7 +133,7 @@ async fn table_stats(fixture: &Fixture) -> Result<Vec<TableStats>, BenchError> {
     let rows: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT relname::text, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count,
                 pg_total_relation_size(relid)
-         FROM pg_stat_user_tables WHERE schemaname = 'public' AND relname = ANY($1)
+         FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = ANY($1)
          ORDER BY relname",
     )
     .bind(TABLES.iter().map(|t| t.to_string()).collect::<Vec<_>>())

@@ -333,7 +333,7 @@ async fn index_scans(fixture: &Fixture) -> Result<Vec<(String, String, i64)>, Be
         .await;
     Ok(sqlx::query_as(
         "SELECT relname::text, indexrelname::text, idx_scan FROM pg_stat_user_indexes
-         WHERE schemaname = 'public' ORDER BY relname, indexrelname",
+         WHERE schemaname = current_schema() ORDER BY relname, indexrelname",
     )
     .fetch_all(&fixture.pool)
     .await?)

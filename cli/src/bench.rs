@@ -18,6 +18,10 @@ pub struct BenchArgs {
         hide_env_values = true
     )]
     database_url: Option<String>,
+    /// The PostgreSQL schema the implementation's tables live in, in each fresh benchmark
+    /// database (and in the control planes the HTTP benchmarks start).
+    #[arg(long, global = true, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
+    schema: String,
     /// Print the report as JSON on stdout.
     #[arg(long, global = true)]
     json: bool,
@@ -242,6 +246,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         // benchmark database module reads DATABASE_URL.
         std::env::set_var("DATABASE_URL", url);
     }
+    fixture::set_schema(&args.schema);
     if fixture::uses_database_url() {
         if let Ok(url) = std::env::var("DATABASE_URL") {
             if let Err(error) = crate::db::probe_blocking(&url) {

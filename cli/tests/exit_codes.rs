@@ -43,6 +43,7 @@ fn bad_arguments_are_exit_2_for_every_subcommand() {
         &["op", "project", "p"],
         &["stress", "--runners", "0"],
         &["stress", "--schema", "Robert'); DROP"],
+        &["bench", "claims", "--schema", "Robert'); DROP"],
         &["no-such-command"],
     ] {
         let (code, _, err, _) = leasewright(args);

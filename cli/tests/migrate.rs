@@ -186,3 +186,30 @@ async fn stress_keeps_its_tables_in_the_schema_it_is_given() {
         pool.close().await;
     }
 }
+
+/// `bench --schema NAME`: each fresh benchmark database keeps the implementation's tables in
+/// that schema. The check runs inside the benchmark, on its store's own connections, through the
+/// experiments' `LEASEWRIGHT_BENCH_SETUP_SQL` (run once after the migrations): a division by
+/// zero, and so a failed benchmark, unless the connection's schema is NAME and holds `jobs`.
+#[test]
+fn bench_keeps_its_tables_in_the_schema_it_is_given() {
+    let check = "SELECT 1 / (current_schema() = 'bench_here')::int; \
+                 SELECT 1 / count(*)::int FROM information_schema.tables \
+                 WHERE table_schema = 'bench_here' AND table_name = 'jobs'";
+    let bench = |schema: &str| {
+        Command::new(env!("CARGO_BIN_EXE_leasewright"))
+            .args(["bench", "writes", "--operations", "5", "--batch", "2"])
+            .args(["--schema", schema])
+            .env("LEASEWRIGHT_BENCH_SETUP_SQL", check)
+            .output()
+            .expect("runs leasewright")
+    };
+    let out = bench("bench_here");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // The same check fails in the default schema: it tells the two apart.
+    let out = bench(DEFAULT_SCHEMA);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("division by zero"), "{err}");
+}
