@@ -46,6 +46,10 @@ pub struct CheckArgs {
     /// Every job, of both projects, names one target slot.
     #[arg(long)]
     shared_slot: bool,
+    /// Let executing runners send the side effects of R8 (source fetch, log append, artifact
+    /// put/get, cache put/get), probed in every state (off by default: they multiply the states).
+    #[arg(long)]
+    side_effects: bool,
     /// Deployment target kind: fenced, idempotent or unfenced (a variant may require one).
     #[arg(long, default_value_t = Config::default().target)]
     target: TargetKind,
@@ -81,7 +85,7 @@ pub struct CheckArgs {
 pub enum Profile {
     /// The configurations CI checks: every target kind, two jobs with disconnects and rejoins,
     /// two-tick leases with two jobs, three attempts, runner-clock skew, outsider jobs, shared
-    /// slots (docs/model.md says what each covers).
+    /// slots, the side effects of R8 (docs/model.md says what each covers).
     Ci,
 }
 
@@ -198,6 +202,26 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                     unreachable: &[],
                 },
                 Named {
+                    name: "one-job-side-effects",
+                    config: Config {
+                        lease_ttl: 1,
+                        disconnects: false,
+                        side_effects: true,
+                        ..one_job.clone()
+                    },
+                    unreachable: &[],
+                },
+                Named {
+                    name: "outsider-side-effects",
+                    config: Config {
+                        jobs: 1,
+                        outsider_jobs: 1,
+                        side_effects: true,
+                        ..two_jobs.clone()
+                    },
+                    unreachable: NEEDS_RETRY_ON_ONE_SLOT,
+                },
+                Named {
                     name: "shared-slot",
                     config: Config {
                         jobs: 1,
@@ -225,6 +249,7 @@ impl CheckArgs {
             target: self.target,
             outsider_jobs: self.outsider_jobs,
             shared_slot: self.shared_slot,
+            side_effects: self.side_effects,
             ..Config::default()
         }
         .with_variant(self.variant)
@@ -698,8 +723,12 @@ fn summary(c: &Config) -> String {
             )
         } else {
             "ledger checked by probes".to_string()
-        }
-    )
+        },
+    ) + if c.side_effects {
+        ", side effects (R8)"
+    } else {
+        ""
+    }
 }
 
 fn save_trace(

@@ -254,6 +254,9 @@ pub fn delivered(before: &State, action: &Action) -> Option<Message> {
             runner,
             runner_time,
         } => LeaseModel::message(before, *runner, MessageKind::Heartbeat, *runner_time),
+        Action::SideEffect { runner, effect } => {
+            LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
+        }
         _ => None,
     }
 }

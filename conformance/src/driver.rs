@@ -71,7 +71,9 @@ impl Part {
                 "the observations' lease id, fence, outcome, runner time and payload digest"
             }
             Part::Targets => "the target slots (mutations applied, highest token)",
-            Part::Answers => "the values the rules return (claim, heartbeat, rejoin, sweep)",
+            Part::Answers => {
+                "the values the rules return (claim, heartbeat, rejoin, sweep, a get's content)"
+            }
         }
     }
 }
@@ -191,6 +193,9 @@ pub enum Answer {
     Rejoin { instruction: &'static str },
     /// The expiry sweep: the jobs it made `uncertain`.
     Sweep { uncertain: Vec<u8> },
+    /// An accepted `artifact get` or `cache get` (R8): the content it served
+    /// ([`crate::side_effects::served_label`]).
+    Served { content: String },
 }
 
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
@@ -202,6 +207,7 @@ pub fn payload_label(m: &leasewright_model::Message) -> Option<String> {
             "result {outcome} {}",
             crate::pg::result_digest(outcome, m.digest)
         )),
+        MessageKind::SideEffect(effect) => crate::side_effects::payload_label(effect),
         _ => None,
     }
 }
@@ -362,6 +368,10 @@ pub fn project_model(
                 runner_time,
             } => LeaseModel::message(before, *runner, MessageKind::Heartbeat, *runner_time)
                 .map(|m| model.observation(before, &m)),
+            Action::SideEffect { runner, effect } => {
+                LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
+                    .map(|m| model.observation(before, &m))
+            }
             Action::Replay {
                 runner,
                 message,
@@ -430,6 +440,14 @@ fn model_details(model: &LeaseModel, before: &State, action: &Action, after: &St
             lease_ticks: i64::from(model.config.lease_ttl),
             cancel_requested: after.jobs[m.job as usize].cancel_requested,
         }),
+        (_, Some(m)) if accepted && matches!(m.kind, MessageKind::SideEffect(e) if e.serves()) => {
+            let MessageKind::SideEffect(effect) = m.kind else {
+                unreachable!("matched above")
+            };
+            model.served(before, &m).map(|content| Answer::Served {
+                content: crate::side_effects::model_served_label(effect, content),
+            })
+        }
         (_, Some(m)) if m.kind == MessageKind::Rejoin => Some(Answer::Rejoin {
             instruction: rejoin_instruction(
                 accepted,

@@ -280,6 +280,9 @@ fn delivery(m: &Message) -> Value {
         // attempt's own: the target compares what it is sent (§8.4). The traces this driver
         // replays give every job a slot of its own (`suite::in_process_only`), so slot j is
         // job j's.
+        // Not in the driver protocol yet: the traces with side effects are in-process only
+        // (`suite::in_process_only`), so none reaches here.
+        MessageKind::SideEffect(effect) => json!({"action": effect.name().replace(' ', "_")}),
         MessageKind::TargetMutation => json!({
             "action": "target_mutation",
             "runner": m.sender,
@@ -348,6 +351,11 @@ pub fn step_request(
             "finding": finding.as_str(),
             "decision": decision.as_str(),
         }),
+        Action::SideEffect { runner, effect } => delivery(
+            &LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0).ok_or_else(
+                || DriverError::Unmappable(format!("a side effect from runner {runner}")),
+            )?,
+        ),
         Action::Result { .. }
         | Action::TargetMutation { .. }
         | Action::StopExecuting { .. }

@@ -927,6 +927,10 @@ impl HttpSession {
                 });
                 answer(result, |r| &r.verdict)
             }
+            MessageKind::SideEffect(effect) => Err(unmappable(format!(
+                "{}: the HTTP driver does not send side effects (suite::in_process_only)",
+                effect.name()
+            ))),
             MessageKind::TargetMutation => {
                 let slot = &self.slots[m.job as usize];
                 // The slot token the model's message carries, not the named attempt's own (the
@@ -1299,6 +1303,12 @@ impl Session for HttpSession {
                         .await,
                     |r| &r.verdict,
                 )?)
+            }
+            Action::SideEffect { effect, .. } => {
+                return Err(unmappable(format!(
+                    "{}: the HTTP driver does not send side effects (suite::in_process_only)",
+                    effect.name()
+                )))
             }
             // Runner-local steps, as in-process: nothing reaches the server.
             Action::Result { .. }

@@ -20,6 +20,7 @@ pub mod replay;
 pub mod scenarios;
 pub mod select;
 pub mod shard;
+pub mod side_effects;
 pub mod suite;
 pub mod summary;
 pub mod traces;

@@ -357,6 +357,7 @@ impl PgSession {
                 });
                 observed(&answer.verdict())
             }
+            MessageKind::SideEffect(effect) => self.side_effect(&tuple, effect, at).await?,
             MessageKind::TargetMutation => {
                 // The slot token the model's message carries (a stale or forged one included),
                 // not the named attempt's own: the target compares what it is sent (§8.4). Model
@@ -443,6 +444,15 @@ impl Session for PgSession {
                     .await?,
             ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
+            Action::SideEffect { runner, effect } => {
+                let m = LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
+                    .ok_or_else(|| {
+                    unmappable(format!(
+                        "a side effect from runner {runner}, which holds no attempt"
+                    ))
+                })?;
+                Some(self.deliver(&m).await?)
+            }
             Action::Replay {
                 runner,
                 message,
@@ -635,6 +645,47 @@ impl Session for PgSession {
 }
 
 impl PgSession {
+    /// Rule R8 through the Store's side-effect API: the model's bounded payloads as the bytes of
+    /// [`crate::side_effects`]; an accepted get's content is the step's answer.
+    async fn side_effect(
+        &mut self,
+        tuple: &imp::Tuple,
+        effect: model::SideEffect,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<Observed, DriverError> {
+        use crate::side_effects::{payload_bytes, served_label, ARTIFACT_NAME, CACHE_KEY};
+        use model::SideEffect as E;
+        let bytes = payload_bytes(effect).unwrap_or_default();
+        let store = &self.store;
+        let served = match effect {
+            E::SourceFetch => {
+                let v = store.fetch_source(tuple, at).await.map_err(failed)?;
+                return Ok(observed(&v.without_value()));
+            }
+            E::LogAppend { seq, .. } => {
+                let v = store.append_log(tuple, i64::from(seq), &bytes, at);
+                return Ok(observed(&v.await.map_err(failed)?));
+            }
+            E::ArtifactPut { .. } => {
+                let v = store.put_artifact(tuple, ARTIFACT_NAME, &bytes, at);
+                return Ok(observed(&v.await.map_err(failed)?));
+            }
+            E::CachePut { .. } => {
+                let v = store.cache_put(tuple, CACHE_KEY, &bytes, at);
+                return Ok(observed(&v.await.map_err(failed)?));
+            }
+            E::ArtifactGet => store.get_artifact(tuple, ARTIFACT_NAME, at).await,
+            E::CacheGet => store.cache_get(tuple, CACHE_KEY, at).await,
+        }
+        .map_err(failed)?;
+        if let imp::Verdict::Accepted(content) = &served {
+            self.answer = Some(Answer::Served {
+                content: served_label(effect, content),
+            });
+        }
+        Ok(observed(&served.without_value()))
+    }
+
     /// Whole ticks from the clock's now to `at`.
     fn ticks_from_now(&self, at: DateTime<Utc>) -> i64 {
         (at - imp::Clock::now(self.clock.as_ref())).num_milliseconds() / TICK.num_milliseconds()
@@ -720,16 +771,12 @@ impl PgSession {
             imp::Verdict::Acknowledged => (model::Verdict::Acknowledged, None),
             imp::Verdict::Rejected(r) => (model::Verdict::Rejected, Some(code(r.as_str())?)),
         };
-        let kind = match o.kind.as_str() {
-            "heartbeat" => "heartbeat",
-            "result" => "result",
-            "rejoin" => "rejoin",
-            other => {
-                return Err(DriverError::Implementation(format!(
-                    "an observation of kind {other} in a trace that sends none"
-                )))
-            }
-        };
+        let kind = crate::side_effects::kind_name(o.kind.as_str()).ok_or_else(|| {
+            DriverError::Implementation(format!(
+                "an observation of kind {} in a trace that sends none",
+                o.kind.as_str()
+            ))
+        })?;
         let runners: Vec<Uuid> = self.runners.iter().map(|r| r.0).collect();
         let jobs: Vec<Uuid> = self.jobs.iter().map(|j| j.0).collect();
         let attempts: Vec<Uuid> = self.attempts.iter().map(|a| a.0).collect();

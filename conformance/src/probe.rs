@@ -20,7 +20,7 @@
 
 use leasewright_model::{
     Action, Decision, Expected, Finding, Forge, LeaseModel, Message, MessageKind, Outcome, Reason,
-    State, FORGED_FENCE, FORGED_LEASE,
+    SideEffect, State, FORGED_FENCE, FORGED_LEASE,
 };
 use stateright::Model;
 
@@ -63,8 +63,13 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
             tuples.push((attempt.lease, other.fence));
             tuples.push((other.lease, other.fence));
         }
+        // With side effects (R8), one of each side-effect kind too.
+        let mut kinds = server_kinds();
+        if model.config.side_effects {
+            kinds.extend(SideEffect::EACH_KIND.map(MessageKind::SideEffect));
+        }
         for sender in 0..senders {
-            for (k, kind) in server_kinds().into_iter().enumerate() {
+            for (k, &kind) in kinds.iter().enumerate() {
                 for &(lease, fence) in &tuples {
                     for job in 0..s.jobs.len() as u8 {
                         let message = Message {
@@ -106,6 +111,27 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
                 },
                 forge: Forge::AsIs,
             });
+        }
+        // R8: every side effect of the bounded domains under the attempt's own tuple (a log
+        // append of a stored sequence number with other content, a get of nothing stored).
+        if model.config.side_effects {
+            for effect in SideEffect::ALL {
+                out.push(Action::Replay {
+                    runner: attempt.runner,
+                    message: Message {
+                        kind: MessageKind::SideEffect(effect),
+                        sender: attempt.runner,
+                        job: attempt.job,
+                        attempt: a,
+                        lease: attempt.lease,
+                        fence: attempt.fence,
+                        runner_time: 0,
+                        digest: 0,
+                        token: 0,
+                    },
+                    forge: Forge::AsIs,
+                });
+            }
         }
         // The target mutation of the attempt carrying every slot token issued (another
         // attempt's: a stale or a later holder's, of its slot or of another), and carrying

@@ -147,6 +147,17 @@ pub fn shared_slot_configs(base: &Config) -> [(&'static str, Config); 2] {
     ]
 }
 
+/// The side-effect configuration of the default suite (issue 18 class 7): the configuration with
+/// the side effects of R8 (`source fetch`, `log append`, `artifact put`/`get`, `cache put`/`get`),
+/// walked and probed like a shared-slot configuration (its share of the steps is
+/// [`SHARED_SLOT_SHARE`]).
+pub fn side_effect_config(base: &Config) -> Config {
+    Config {
+        side_effects: true,
+        ..base.clone()
+    }
+}
+
 /// A named configuration's model and its random walks.
 type Walks = (&'static str, Arc<LeaseModel>, Vec<Generated<LeaseModel>>);
 
@@ -283,11 +294,15 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         0
     };
     let other_target_steps = selection.steps * OTHER_TARGET_SHARE / 100;
-    let shared_configs = if model.config.shared_slot {
+    let mut shared_configs = if model.config.shared_slot {
         Vec::new()
     } else {
         shared_slot_configs(&model.config).to_vec()
     };
+    // Class 7: the side effects of R8, walked and probed as these configurations are.
+    if !model.config.side_effects {
+        shared_configs.push(("side-effects", side_effect_config(&model.config)));
+    }
     let shared_steps = selection.steps * SHARED_SLOT_SHARE / 100;
     let main_steps = selection.steps
         - two_job_steps
@@ -349,7 +364,11 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                 &walk_prefixes(walks, TWO_JOB_PROBE_STATES),
                 selection.seed,
                 &format!("probe-{name}"),
-                &format!("the {name} walks (issue 13: one slot)"),
+                &if *name == "side-effects" {
+                    format!("the {name} walks (issue 18 class 7: R8)")
+                } else {
+                    format!("the {name} walks (issue 13: one slot)")
+                },
             ));
         }
     }

@@ -203,13 +203,14 @@ impl SuiteDriver for HttpDriver {
 
 /// Whether `trace` (of `model`) is one only the in-process driver replays today: shared slots
 /// and the outsider project's jobs (the HTTP and `--driver-cmd` drivers map one slot per job and
-/// read project 0's jobs only), and probes naming an identity no one created (over HTTP an
+/// read project 0's jobs only), the side effects of R8 (`Config::side_effects`: neither driver
+/// sends them yet), and probes naming an identity no one created (over HTTP an
 /// unknown runner is refused 401 before any check, docs/protocol.md §6.1, and an unknown job's
 /// record is readable by no project).
 pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
     use leasewright_model::Action;
     let c = &model.config;
-    if c.shared_slot || (c.outsider && c.outsider_jobs > 0) {
+    if c.shared_slot || (c.outsider && c.outsider_jobs > 0) || c.side_effects {
         return true;
     }
     let mut before = &trace.init;

@@ -1,5 +1,5 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS`
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS`
 //! (`MEASURE_STATES=N` stops after about N generated states).
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
@@ -19,6 +19,7 @@ fn main() {
         disconnects: args.get(5).map_or(d.disconnects, |&x| x != 0),
         ledger: *args.get(6).unwrap_or(&0),
         outsider_jobs: *args.get(7).unwrap_or(&0),
+        side_effects: args.get(8).is_some_and(|&x| x != 0),
         ..d
     };
     let start = std::time::Instant::now();

@@ -34,6 +34,7 @@ fn result(outcome: Outcome, digest: Digest) -> String {
 fn kind_of(m: &Message) -> String {
     match m.kind {
         MessageKind::Result(o) => result(o, m.digest),
+        MessageKind::SideEffect(effect) => effect.describe(),
         other => other.name().to_string(),
     }
 }
@@ -61,6 +62,9 @@ pub fn action(a: &Action) -> String {
             )
         }
         Action::TargetMutation { runner: r } => format!("{} sends a target mutation", runner(*r)),
+        Action::SideEffect { runner: r, effect } => {
+            format!("{} sends {}", runner(*r), effect.describe())
+        }
         Action::StopExecuting { runner: r } => format!("{} stops executing", runner(*r)),
         Action::Disconnect { runner: r } => format!("{} disconnects", runner(*r)),
         Action::Rejoin {
@@ -244,6 +248,14 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                 format!(
                     "{}->>Server: heartbeat\n    Server-->>{}: {verdict}",
                     runner(*r),
+                    runner(*r)
+                )
+            }
+            Action::SideEffect { runner: r, effect } => {
+                format!(
+                    "{}->>Server: {}\n    Server-->>{}: {verdict}",
+                    runner(*r),
+                    effect.describe(),
                     runner(*r)
                 )
             }

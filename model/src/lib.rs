@@ -14,11 +14,13 @@ pub mod itf;
 mod model;
 pub mod properties;
 pub mod search;
+pub mod side_effects;
 mod state;
 mod symmetry;
 pub mod trace;
 mod types;
 
 pub use model::LeaseModel;
+pub use side_effects::{CacheEntry, SideEffect};
 pub use state::*;
 pub use types::*;

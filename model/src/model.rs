@@ -230,6 +230,7 @@ impl LeaseModel {
             in_flight: Default::default(),
             targets: Targets::from_elem(Target::default(), c.slots() as usize),
             ledger: Ledger::default(),
+            cache: Default::default(),
         }
     }
 
@@ -258,6 +259,10 @@ impl LeaseModel {
                 runner_time,
             } => Self::message(state, *runner, MessageKind::Heartbeat, *runner_time)
                 .map(|m| self.delivery_verdict(state, &m)),
+            Action::SideEffect { runner, effect } => {
+                Self::message(state, *runner, MessageKind::SideEffect(*effect), 0)
+                    .map(|m| self.delivery_verdict(state, &m))
+            }
             Action::Claim { runner } => Some(match state.runners.get(*runner as usize) {
                 None => Expected::rejected(Reason::UnknownRunner),
                 Some(_) if self.claimable_job(state, *runner).is_some() => Expected::ACCEPTED,
@@ -393,10 +398,15 @@ impl LeaseModel {
     /// [`LeaseModel::server_verdict`], and the attempt the message's record is attributed to.
     fn judge(&self, s: &State, m: &Message) -> (Expected, Option<AttemptId>) {
         let identified = self.identify(s, m);
-        let verdict = match (self.flawed_completion(s, m), identified) {
-            (Some(flawed), _) => flawed,
-            (None, Err(reason)) => Expected::rejected(reason),
-            (None, Ok(a)) => self.standing(s, m, a),
+        let verdict = match (self.flawed_completion(s, m), identified, m.kind) {
+            (Some(flawed), _, _) => flawed,
+            (None, Err(reason), _) => Expected::rejected(reason),
+            (None, Ok(a), MessageKind::SideEffect(effect))
+                if self.config.variant == Variant::SideEffectsCheckRunnerOnly =>
+            {
+                self.side_effect_verdict(s, m, effect, a)
+            }
+            (None, Ok(a), _) => self.standing(s, m, a),
         };
         (verdict, identified.ok())
     }
@@ -433,7 +443,7 @@ impl LeaseModel {
             MessageKind::Heartbeat => variant == Variant::HeartbeatExtendsExpired,
             MessageKind::Rejoin => variant == Variant::RejoinResurrectsLease,
             MessageKind::Result(_) => variant == Variant::ResultAfterExpiry,
-            MessageKind::TargetMutation => false,
+            MessageKind::TargetMutation | MessageKind::SideEffect(_) => false,
         };
         let swept = attempt.state == AttemptState::Uncertain;
         let expired = s.clock >= attempt.lease_expiry;
@@ -449,6 +459,9 @@ impl LeaseModel {
         }
         if m.kind == MessageKind::Result(Outcome::Cancelled) && job.state != JobState::Cancelling {
             return Expected::rejected(Reason::CancelNotRequested);
+        }
+        if let MessageKind::SideEffect(effect) = m.kind {
+            return self.side_effect_verdict(s, m, effect, a);
         }
         Expected::ACCEPTED
     }
@@ -631,7 +644,7 @@ impl LeaseModel {
                         out.push(Message { kind, ..m });
                     }
                 }
-                MessageKind::Rejoin => {}
+                MessageKind::Rejoin | MessageKind::SideEffect(_) => {}
             }
             let tuple = Message {
                 kind: MessageKind::Heartbeat,
@@ -641,6 +654,17 @@ impl LeaseModel {
             };
             if !tuples.contains(&tuple) {
                 tuples.push(tuple);
+            }
+        }
+        // R8: every side effect under each tuple, from its own sender.
+        if self.config.side_effects {
+            for m in &tuples {
+                for effect in crate::side_effects::SideEffect::ALL {
+                    out.push(Message {
+                        kind: MessageKind::SideEffect(effect),
+                        ..*m
+                    });
+                }
             }
         }
         let runners = s.runners.len() as RunnerId;
@@ -682,6 +706,14 @@ impl LeaseModel {
                         kind: MessageKind::Result(outcome),
                         ..out[i]
                     });
+                }
+                if self.config.side_effects {
+                    for effect in crate::side_effects::SideEffect::EACH_KIND {
+                        out.push(Message {
+                            kind: MessageKind::SideEffect(effect),
+                            ..out[i]
+                        });
+                    }
                 }
             }
         }
@@ -837,6 +869,7 @@ impl LeaseModel {
                     s.attempts[m.attempt as usize].lease_expiry = s.clock + self.config.lease_ttl;
                 }
             }
+            MessageKind::SideEffect(effect) => self.apply_side_effect(s, m, effect),
             MessageKind::Result(outcome) => {
                 let job = &mut s.jobs[m.job as usize];
                 // The protocol completes the named attempt (it is the current one); the flawed
@@ -886,6 +919,8 @@ impl LeaseModel {
             digest: None,
             execution: Execution::Executing,
             expired: false,
+            log: 0,
+            artifact: 0,
         });
         let r = &mut s.runners[runner as usize];
         r.holding = Some(a);
@@ -1072,6 +1107,9 @@ impl LeaseModel {
                         };
                         self.push_results(s, runner, outcomes, actions);
                     }
+                    if r.connected && c.side_effects {
+                        self.side_effect_actions(s, runner, actions);
+                    }
                     let mutation = Self::message(s, runner, MessageKind::TargetMutation, 0);
                     if mutation.is_some_and(|m| !s.in_flight.contains(&m)) {
                         actions.push(Action::TargetMutation { runner });
@@ -1241,7 +1279,11 @@ impl Model for LeaseModel {
             // record: it is a step (a target's refusal is not recorded).
             let ledger = self.config.ledger > 0;
             actions.retain(|a| match a {
-                Action::Heartbeat { .. } | Action::Replay { .. } if ledger => true,
+                Action::Heartbeat { .. } | Action::Replay { .. } | Action::SideEffect { .. }
+                    if ledger =>
+                {
+                    true
+                }
                 Action::Deliver { message }
                     if ledger && message.kind != MessageKind::TargetMutation =>
                 {
@@ -1250,6 +1292,7 @@ impl Model for LeaseModel {
                 Action::Deliver { .. }
                 | Action::Replay { .. }
                 | Action::Heartbeat { .. }
+                | Action::SideEffect { .. }
                 | Action::Cancel { .. }
                 | Action::OutsiderCancel { .. }
                 | Action::OutsiderReconcile { .. } => self
@@ -1280,6 +1323,12 @@ impl Model for LeaseModel {
                 runner_time: skew,
             } => {
                 let m = Self::message(&s, runner, MessageKind::Heartbeat, skew)?;
+                self.receive(last, &mut s, &m);
+                self.deliver(&mut s, &m);
+            }
+            // A side effect is a request the server answers at receipt, as a heartbeat is.
+            Action::SideEffect { runner, effect } => {
+                let m = Self::message(&s, runner, MessageKind::SideEffect(effect), 0)?;
                 self.receive(last, &mut s, &m);
                 self.deliver(&mut s, &m);
             }

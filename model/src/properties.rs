@@ -70,6 +70,15 @@ pub const LEDGER_KEEPS_LATE_REPORTS: &str =
 /// Invariant 23: no record of another project's runner is attributed to this project's attempt.
 pub const LEDGER_NO_FOREIGN_RECORD: &str =
     "no record of another project's runner is attributed to this project's attempt";
+/// R8 (with [`Config::side_effects`]): a side effect the server accepts or acknowledges names the
+/// exact tuple of its job's current attempt, sent by that attempt's runner, while the attempt holds
+/// a valid lease (`active`, `now < lease_expiry`) and its job is `running`.
+pub const SIDE_EFFECTS_NEED_LEASE: &str =
+    "a side effect is served or stored only for the current attempt holding a valid lease";
+/// R8: each project's cache entry was stored by an attempt of that project's jobs, a `cache get`
+/// serves exactly its own project's entry and an `artifact get` exactly the attempt's own artifact.
+pub const CACHE_PER_PROJECT: &str =
+    "a cache get serves only its own project's entry, an artifact get only its attempt's own";
 
 /// A result of a superseded attempt was rejected `not_current`.
 pub const SOMETIMES_STALE_COMPLETION_REJECTED: &str = "a stale completion is rejected";
@@ -180,9 +189,12 @@ pub fn probe_key(s: &State) -> u64 {
             a.state,
             a.digest,
             a.execution == Execution::Executing,
+            a.log,
+            a.artifact,
         )
             .hash(&mut h);
     }
+    s.cache.hash(&mut h);
     s.runners.hash(&mut h);
     s.in_flight.hash(&mut h);
     h.finish()
@@ -249,6 +261,8 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::FenceReused => &[FENCES_INCREASE],
         Variant::SlotTokenResets => &[SLOT_TOKENS_INCREASE],
         Variant::IdempotencyKeyPerAttempt => &[IDEMPOTENT_TARGET_ONCE],
+        Variant::SideEffectsCheckRunnerOnly => &[SIDE_EFFECTS_NEED_LEASE, EXACT_TUPLE_ONLY],
+        Variant::CacheSharedAcrossProjects => &[CACHE_PER_PROJECT],
     }
 }
 
@@ -356,6 +370,8 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (LEDGER_RECORDS_EVERY_MESSAGE, ledger_records_every_message),
     (LEDGER_KEEPS_LATE_REPORTS, ledger_keeps_late_reports),
     (LEDGER_NO_FOREIGN_RECORD, ledger_no_foreign_record),
+    (SIDE_EFFECTS_NEED_LEASE, side_effects_need_lease),
+    (CACHE_PER_PROJECT, cache_per_project),
 ];
 
 fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
@@ -363,7 +379,7 @@ fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
 }
 
 /// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
-const SINGLE: [fn(&LeaseModel, &State) -> bool; 23] = [
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 25] = [
     single::<0>,
     single::<1>,
     single::<2>,
@@ -387,11 +403,13 @@ const SINGLE: [fn(&LeaseModel, &State) -> bool; 23] = [
     single::<20>,
     single::<21>,
     single::<22>,
+    single::<23>,
+    single::<24>,
 ];
 
 /// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
-/// `not_found` belong to log and artifact calls, which the model does not have, and `stale_fence`
-/// is [`SOMETIMES_STALE_FENCE`]).
+/// `not_found` belong to the side effects, [`SIDE_EFFECT_REASONS`], and `stale_fence` is
+/// [`SOMETIMES_STALE_FENCE`]).
 const REASONS: [(Reason, &str); 18] = [
     (Reason::UnknownRunner, "check produces unknown_runner"),
     (Reason::UnknownJob, "check produces unknown_job"),
@@ -424,6 +442,17 @@ const REASONS: [(Reason, &str); 18] = [
     ),
     (Reason::NothingToAdopt, "check produces nothing_to_adopt"),
 ];
+
+/// The rejection reasons only side effects give (§6.1 checks 14 and 15): `check` must show them
+/// produced when the configuration has side effects ([`Config::side_effects`]).
+const SIDE_EFFECT_REASONS: [(Reason, &str); 2] = [
+    (Reason::SequenceConflict, "check produces sequence_conflict"),
+    (Reason::NotFound, "check produces not_found"),
+];
+
+fn produces_side_effect_reason<const I: usize>(m: &LeaseModel, s: &State) -> bool {
+    produces(m, s, SIDE_EFFECT_REASONS[I].0)
+}
 
 fn produces_nth<const I: usize>(m: &LeaseModel, s: &State) -> bool {
     produces(m, s, REASONS[I].0)
@@ -662,6 +691,15 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
     }
     for ((_, name), condition) in REASONS.iter().zip(PRODUCES) {
         properties.push(Property::sometimes(name, condition));
+    }
+    if config.side_effects {
+        let conditions: [fn(&LeaseModel, &State) -> bool; 2] = [
+            produces_side_effect_reason::<0>,
+            produces_side_effect_reason::<1>,
+        ];
+        for ((_, name), condition) in SIDE_EFFECT_REASONS.iter().zip(conditions) {
+            properties.push(Property::sometimes(name, condition));
+        }
     }
     properties
 }
@@ -1164,4 +1202,58 @@ fn ledger_no_foreign_record(c: &Ctx<'_>) -> bool {
             .and_then(|attempt| s.jobs.get(attempt.job as usize))
             .is_some_and(|job| project(e.received.sender) == Some(job.project))
     })
+}
+
+/// R8: a side-effect probe the server accepts or acknowledges carries the exact tuple of its
+/// job's current attempt, sent by that attempt's runner, whose lease is valid (`active`,
+/// `now < lease_expiry`) while the job is `running` (not `cancelling`, not terminal).
+fn side_effects_need_lease(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    c.server_probes().all(|p| {
+        let msg = &p.msg;
+        !matches!(msg.kind, MessageKind::SideEffect(_))
+            || p.verdict.verdict == Verdict::Rejected
+            || (exact_current_tuple(s, msg) && {
+                let attempt = &s.attempts[msg.attempt as usize];
+                attempt.state == AttemptState::Active
+                    && s.clock < attempt.lease_expiry
+                    && s.jobs[msg.job as usize].state == JobState::Running
+            })
+    })
+}
+
+/// R8: every project's cache entry was stored by an attempt of one of that project's jobs; an
+/// accepted `cache get` serves its job's project's entry, an accepted `artifact get` the named
+/// attempt's own artifact.
+fn cache_per_project(c: &Ctx<'_>) -> bool {
+    use crate::side_effects::{artifact_of, SideEffect};
+    let (m, s) = (c.m, c.s);
+    let owned = s.cache.iter().enumerate().all(|(project, entry)| {
+        entry.is_none_or(|e| {
+            s.attempts
+                .get(e.stored_by as usize)
+                .and_then(|a| s.jobs.get(a.job as usize))
+                .is_some_and(|job| job.project as usize == project)
+        })
+    });
+    owned
+        && c.server_probes().all(|p| {
+            let msg = &p.msg;
+            if p.verdict != Expected::ACCEPTED {
+                return true;
+            }
+            let own = match msg.kind {
+                MessageKind::SideEffect(SideEffect::CacheGet) => s
+                    .jobs
+                    .get(msg.job as usize)
+                    .and_then(|job| s.cache[job.project as usize])
+                    .map(|e| e.content),
+                MessageKind::SideEffect(SideEffect::ArtifactGet) => s
+                    .attempts
+                    .get(msg.attempt as usize)
+                    .and_then(|a| artifact_of(a.artifact)),
+                _ => return true,
+            };
+            own.is_some() && m.served(s, msg) == own
+        })
 }

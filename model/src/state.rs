@@ -1,5 +1,6 @@
 //! The model's state, actions and configuration.
 
+use crate::side_effects::{Cache, SideEffect};
 use crate::types::*;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -51,6 +52,12 @@ pub struct Config {
     /// verdict and record of that message are still checked as a probe). `check` prints it.
     #[serde(default)]
     pub ledger: u8,
+    /// Let executing runners send the side effects of rule R8 (`source fetch`, `log append`,
+    /// `artifact put`, `artifact get`, `cache put`, `cache get`; [`crate::side_effects`]), and
+    /// probe them in every state. Off by default: each attempt's log and artifact and each
+    /// project's cache entry multiply the states.
+    #[serde(default)]
+    pub side_effects: bool,
 }
 
 impl Default for Config {
@@ -74,6 +81,7 @@ impl Default for Config {
             outsider_jobs: 0,
             shared_slot: false,
             ledger: 0,
+            side_effects: false,
         }
     }
 }
@@ -116,6 +124,12 @@ impl Config {
         if variant.needs_outsider_job() {
             self.outsider = true;
             self.outsider_jobs = self.outsider_jobs.max(1);
+        }
+        if variant.needs_side_effects() {
+            // Checked with the side effects, and one job of the checked project: the flaw shows
+            // in the first attempt.
+            self.side_effects = true;
+            self.jobs = 1;
         }
         self
     }
@@ -182,6 +196,13 @@ pub struct Attempt {
     pub execution: Execution,
     /// History: the lease expired while the attempt was `active` (sticky; set by `tick`).
     pub expired: bool,
+    /// Its log chunks (R8, [`Config::side_effects`]): two bits per sequence number, `0` none,
+    /// `1 + chunk` the chunk stored ([`crate::side_effects::chunk_at`]).
+    #[serde(default)]
+    pub log: u8,
+    /// Its artifact (R8, the one artifact name): `0` none, `1 + content` stored.
+    #[serde(default)]
+    pub artifact: u8,
 }
 
 /// A job.
@@ -233,6 +254,8 @@ pub enum MessageKind {
     Rejoin,
     /// R9 `target mutation`, runner → target, deployment id = the job.
     TargetMutation,
+    /// R8: a side effect with its payload ([`Config::side_effects`]).
+    SideEffect(SideEffect),
 }
 
 impl MessageKind {
@@ -243,6 +266,7 @@ impl MessageKind {
             Self::Result(_) => "result",
             Self::Rejoin => "rejoin",
             Self::TargetMutation => "target mutation",
+            Self::SideEffect(effect) => effect.name(),
         }
     }
 }
@@ -571,6 +595,9 @@ pub struct State {
     /// The server's ledger (only with [`Config::ledger`]; empty otherwise).
     #[serde(default)]
     pub ledger: Ledger,
+    /// Each project's cache entry of the one cache key (R8; only with [`Config::side_effects`]).
+    #[serde(default)]
+    pub cache: Cache,
 }
 
 impl Clone for State {
@@ -621,6 +648,12 @@ pub enum Action {
     },
     /// The runner mutates its job's target directly (once per attempt, connected or not).
     TargetMutation { runner: RunnerId },
+    /// The runner sends a side effect (R8) about the attempt it executes; like a heartbeat, a
+    /// request the server answers at receipt ([`Config::side_effects`]).
+    SideEffect {
+        runner: RunnerId,
+        effect: SideEffect,
+    },
     /// The runner's execution stops without an outcome (killed, crashed).
     StopExecuting { runner: RunnerId },
     /// The runner loses contact with the control plane (its in-flight messages may still arrive).
@@ -682,6 +715,7 @@ impl Action {
             Action::Heartbeat { .. } => "heartbeat",
             Action::Result { .. } => "result",
             Action::TargetMutation { .. } => "target_mutation",
+            Action::SideEffect { .. } => "side_effect",
             Action::StopExecuting { .. } => "stop_executing",
             Action::Disconnect { .. } => "disconnect",
             Action::Rejoin { .. } => "rejoin",
@@ -724,6 +758,7 @@ impl std::hash::Hash for State {
             in_flight,
             targets,
             ledger,
+            cache,
         } = self;
         h.write_u8(*clock);
         h.write_usize(jobs.len());
@@ -772,6 +807,8 @@ impl std::hash::Hash for State {
                 digest,
                 execution,
                 expired,
+                log,
+                artifact,
             } = *attempt;
             let [digest_tag, digest] = option(digest);
             let execution = match execution {
@@ -791,6 +828,8 @@ impl std::hash::Hash for State {
                 digest,
                 execution,
                 expired as u8,
+                log,
+                artifact,
             ]));
         }
         h.write_usize(runners.len());
@@ -821,6 +860,7 @@ impl std::hash::Hash for State {
                 MessageKind::Rejoin => 1,
                 MessageKind::TargetMutation => 2,
                 MessageKind::Result(o) => 3 + outcome(o),
+                MessageKind::SideEffect(effect) => 6 + effect.code(),
             };
             h.write_u128(pack([
                 kind,
@@ -864,6 +904,10 @@ impl std::hash::Hash for State {
                 applied_twice as u8,
                 attempts_applied,
             ]));
+        }
+        for entry in cache {
+            let [tag, content] = option(entry.map(|e| e.content));
+            h.write_u32(pack([tag, content, entry.map_or(0, |e| e.stored_by)]) as u32);
         }
     }
 }

@@ -155,6 +155,7 @@ impl State {
                 p.rename_ledger(&mut ledger);
                 ledger.cmp(&other.ledger)
             })
+            .then_with(|| self.cache.cmp(&other.cache))
     }
 }
 
@@ -299,6 +300,9 @@ impl State {
         }
         for t in s.targets.iter_mut() {
             t.attempts_applied = rename_bits(t.attempts_applied, &id);
+        }
+        for entry in s.cache.iter_mut().flatten() {
+            entry.stored_by = id(entry.stored_by);
         }
         let message = |m: &Message| Message {
             attempt: id(m.attempt),

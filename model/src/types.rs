@@ -297,6 +297,13 @@ named_enum! {
         /// attempt exists, whoever sent it: another runner's, or another project's, message lands
         /// in the attempt's ledger (§7 notes: only checks 1–5 attribute).
         RecordByNamedAttempt => "record-by-named-attempt",
+        /// The side effects of R8 check only who is speaking (§6.1 checks 1–5: the runner named
+        /// the attempt it claimed), not the lease, the fence or whether the attempt may still act
+        /// (checks 6–13): a stale worker's cache put is accepted after its lease expired.
+        SideEffectsCheckRunnerOnly => "side-effects-check-runner-only",
+        /// The cache is keyed by key alone, not by (project, key): one cache shared by every
+        /// project, so another project's runner's entry is served (§7.1: per project).
+        CacheSharedAcrossProjects => "cache-shared-across-projects",
     }
 }
 
@@ -329,11 +336,23 @@ impl Variant {
         )
     }
 
-    /// This variant's flaw shows only with a job of the outsider's project on the shared slot.
+    /// This variant's flaw shows only with a job of the outsider's project (on the shared slot,
+    /// or in the cache).
     pub fn needs_outsider_job(self) -> bool {
         matches!(
             self,
-            Self::SlotComparesJobFences | Self::ReservationPerProject
+            Self::SlotComparesJobFences
+                | Self::ReservationPerProject
+                | Self::CacheSharedAcrossProjects
+        )
+    }
+
+    /// This variant's flaw is in the side effects of R8: it is checked with them
+    /// ([`crate::Config::side_effects`]).
+    pub fn needs_side_effects(self) -> bool {
+        matches!(
+            self,
+            Self::SideEffectsCheckRunnerOnly | Self::CacheSharedAcrossProjects
         )
     }
 }
