@@ -613,6 +613,7 @@ impl Clone for State {
             in_flight: self.in_flight.clone(),
             targets: SmallVec::from_slice(&self.targets),
             ledger: self.ledger.clone(),
+            cache: self.cache,
         }
     }
 }
