@@ -56,8 +56,6 @@ mod tests;
 
 use direct::*;
 use ledger::*;
-#[cfg(test)]
-use linearize::*;
 pub use linearize::{linearize, Linearized};
 use observations::*;
 pub use read::read_ledger;
