@@ -168,6 +168,18 @@ pub(crate) const ATTEMPT_OVERWRITE_OUTCOME: &str = include_str!(concat!(
     "/sql/mutants/attempt_overwrite_outcome.sql"
 ));
 
+/// The text a mutant changes: the statement's, except for `claim`, whose statement calls the
+/// server-side function of migration 0007: there it is the function's one statement (with the same
+/// parameters $1..$4), which the mutant build then sends as a statement of its own.
+fn changeable_text(statement: Statement) -> &'static str {
+    if statement.name == crate::sql::CLAIM.name {
+        crate::sql::returned_query(crate::sql::CLAIM_FUNCTION_MIGRATION)
+            .expect("migration 0007 defines claim as RETURN QUERY ... END")
+    } else {
+        statement.text
+    }
+}
+
 type Cache = Mutex<HashMap<(Mutant, &'static str), &'static str>>;
 
 /// The text of `statement` under `mutant`: with the mutant's one substitution, or with the lines
@@ -194,13 +206,14 @@ pub(crate) fn statement_text(mutant: Option<Mutant>, statement: Statement) -> &'
     cache.entry((mutant, statement.name)).or_insert_with(|| {
         let text = match (mutant.substitution(), mutant.removed_guard()) {
             (Some((_, from, to)), _) => {
+                let original = changeable_text(statement);
                 assert_eq!(
-                    statement.text.matches(from).count(),
+                    original.matches(from).count(),
                     1,
                     "{mutant:?}: `{from}` must occur once in {}",
                     statement.name
                 );
-                statement.text.replacen(from, to, 1)
+                original.replacen(from, to, 1)
             }
             (None, Some((label, _))) => {
                 let marker = format!("-- guard: {label}");

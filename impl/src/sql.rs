@@ -107,6 +107,25 @@ statements! {
     TARGET_MUTATION_RECORD = "target_mutation_record";
 }
 
+/// The source of migration 0007, which defines the server-side function `claim` (the statement
+/// `claim` calls it).
+#[cfg(any(test, feature = "mutants"))]
+pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/migrations/0007_claim_function.sql"
+));
+
+/// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in
+/// `claim`), from the function's source or the migration that defines it: the text after
+/// `RETURN QUERY` up to the last `;` before `END`.
+#[cfg(any(test, feature = "mutants"))]
+pub(crate) fn returned_query(source: &str) -> Option<&str> {
+    let start = source.find("RETURN QUERY")? + "RETURN QUERY".len();
+    let end = start + source[start..].rfind("END")?;
+    let statement = source[start..end].trim_end();
+    Some(statement.strip_suffix(';')?.trim())
+}
+
 /// How many times each statement was executed, indexed by its ordinal.
 static EXECUTED: [AtomicU64; ALL.len()] = [const { AtomicU64::new(0) }; ALL.len()];
 
@@ -154,6 +173,17 @@ mod tests {
             .collect();
         named.sort();
         assert_eq!(named, files);
+    }
+
+    #[test]
+    fn the_claim_functions_statement_is_found_in_its_migration() {
+        let statement =
+            super::returned_query(super::CLAIM_FUNCTION_MIGRATION).expect("RETURN QUERY ... END");
+        assert!(statement.starts_with("-- In order:"), "{statement}");
+        assert!(
+            statement.ends_with("ORDER BY st.submitted_seq"),
+            "{statement}"
+        );
     }
 
     #[test]

@@ -58,11 +58,11 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // Unnamed (not cached): PostgreSQL plans an unnamed statement at bind time for these
-        // parameters and the tables as they are now, so no generic plan made against an empty,
-        // analyzed `target_reservations` can ever run it (docs/impl.md, "The claim's plan").
+        // A call of the server-side function `claim` (migration 0007), prepared once per
+        // connection: the function keeps the plan of its statement for the session, made with
+        // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
+        // claim's plan"), so a claim is not planned again.
         let rows = sqlx::query(self.sql(sql::CLAIM))
-            .persistent(false)
             .bind(runner.0)
             .bind(limit)
             .bind(now)
@@ -185,10 +185,11 @@ mod tests {
     use crate::sql;
     use sqlx::{Connection, PgConnection};
 
-    /// The claim statement's plan in a session set up by `session` (empty: as the store runs it),
-    /// prepared and executed six times (the plan cache has then chosen between a custom and a
-    /// generic plan) while `target_reservations` was analyzed and physically empty, then explained
-    /// after 11,000 reservations were added: the JSON of `EXPLAIN EXECUTE`.
+    /// The plan the function `claim` caches in a session set up by `session` (empty: as the store
+    /// runs it): its one statement, read from the installed function, prepared under the
+    /// function's own settings (`proconfig`) and executed six times while `target_reservations`
+    /// was analyzed and physically empty (a generic plan made then is the one the function would
+    /// keep), then explained after 11,000 reservations were added: the JSON of `EXPLAIN EXECUTE`.
     async fn claim_plan_after_an_empty_analyze(session: &str) -> String {
         let database = TestDatabase::create().await.expect("a test database");
         let store = database
@@ -235,13 +236,36 @@ mod tests {
             .execute(&mut conn)
             .await
             .expect("analyze");
+        // The function as installed: its statement and the settings it plans and runs under.
+        let (source, settings): (String, Vec<String>) = sqlx::query_as(
+            "SELECT prosrc, coalesce(proconfig, '{}') FROM pg_proc
+             WHERE proname = 'claim' AND pronamespace = current_schema()::regnamespace",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("the function claim");
+        assert!(
+            settings
+                .iter()
+                .any(|s| s == "plan_cache_mode=force_generic_plan"),
+            "the function keeps one plan per session: {settings:?}"
+        );
+        for setting in &settings {
+            let (name, value) = setting.split_once('=').expect("name=value");
+            sqlx::query("SELECT set_config($1, $2, false)")
+                .bind(name)
+                .bind(value)
+                .execute(&mut conn)
+                .await
+                .expect("the function's setting");
+        }
         if !session.is_empty() {
             sqlx::raw_sql(session)
                 .execute(&mut conn)
                 .await
                 .expect("session");
         }
-        let claim = sql::CLAIM.text;
+        let claim = sql::returned_query(&source).expect("RETURN QUERY ... END");
         sqlx::raw_sql(&format!(
             "PREPARE claim(uuid, bigint, timestamptz, timestamptz) AS {claim}"
         ))
@@ -251,8 +275,8 @@ mod tests {
         let execute = |runner: uuid::Uuid| {
             format!("claim('{runner}', 1, now(), now() + interval '30 seconds')")
         };
-        // Five custom plans, then the plan cache's choice, all while no slot is reserved (a
-        // generic plan made now would be cached for the life of the connection).
+        // The plans, all while no slot is reserved (under the function's force_generic_plan the
+        // first execution makes the generic plan that is kept for the life of the connection).
         for _ in 0..6 {
             sqlx::raw_sql(&format!("EXECUTE {}", execute(idle.0)))
                 .execute(&mut conn)
@@ -283,7 +307,7 @@ mod tests {
         plan.to_string()
     }
 
-    /// Every node of `plan` that reads `target_reservations`, as "node type" strings.
+    /// Every node of `plan` that reads `target_reservations`, as "node type (index condition)".
     fn reservation_scans(plan: &str) -> Vec<String> {
         let plan: serde_json::Value = serde_json::from_str(plan).expect("json");
         let mut found = Vec::new();
@@ -297,7 +321,11 @@ mod tests {
                         && map.get("Node Type").and_then(|v| v.as_str()) != Some("ModifyTable")
                     {
                         if let Some(kind) = map.get("Node Type").and_then(|v| v.as_str()) {
-                            found.push(kind.to_string());
+                            let condition = map
+                                .get("Index Cond")
+                                .and_then(|v| v.as_str())
+                                .unwrap_or("no Index Cond");
+                            found.push(format!("{kind} ({condition})"));
                         }
                     }
                     stack.extend(map.values());
@@ -316,9 +344,13 @@ mod tests {
             !scans.is_empty(),
             "the claim reads target_reservations: {plan}"
         );
+        // An index scan by the slot's key, once per candidate job: not a sequential scan, and
+        // not a whole index read (and materialized) in place of one.
         assert!(
-            scans.iter().all(|kind| kind.starts_with("Index")),
-            "the free-slot check must be an index lookup, not {scans:?}: {plan}"
+            scans
+                .iter()
+                .all(|scan| scan.starts_with("Index") && scan.contains("(target = j.target)")),
+            "the free-slot check must look the slot up by its key, not {scans:?}: {plan}"
         );
     }
 }
