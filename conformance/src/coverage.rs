@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use leasewright_model::{
     Action, AttemptState, Decision, Finding, JobState, LeaseModel, Message, MessageKind, Outcome,
-    Reason, State,
+    Reason, SideEffect, State,
 };
 use serde::Serialize;
 
@@ -418,7 +418,9 @@ fn moved_on(before: &State, m: &Message) -> Option<String> {
 pub fn products() -> BTreeMap<&'static str, BTreeSet<String>> {
     let mut out = BTreeMap::new();
     let mut messages = BTreeSet::new();
-    for kind in server_kinds() {
+    // The side effects of R8 (issue 18 class 7), one cell per message kind whatever its payload.
+    let side_effects = SideEffect::EACH_KIND.map(MessageKind::SideEffect);
+    for kind in server_kinds().into_iter().chain(side_effects) {
         for job in JobState::ALL {
             for attempt in AttemptState::ALL {
                 messages.insert(message_cell_name(

@@ -56,11 +56,16 @@ pub enum Mutant {
     /// Class 4 (issue 13): the `fenced` target refuses a mutation carrying the highest token it
     /// applied (`<` for `<=`), so a holder's second mutation, or a repeat, is refused.
     FencedTargetRefusesSameToken,
+    /// Class 7 (issue 18, R8): the side-effect gate `attempt_authorize_side_effect` loses its
+    /// `-- guard: fence` predicate, so a log append, artifact put or cache put naming the attempt
+    /// with another fence (a stale worker's copied tuple) is accepted instead of
+    /// `fence_mismatch`.
+    SideEffectIgnoresFence,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -80,6 +85,7 @@ impl Mutant {
         Mutant::AbortWithoutUncertain,
         Mutant::IdempotentRepeatReapplies,
         Mutant::FencedTargetRefusesSameToken,
+        Mutant::SideEffectIgnoresFence,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -152,6 +158,9 @@ impl Mutant {
             Mutant::NoProjectCheck => Some(("project", None)),
             Mutant::RetryIgnoresCancelRequest => {
                 Some(("cancel", Some(&["job_requeue_if_uncertain_and_stopped"])))
+            }
+            Mutant::SideEffectIgnoresFence => {
+                Some(("fence", Some(&["attempt_authorize_side_effect"])))
             }
             _ => None,
         }
