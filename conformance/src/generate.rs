@@ -78,34 +78,80 @@ where
     M::State: Clone,
     M::Action: Clone,
 {
-    let mut keyed: Vec<(usize, String, Generated<M>)> = Vec::new();
-    for (encoded, init, prefix) in paths {
-        let last = prefix.last().map_or(init, |(_, s)| s).clone();
-        for (index, (action, next)) in model.next_steps(&last).into_iter().enumerate() {
-            let mut steps = prefix.clone();
-            steps.push((action, next));
+    cover_steps(model, paths)
+        .into_iter()
+        .enumerate()
+        .map(|(i, step)| cover_trace(paths, i, step))
+        .collect()
+}
+
+/// One transition of a cover: the recorded path it extends, and the action taken at its end with
+/// the state it leads to.
+#[derive(Clone, Debug)]
+pub struct CoverStep<M: Model> {
+    /// The index of the path in [`state_paths`]' list.
+    pub path: usize,
+    /// The action, and the state after it.
+    pub step: (M::Action, M::State),
+}
+
+/// Every transition of the cover of `paths`, in the cover's stable order (shortest trace first,
+/// then by the path's encoding and the action's index): position `i` is the trace
+/// `cover-{i:06}`. Nothing is cloned but the last step, so a sample of the cover costs only the
+/// traces it keeps ([`cover_trace`]).
+#[allow(clippy::type_complexity)]
+pub fn cover_steps<M>(
+    model: &M,
+    paths: &[(String, M::State, Vec<(M::Action, M::State)>)],
+) -> Vec<CoverStep<M>>
+where
+    M: Model,
+    M::State: Clone,
+{
+    let mut keyed: Vec<(usize, &str, usize, CoverStep<M>)> = Vec::new();
+    for (p, (encoded, init, prefix)) in paths.iter().enumerate() {
+        let last = prefix.last().map_or(init, |(_, s)| s);
+        for (index, step) in model.next_steps(last).into_iter().enumerate() {
             keyed.push((
-                steps.len(),
-                format!("{encoded}/{index}"),
-                Generated {
-                    name: String::new(),
-                    generator: "cover",
-                    seed: None,
-                    init: init.clone(),
-                    steps,
-                },
+                prefix.len() + 1,
+                encoded,
+                index,
+                CoverStep { path: p, step },
             ));
         }
     }
-    keyed.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    keyed
-        .into_iter()
-        .enumerate()
-        .map(|(i, (_, _, mut trace))| {
-            trace.name = format!("cover-{i:06}");
-            trace
-        })
-        .collect()
+    // The order of the encodings followed by `/index`, as the trace names were always sorted.
+    keyed.sort_by(|a, b| {
+        (a.0, a.1)
+            .cmp(&(b.0, b.1))
+            .then_with(|| a.2.to_string().cmp(&b.2.to_string()))
+    });
+    keyed.into_iter().map(|(_, _, _, step)| step).collect()
+}
+
+/// The cover trace `cover-{position:06}` of `step` (of [`cover_steps`] of `paths`).
+#[allow(clippy::type_complexity)]
+pub fn cover_trace<M>(
+    paths: &[(String, M::State, Vec<(M::Action, M::State)>)],
+    position: usize,
+    step: CoverStep<M>,
+) -> Generated<M>
+where
+    M: Model,
+    M::State: Clone,
+    M::Action: Clone,
+{
+    let (_, init, prefix) = &paths[step.path];
+    let mut steps = Vec::with_capacity(prefix.len() + 1);
+    steps.extend(prefix.iter().cloned());
+    steps.push(step.step);
+    Generated {
+        name: format!("cover-{position:06}"),
+        generator: "cover",
+        seed: None,
+        init: init.clone(),
+        steps,
+    }
 }
 
 /// A symmetry reduction: the representative of a state. For the leasewright model,

@@ -1,16 +1,18 @@
 //! Suite selection: which traces a `conform` run replays (the named scenarios, the transition
 //! cover, seeded random walks, the property suite), generated and sharded in one stable order.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use leasewright_model::{Config, LeaseModel, State, TargetKind};
+use leasewright_model::{Action, Config, LeaseModel, State, TargetKind};
 
 use crate::coverage::Coverage;
 use crate::generate::{
-    cover_of, random_walks, state_paths, transition_cover, Generated, SplitMix64,
+    cover_of, cover_steps, cover_trace, random_walks, state_paths, Generated, SplitMix64,
 };
 use crate::probe::{self, Path};
 use crate::property::PropertyOptions;
+use crate::replay::{action_key, verdict_key};
 use crate::scenarios;
 use crate::shard::Shard;
 
@@ -68,6 +70,12 @@ impl Selection {
         }
     }
 
+    /// Whether the transition cover is sampled ([`sample_cover`]): in the default suite; the
+    /// whole cover with `--cover-full`, and with `--shard` (the shards replay it in full).
+    pub fn samples_cover(&self) -> bool {
+        !self.cover_full && self.shard == Shard::ALL
+    }
+
     /// The property suite's options.
     pub fn property_options(&self) -> PropertyOptions {
         PropertyOptions {
@@ -111,6 +119,9 @@ pub const TWO_JOB_SHARE: usize = 20;
 pub const OTHER_TARGET_SHARE: usize = 10;
 /// Cover traces sampled from the cover of each target kind other than the configuration's.
 pub const OTHER_TARGET_COVER_SAMPLE: usize = 600;
+/// Cover traces of the cover configuration drawn at random beyond those that exercise something
+/// new (the default suite; `--cover-full` and `--shard` replay the whole cover).
+pub const COVER_SAMPLE: usize = 3_000;
 /// Probes drawn at random beyond those that exercise a new cell, per probed configuration.
 pub const EXTRA_PROBES: usize = 600;
 /// Prefixes of the two-job walks probed (every state of the first walks, in order).
@@ -210,8 +221,8 @@ fn probe_batch(
 
 /// The configuration the transition cover runs on by default: the suite's configuration (two
 /// runners, the outsider, two attempts, the fenced target) without disconnects and with one-tick
-/// leases. Its cover is 16,752 traces (208,046 steps), which replays in minutes; the cover of the
-/// model's default configuration is 110,489 traces (1.9 million steps). The random walks and the
+/// leases. Its cover is 65,584 traces (832,677 steps), so the default suite replays a sample of it
+/// ([`sample_cover`]); the cover of the model's default configuration is far larger. The random walks and the
 /// scenarios run on the full configuration, disconnects and two-tick leases included.
 pub fn cover_config(base: &Config) -> Config {
     Config {
@@ -248,39 +259,52 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             .1
         });
     if let (true, Some(paths)) = (selection.wants(Suite::Cover), &cover_paths) {
-        let traces = cover_of(cover_model.as_ref(), paths);
-        batches.push(Batch::new(Arc::clone(&cover_model), traces));
+        if selection.samples_cover() {
+            let sample = sample_cover(&cover_model, paths, selection.seed, COVER_SAMPLE, "");
+            batches.push(Batch {
+                model: Arc::clone(&cover_model),
+                note: Some(sample.note("cover", "the cover configuration", selection.seed)),
+                traces: sample.traces,
+                reachable: None,
+            });
+        } else {
+            batches.push(Batch::new(
+                Arc::clone(&cover_model),
+                cover_of(cover_model.as_ref(), paths),
+            ));
+        }
         // Class 4: a seeded sample of the cover of every other target kind, compared at every
         // step (a sample's prefixes are not traces of their own).
+        let other_seed = selection.seed ^ 0xC0E7;
         for kind in other_targets(model.config.target) {
             let config = Config {
                 target: kind,
                 ..cover_model.config.clone()
             };
             let other = Arc::new(LeaseModel::new(config));
-            let mut all = transition_cover(
+            let (_, paths) = state_paths(
                 (*other).clone(),
                 Some(State::representative_keeping_outcomes),
             );
-            let total = all.len();
-            let mut rng = SplitMix64::new(selection.seed ^ 0xC0E7);
-            let mut traces = Vec::new();
-            while traces.len() < OTHER_TARGET_COVER_SAMPLE.min(total) {
-                let mut t = all.swap_remove(rng.below(all.len()));
-                t.name = format!("cover-{kind}-{}", t.name.trim_start_matches("cover-"));
+            let prefix = format!("{kind}-");
+            let mut sample = sample_cover(
+                &other,
+                &paths,
+                other_seed,
+                OTHER_TARGET_COVER_SAMPLE,
+                &prefix,
+            );
+            for t in &mut sample.traces {
                 t.generator = "cover-sample";
-                traces.push(t);
             }
-            traces.sort_by(|a, b| a.name.cmp(&b.name));
             batches.push(Batch {
                 model: other,
-                note: Some(format!(
-                    "cover-{kind}: {} of the {total} cover traces of the {kind} target, sampled \
-                     with seed {}",
-                    traces.len(),
-                    selection.seed ^ 0xC0E7
+                note: Some(sample.note(
+                    &format!("cover-{kind}"),
+                    &format!("the {kind} target"),
+                    other_seed,
                 )),
-                traces,
+                traces: sample.traces,
                 reachable: None,
             });
         }
@@ -430,6 +454,147 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     Ok(batches)
 }
 
+/// A recorded path of [`state_paths`]: its encoding, the initial state and the steps.
+pub type CoverPath = (String, State, Vec<(Action, State)>);
+
+/// A sample of a transition cover: the traces kept, and how they were chosen.
+pub struct CoverSample {
+    /// The traces kept, in the cover's order, each under its name in the whole cover.
+    pub traces: Vec<Generated<LeaseModel>>,
+    /// Traces in the whole cover.
+    pub total: usize,
+    /// Steps in the whole cover.
+    pub total_steps: usize,
+    /// Traces kept because their last transition exercises something no earlier trace's did.
+    pub selected: usize,
+    /// Traces drawn at random from the rest.
+    pub sampled: usize,
+}
+
+impl CoverSample {
+    /// The summary's note on this sample.
+    pub fn note(&self, name: &str, what: &str, seed: u64) -> String {
+        let steps: usize = self.traces.iter().map(|t| t.steps.len()).sum();
+        format!(
+            "{name}: {} of the {} traces ({} of {} steps) of the cover of {what}; {} exercise a \
+             new cell, verdict or transition kind, {} more sampled with seed {seed}",
+            self.traces.len(),
+            self.total,
+            steps,
+            self.total_steps,
+            self.selected,
+            self.sampled
+        )
+    }
+}
+
+/// What the transition `action` (from `before` to `after`) exercises, as names: its coverage cells
+/// with their verdicts (every class), its verdict, its action kind, and the action kind with its
+/// verdict and the state of every job (what decides which of the implementation's statements
+/// run and which of their branches).
+pub fn transition_features(
+    model: &LeaseModel,
+    before: &State,
+    action: &Action,
+    after: &State,
+) -> Vec<String> {
+    let mut cells = Coverage::default();
+    cells.record(model, before, action, after);
+    let mut out = Vec::new();
+    for (class, cells) in cells.classes() {
+        for (cell, verdicts) in cells {
+            out.extend(verdicts.keys().map(|v| format!("{class}|{cell}|{v}")));
+        }
+    }
+    let verdict = model
+        .expected(before, action)
+        .map_or_else(|| "none".to_string(), |v| verdict_key(&v));
+    let kind = action_key(action);
+    let jobs: Vec<String> = before
+        .jobs
+        .iter()
+        .map(|j| {
+            format!(
+                "{}{}{}",
+                j.state.as_str(),
+                if j.cancel_requested { "+cancel" } else { "" },
+                if before
+                    .targets
+                    .get(j.slot as usize)
+                    .and_then(|t| t.holder)
+                    .is_some()
+                {
+                    "+reserved"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    out.push(format!("verdict|{verdict}"));
+    out.push(format!("action|{kind}"));
+    out.push(format!("transition|{kind}|{verdict}|{}", jobs.join(",")));
+    out
+}
+
+/// A sample of the transition cover of `paths` (the [`state_paths`] of `model`): every trace whose
+/// last transition exercises a feature ([`transition_features`]) no earlier trace's did, in the
+/// cover's stable order, then `extra` drawn at random from the rest with `seed`. Every
+/// transition of the cover is the last step of exactly one of its traces, so the kept traces
+/// exercise every feature the whole cover does. Traces keep their names in the whole cover
+/// (`cover-{prefix}{position:06}`), so `--shard` and `--cover-full` runs name them alike.
+pub fn sample_cover(
+    model: &LeaseModel,
+    paths: &[CoverPath],
+    seed: u64,
+    extra: usize,
+    prefix: &str,
+) -> CoverSample {
+    let steps = cover_steps(model, paths);
+    let total = steps.len();
+    let mut total_steps = 0usize;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut keep = vec![false; total];
+    let mut rest = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let (_, init, prefix_steps) = &paths[step.path];
+        total_steps += prefix_steps.len() + 1;
+        let before = prefix_steps.last().map_or(init, |(_, s)| s);
+        let mut new = false;
+        for feature in transition_features(model, before, &step.step.0, &step.step.1) {
+            new |= seen.insert(feature);
+        }
+        if new {
+            keep[i] = true;
+        } else {
+            rest.push(i);
+        }
+    }
+    let selected = total - rest.len();
+    let sampled = extra.min(rest.len());
+    let mut rng = SplitMix64::new(seed);
+    for _ in 0..sampled {
+        keep[rest.swap_remove(rng.below(rest.len()))] = true;
+    }
+    let traces = steps
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep[*i])
+        .map(|(i, step)| {
+            let mut trace = cover_trace(paths, i, step);
+            trace.name = format!("cover-{prefix}{i:06}");
+            trace
+        })
+        .collect();
+    CoverSample {
+        traces,
+        total,
+        total_steps,
+        selected,
+        sampled,
+    }
+}
+
 /// The target kinds other than `kind`, each replayed too (class 4).
 fn other_targets(kind: TargetKind) -> impl Iterator<Item = TargetKind> {
     TargetKind::ALL.iter().copied().filter(move |k| *k != kind)
@@ -443,4 +608,51 @@ pub fn find<'a>(
     batches
         .iter()
         .find_map(|b| b.traces.iter().find(|t| t.name == name).map(|t| (b, t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cover_sample_exercises_every_feature_of_the_whole_cover() {
+        let model = LeaseModel::new(Config {
+            runners: 1,
+            attempts_per_job: 1,
+            ..cover_config(&Config::one_job())
+        });
+        let (model, paths) = state_paths(model, Some(State::representative_keeping_outcomes));
+        let whole = cover_of(&model, &paths);
+        let features = |traces: &[Generated<LeaseModel>]| {
+            let mut all = HashSet::new();
+            for t in traces {
+                let (action, after) = t.steps.last().expect("a cover trace has a step");
+                let before = t
+                    .steps
+                    .len()
+                    .checked_sub(2)
+                    .map_or(&t.init, |i| &t.steps[i].1);
+                all.extend(transition_features(&model, before, action, after));
+            }
+            all
+        };
+        let sample = sample_cover(&model, &paths, 7, 0, "");
+        assert_eq!(sample.total, whole.len());
+        assert!(sample.selected < sample.total && sample.sampled == 0);
+        assert_eq!(features(&sample.traces), features(&whole));
+        // Every kept trace is the whole cover's trace of the same name, step for step.
+        for t in &sample.traces {
+            let same = whole
+                .iter()
+                .find(|w| w.name == t.name)
+                .expect("named alike");
+            assert_eq!(same.steps, t.steps);
+        }
+        // The seeded share: the same seed draws the same traces.
+        let a = sample_cover(&model, &paths, 7, 20, "");
+        let b = sample_cover(&model, &paths, 7, 20, "");
+        assert_eq!(a.sampled, 20);
+        let names = |s: &CoverSample| s.traces.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&a), names(&b));
+    }
 }
