@@ -425,21 +425,22 @@ impl State {
         // Each job renaming that keeps claim order, with the ledger in job order, the outcomes
         // named canonically and the least runner renaming; the least of them. The identity comes
         // first (permutations are in lexicographic order) and always keeps claim order.
-        let canonical = |mut c: State| {
+        let canonicalize = |c: &mut State| {
             c.canonicalize_attempts();
             if exchange_outcomes {
                 c.canonicalize_outcomes();
             }
             c.least_runner_renaming(&runner_permutations);
-            c
         };
-        let mut least = canonical(self.clone());
+        let mut least = self.clone();
+        canonicalize(&mut least);
         for jobs in job_permutations
             .iter()
             .take(candidates)
             .filter(|p| !is_identity(p) && self.keeps_claim_order(p))
         {
-            let candidate = canonical(self.rename_jobs(jobs));
+            let mut candidate = self.rename_jobs(jobs);
+            canonicalize(&mut candidate);
             if candidate < least {
                 least = candidate;
             }
@@ -450,6 +451,9 @@ impl State {
 
 /// The bit set `bits` of small ids with every id `i` renamed to `rename(i)`.
 fn rename_bits(bits: u8, rename: &impl Fn(u8) -> u8) -> u8 {
+    if bits == 0 {
+        return 0;
+    }
     (0..8u8)
         .filter(|&i| bits & (1 << i) != 0)
         .fold(0, |acc, i| {
