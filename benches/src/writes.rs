@@ -238,7 +238,15 @@ impl Window {
             commits: None,
             relations: Vec::new(),
         };
-        if !walinspect {
+        // A window that wrote no WAL has nothing to inspect, and PostgreSQL 15's pg_walinspect
+        // refuses a start LSN that is not before the flushed position ("cannot accept future
+        // start LSN"), which such a window's start is.
+        let wrote: bool = sqlx::query_scalar("SELECT $2::pg_lsn > $1::pg_lsn")
+            .bind(&self.start)
+            .bind(&end)
+            .fetch_one(&fixture.pool)
+            .await?;
+        if !walinspect || !wrote {
             return Ok(kind);
         }
         // pg_walinspect reads only flushed WAL (with synchronous_commit = off the last records
