@@ -67,8 +67,9 @@ pub struct ConformArgs {
     /// are, when not on the servers of --http.
     #[arg(long, value_name = "URL", requires = "http")]
     target_url: Option<String>,
-    /// The operator token of the server given by --http.
-    #[arg(long, requires = "http")]
+    /// The operator token of the server given by --http; prefer the environment variable
+    /// LEASEWRIGHT_OPERATOR_TOKEN (a secret on a command line is visible to every local user).
+    #[arg(long, env = "LEASEWRIGHT_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
     /// Replay against any implementation, in any language, behind this command: it is started
     /// (through `sh -c`) and speaks the driver protocol (one JSON object per line on its stdin and
@@ -110,7 +111,9 @@ pub struct ConformArgs {
     /// Run only shard I of N (I from 1).
     #[arg(long, default_value = "1/1")]
     shard: Shard,
-    /// Traces replayed at once, each in its own namespace.
+    /// Traces replayed at once, each in its own namespace. Over --http: on each server, when the
+    /// servers take a time per request (`leasewright serve --manual-clock` does); else one per
+    /// server.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Cover the whole configuration given (by default the model's default configuration, whose
@@ -201,7 +204,10 @@ pub fn run(mut args: ConformArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     if !args.http.is_empty() && args.operator_token.is_none() {
-        eprintln!("error: --http needs --operator-token (the token the server was started with)");
+        eprintln!(
+            "error: --http needs the operator token the server was started with: \
+             LEASEWRIGHT_OPERATOR_TOKEN (or --operator-token)"
+        );
         return Ok(2);
     }
     if let Some(dir) = &args.export {
@@ -313,14 +319,22 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
     if let (false, Some(token)) = (args.http.is_empty(), &args.operator_token) {
         let driver =
             match HttpDriver::connect_all(&args.http, token, args.target_url.as_deref()).await {
-                Ok(driver) => Arc::new(driver),
+                Ok(driver) => Arc::new(driver.with_traces_per_server(args.parallel)),
                 Err(error) => {
                     eprintln!("error: {error}");
                     return Ok(2);
                 }
             };
+        let at_once = if driver.own_time() {
+            format!(
+                "{} traces at once on each server, each request at its trace's time",
+                driver.traces_per_server()
+            )
+        } else {
+            "one trace per server at a time: the server takes no time per request".to_owned()
+        };
         eprintln!(
-            "replaying over HTTP against {} (lease ttl {} ms; one trace per server at a time)",
+            "replaying over HTTP against {} (lease ttl {} ms; {at_once})",
             driver.urls().join(", "),
             driver.lease_ttl_ms()
         );

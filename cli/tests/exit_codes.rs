@@ -115,6 +115,30 @@ fn secrets_come_from_the_environment() {
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("LEASEWRIGHT_RUNNER_TOKEN"), "{help}");
     assert!(!help.contains("do-not-show"), "{help}");
+    // conform --http: the operator token from the environment (past the token check, it tried
+    // the server); without it, the error names the variable.
+    for (token, expected) in [
+        (Some("t"), "127.0.0.1:9"),
+        (None, "LEASEWRIGHT_OPERATOR_TOKEN"),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasewright"));
+        command
+            .args([
+                "conform",
+                "--http",
+                "http://127.0.0.1:9",
+                "--suite",
+                "scenarios",
+            ])
+            .env_remove("LEASEWRIGHT_OPERATOR_TOKEN");
+        if let Some(token) = token {
+            command.env("LEASEWRIGHT_OPERATOR_TOKEN", token);
+        }
+        let out = command.output().expect("runs leasewright");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(expected), "{err}");
+    }
 }
 
 /// `--database-url` defaults to $DATABASE_URL (clap's `env`), which keeps the password off the

@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 use leasewright_model as model;
-use leasewright_server::client::{path_segment, CallError, Http, OperatorClient, RunnerClient};
+use leasewright_server::client::{
+    path_segment, CallError, Http, OperatorClient, RunnerClient, TestTime,
+};
 use leasewright_server::source::{build_snapshot, SourceFile};
 use leasewright_server::wire::{ClockRequest, DeployRequest, SubmitJobRequest, TupleBody};
 use model::{Action, Expected, LeaseModel, MessageKind, State};
@@ -95,15 +97,34 @@ struct Server {
     operator: OperatorClient,
     /// The target's deploy and state routes (the server's own URL unless `--target-url`).
     target: Http,
+    /// Whether the server handles a request at the time its `Leasewright-Test-Time` header
+    /// names (docs/http.md, "Test clock"): then several traces replay on it at once, each
+    /// request at its trace's time, and a trace's sweep is scoped to its projects.
+    own_time: bool,
+}
+
+impl Server {
+    /// The same server, every request carrying `time`.
+    fn at(&self, time: &TestTime) -> Self {
+        Self {
+            operator: OperatorClient {
+                http: self.operator.http.with_test_time(time.clone()),
+            },
+            target: self.target.with_test_time(time.clone()),
+            own_time: self.own_time,
+        }
+    }
 }
 
 /// The HTTP driver over one or more running servers.
 pub struct HttpDriver {
     servers: Vec<Server>,
-    /// Servers not serving a trace right now.
+    /// Free places to replay a trace: a server's index once per trace it may run at once.
     idle: Arc<Mutex<Vec<usize>>>,
-    /// One permit per server.
+    /// One permit per place in `idle`.
     free: Arc<Semaphore>,
+    /// Traces at once on each server: 1 unless every server takes a time per request.
+    per_server: usize,
     /// The servers' lease ttl.
     lease_ttl_ms: u64,
     /// The source every job is submitted with (base64 of a one-file snapshot).
@@ -313,9 +334,12 @@ impl HttpDriver {
         let mut unread: Vec<Part> = connected.iter().flat_map(|c| c.unread.clone()).collect();
         unread.sort();
         unread.dedup();
-        // Servers that share a database would expire each other's leases: each must not see
-        // the other's probe job (checkable only where jobs can be read).
-        if !unread.contains(&Part::Jobs) {
+        // Servers that share a database would expire each other's leases when their sweeps run
+        // over every project at their own clocks: each must not see the other's probe job
+        // (checkable only where jobs can be read). Servers that take a time per request sweep
+        // each trace's projects at the trace's time only, so they may share one.
+        let own_time = connected.iter().all(|c| c.server.own_time);
+        if !own_time && !unread.contains(&Part::Jobs) {
             for a in &connected {
                 for b in &connected {
                     let (aurl, burl) =
@@ -341,11 +365,37 @@ impl HttpDriver {
             servers: connected.into_iter().map(|c| c.server).collect(),
             idle: Arc::new(Mutex::new((0..n).rev().collect())),
             free: Arc::new(Semaphore::new(n)),
+            per_server: 1,
             lease_ttl_ms,
             archive_base64: snapshot,
             unread,
             page_limit: leasewright_server::app::MAX_PAGE_LIMIT,
         })
+    }
+
+    /// Runs up to `traces` traces at once on each server when every server takes a time per
+    /// request (`Leasewright-Test-Time`); otherwise one per server, whatever is asked (a server
+    /// with one shared clock can run one trace at a time).
+    pub fn with_traces_per_server(mut self, traces: usize) -> Self {
+        let own_time = self.servers.iter().all(|s| s.own_time);
+        self.per_server = if own_time { traces.max(1) } else { 1 };
+        let places: Vec<usize> = (0..self.per_server)
+            .flat_map(|_| (0..self.servers.len()).rev())
+            .collect();
+        self.free = Arc::new(Semaphore::new(places.len()));
+        self.idle = Arc::new(Mutex::new(places));
+        self
+    }
+
+    /// Whether every server takes a time per request (then traces run
+    /// [`HttpDriver::traces_per_server`] at once on each).
+    pub fn own_time(&self) -> bool {
+        self.servers.iter().all(|s| s.own_time)
+    }
+
+    /// Traces at once on each server.
+    pub fn traces_per_server(&self) -> usize {
+        self.per_server
     }
 
     /// Reads every list in pages of `limit` items (1 to the server's largest page, 1000; the
@@ -410,6 +460,15 @@ impl HttpDriver {
             }
             Err(error) => return Err(unexpected("setting the test clock")(error)),
         }
+        // A time per request (optional): the clock route read with the header must answer the
+        // header's time. A server without it answers its shared clock's (or refuses the header).
+        let probe_time = epoch + Duration::milliseconds(7);
+        let own_time = matches!(
+            OperatorClient { http: operator.http.with_test_time(TestTime::new(probe_time)) }
+                .clock(&ClockRequest::default())
+                .await,
+            Ok(answer) if answer.now == probe_time
+        );
         let archive_base64 = probe_snapshot();
         // The lease ttl: claim a probe job at the epoch, read its lease expiry, finish the job.
         let unique = Uuid::new_v4().simple().to_string();
@@ -527,7 +586,11 @@ impl HttpDriver {
             &mut unread,
         )?;
         Ok(Connected {
-            server: Server { operator, target },
+            server: Server {
+                operator,
+                target,
+                own_time,
+            },
             lease_ttl_ms,
             unread,
             probe: (project, job),
@@ -539,9 +602,14 @@ impl HttpDriver {
         self.lease_ttl_ms
     }
 
-    /// How many servers the driver replays on (traces at once).
+    /// How many servers the driver replays on.
     pub fn servers(&self) -> usize {
         self.servers.len()
+    }
+
+    /// How many traces it replays at once: [`HttpDriver::traces_per_server`] on each server.
+    pub fn places(&self) -> usize {
+        self.servers.len() * self.per_server
     }
 
     /// What the servers do not let the driver read: not compared.
@@ -631,7 +699,8 @@ impl Driver for HttpDriver {
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<HttpSession, DriverError> {
         let config = &model.config;
         let tick_ms = self.tick_ms(config.lease_ttl).map_err(unmappable)?;
-        // One trace per server at a time: the clock is the server's, not the trace's.
+        // One trace per place: one per server when the clock is the server's, several when each
+        // request carries its trace's time.
         let permit = Arc::clone(&self.free)
             .acquire_owned()
             .await
@@ -647,18 +716,29 @@ impl Driver for HttpDriver {
             idle: Arc::clone(&self.idle),
             _permit: permit,
         };
-        let server = self.servers[index].clone();
+        // The trace's own time, sent with every request, where the server takes it.
+        let time = self.servers[index]
+            .own_time
+            .then(|| TestTime::new(trace_epoch()));
+        let server = match &time {
+            Some(time) => self.servers[index].at(time),
+            None => self.servers[index].clone(),
+        };
         let op = &server.operator;
         let unique = Uuid::new_v4().simple().to_string();
         let outsider = model.outsider().is_some();
-        // The clock and both projects at once.
+        // The clock (unless the trace carries its own) and both projects at once.
         let (_, project, outsider_project) = tokio::try_join!(
             async {
+                if time.is_some() {
+                    return Ok(None);
+                }
                 op.clock(&ClockRequest {
                     set: Some(trace_epoch()),
                     advance_ms: None,
                 })
                 .await
+                .map(Some)
                 .map_err(http_failed)
             },
             async {
@@ -749,6 +829,7 @@ impl Driver for HttpDriver {
             sent_payload: None,
             payloads: PayloadDigests::default(),
             server,
+            time,
             _taken: taken,
         })
     }
@@ -790,6 +871,9 @@ pub struct HttpSession {
     /// The payload the last step sent, as [`payload_label`] names it.
     sent_payload: Option<String>,
     payloads: PayloadDigests,
+    /// The trace's own time, sent with every request (`None`: the server's shared clock,
+    /// set by [`HttpSession::sync_clock`]).
+    time: Option<TestTime>,
     /// The server is this trace's until the session ends.
     _taken: Taken,
 }
@@ -821,6 +905,12 @@ impl HttpSession {
 
     /// Brings the server's clock to the trace's time (ticks are merged into one `set`).
     async fn sync_clock(&mut self) -> Result<(), DriverError> {
+        if let Some(time) = &self.time {
+            // No request: the next one carries the time.
+            time.set(self.now());
+            self.clock_at = Some(self.ticks);
+            return Ok(());
+        }
         if self.clock_at != Some(self.ticks) {
             self.server
                 .operator
@@ -1235,26 +1325,40 @@ impl Session for HttpSession {
             }
             Action::ExpirySweep => {
                 self.sync_clock().await?;
-                // The sweep runs over every project; only this trace's jobs count.
-                let swept: SweepRead = self
-                    .server
-                    .operator
-                    .http
-                    .post("/v1/sweep", &json!({}))
-                    .await
-                    .map_err(http_failed)?;
-                let mut uncertain: Vec<u8> = swept
-                    .jobs
-                    .iter()
-                    .filter_map(|j| Self::index_of(&self.jobs, j, "job").ok())
-                    .collect();
-                uncertain.sort_unstable();
-                if !matches!(swept.verdict.as_str(), "uncertain" | "accepted") {
-                    return Err(DriverError::Implementation(format!(
-                        "the sweep answered `{}`",
-                        swept.verdict
-                    )));
+                // On a shared clock the sweep runs over every project (earlier traces are over);
+                // with the trace's own time, over the trace's projects only (other traces run
+                // at other times). Either way only this trace's jobs count.
+                let bodies = match (&self.time, self.outsider_project == self.project) {
+                    (None, _) => vec![json!({})],
+                    (Some(_), true) => vec![json!({ "project": self.project })],
+                    (Some(_), false) => vec![
+                        json!({ "project": self.project }),
+                        json!({ "project": self.outsider_project }),
+                    ],
+                };
+                let mut uncertain: Vec<u8> = Vec::new();
+                for body in bodies {
+                    let swept: SweepRead = self
+                        .server
+                        .operator
+                        .http
+                        .post("/v1/sweep", &body)
+                        .await
+                        .map_err(http_failed)?;
+                    if !matches!(swept.verdict.as_str(), "uncertain" | "accepted") {
+                        return Err(DriverError::Implementation(format!(
+                            "the sweep answered `{}`",
+                            swept.verdict
+                        )));
+                    }
+                    uncertain.extend(
+                        swept
+                            .jobs
+                            .iter()
+                            .filter_map(|j| Self::index_of(&self.jobs, j, "job").ok()),
+                    );
                 }
+                uncertain.sort_unstable();
                 let verdict = if uncertain.is_empty() {
                     Expected::ACCEPTED
                 } else {

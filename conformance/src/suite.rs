@@ -176,13 +176,13 @@ impl SuiteDriver for HttpDriver {
         )
     }
     fn replay_options(&self) -> String {
-        // The token is never printed.
-        format!(" --http {} --operator-token <OPERATOR_TOKEN>", self.url())
+        // The token is never printed: the replay reads it from LEASEWRIGHT_OPERATOR_TOKEN.
+        format!(" --http {}", self.url())
     }
     fn parallel(&self, _: usize) -> usize {
-        // A server's clock is global: one trace per server at a time (the driver enforces it
-        // anyway).
-        self.servers()
+        // One trace per server at a time on a shared clock, `--parallel` per server when each
+        // request carries its trace's time (the driver enforces it anyway).
+        self.places()
     }
     fn accepts(&self, model: &LeaseModel) -> Result<(), String> {
         self.tick_ms(model.config.lease_ttl)

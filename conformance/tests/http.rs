@@ -223,29 +223,53 @@ async fn the_sweep_of_one_project_leaves_expired_leases_of_other_projects_alone(
     server.stop().await.unwrap();
 }
 
-/// Several servers, each with its own database and clock, replay traces at once and agree with
-/// the model; two servers on one database are refused (their sweeps would expire each other's
-/// leases).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn traces_run_in_parallel_on_servers_of_their_own_and_a_shared_database_is_refused() {
-    let (db_a, db_b) = (
-        TestDatabase::create().await.expect("a test database"),
-        TestDatabase::create().await.expect("a test database"),
-    );
-    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
-    let http = HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
-        .await
-        .expect("the HTTP driver connects to both");
-    assert_eq!(http.servers(), 2);
-    assert!(http.unread().is_empty(), "{:?}", http.unread());
+/// A proxy to `upstream` that drops the `Leasewright-Test-Time` header: a manual-clock server as
+/// one without a time per request (only a shared clock, as another implementation may offer)
+/// looks to the driver.
+async fn without_own_time(upstream: String) -> String {
+    use leasewright_server::wire::TEST_TIME_HEADER;
+    let client = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut forwarded = client.request(parts.method.clone(), format!("{upstream}{path}"));
+            for (name, value) in &parts.headers {
+                if name != TEST_TIME_HEADER && name != "host" {
+                    forwarded = forwarded.header(name, value);
+                }
+            }
+            let answer = forwarded.body(body).send().await.unwrap();
+            let status = answer.status();
+            let mut response = axum::response::Response::new(axum::body::Body::from(
+                answer.bytes().await.unwrap_or_default(),
+            ));
+            *response.status_mut() = status;
+            response
+                .headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            response
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// Replays 400 random-walk steps on `http`, `parallel` traces at once: they must agree with the
+/// model.
+async fn replay_at_once(http: HttpDriver, parallel: usize, seed: u64) {
     let model = Arc::new(LeaseModel::new(Config::one_job()));
-    let traces = random_walks(model.as_ref(), 7, 400, 20);
+    let traces = random_walks(model.as_ref(), seed, 400, 20);
     let outcome = leasewright_conformance::suite::run(
         Arc::new(http),
         Arc::clone(&model),
         traces,
         &leasewright_conformance::suite::RunOptions {
-            parallel: 2,
+            parallel,
             stop_at_first: false,
         },
         |_| {},
@@ -257,9 +281,59 @@ async fn traces_run_in_parallel_on_servers_of_their_own_and_a_shared_database_is
         outcome.divergences[0].render()
     );
     assert!(outcome.tally.steps >= 400, "{}", outcome.tally.steps);
+}
 
+/// Our server takes a time per request (`Leasewright-Test-Time`), so several traces replay on one
+/// server at once, each at its own time, and agree with the model; so do servers that share a
+/// database (each trace sweeps its own projects at its own time). A server with only a shared
+/// clock runs one trace at a time, and two such servers on one database are refused (their
+/// sweeps, over every project at their own clocks, would expire each other's leases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traces_run_several_at_once_per_server_with_a_time_per_request_else_one_per_server() {
+    let (db_a, db_b) = (
+        TestDatabase::create().await.expect("a test database"),
+        TestDatabase::create().await.expect("a test database"),
+    );
+    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    let http = HttpDriver::connect(&a.url(), OPERATOR)
+        .await
+        .expect("the HTTP driver connects")
+        .with_traces_per_server(4);
+    assert!(http.own_time());
+    assert_eq!((http.servers(), http.places()), (1, 4));
+    replay_at_once(http, 4, 7).await;
+
+    let http = HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
+        .await
+        .expect("the HTTP driver connects to both")
+        .with_traces_per_server(2);
+    assert_eq!(http.places(), 4);
+    assert!(http.unread().is_empty(), "{:?}", http.unread());
+    replay_at_once(http, 4, 8).await;
+
+    // A second server on a's database: with a time per request, accepted.
     let c = server(&db_a, true).await;
-    let error = HttpDriver::connect_all(&[a.url(), c.url()], OPERATOR, None)
+    let http = HttpDriver::connect_all(&[a.url(), c.url()], OPERATOR, None)
+        .await
+        .expect("servers sharing a database, each request at its trace's time")
+        .with_traces_per_server(2);
+    replay_at_once(http, 4, 9).await;
+
+    // The same servers without a time per request: one trace per server, and a shared database
+    // refused.
+    let (pa, pb, pc) = (
+        without_own_time(a.url()).await,
+        without_own_time(b.url()).await,
+        without_own_time(c.url()).await,
+    );
+    let http = HttpDriver::connect_all(&[pa.clone(), pb], OPERATOR, None)
+        .await
+        .expect("the HTTP driver connects through the proxies")
+        .with_traces_per_server(4);
+    assert!(!http.own_time());
+    assert_eq!((http.traces_per_server(), http.places()), (1, 2));
+    replay_at_once(http, 4, 10).await;
+    let error = HttpDriver::connect_all(&[pa, pc], OPERATOR, None)
         .await
         .err()
         .expect("refused");

@@ -104,6 +104,39 @@ pub struct Http {
     client: reqwest::Client,
     base: String,
     token: String,
+    /// Sent with every request as `Leasewright-Test-Time` when set (test mode only).
+    test_time: Option<TestTime>,
+}
+
+/// A replay's own time, shared by the clients of one trace and sent with each of their requests
+/// as [`crate::wire::TEST_TIME_HEADER`]: a server on a manual clock handles the request at that
+/// time, so several traces can replay on one server at once (docs/http.md, "Test clock").
+#[derive(Clone, Debug, Default)]
+pub struct TestTime(std::sync::Arc<std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>>);
+
+impl TestTime {
+    /// A time to send, standing at `at`.
+    pub fn new(at: chrono::DateTime<chrono::Utc>) -> Self {
+        let time = Self::default();
+        time.set(at);
+        time
+    }
+
+    /// Moves it to `at`.
+    pub fn set(&self, at: chrono::DateTime<chrono::Utc>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(at);
+    }
+
+    /// The time it stands at.
+    pub fn get(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl std::fmt::Debug for Http {
@@ -127,6 +160,7 @@ impl Http {
             client,
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
+            test_time: None,
         })
     }
 
@@ -136,6 +170,28 @@ impl Http {
             client: self.client.clone(),
             base: self.base.clone(),
             token: token.to_owned(),
+            test_time: self.test_time.clone(),
+        }
+    }
+
+    /// The same client sending `time` with every request (a server on a manual clock handles
+    /// each at that time); clients made from it by [`Http::with_token`] send it too.
+    pub fn with_test_time(&self, time: TestTime) -> Self {
+        Self {
+            test_time: Some(time),
+            ..self.clone()
+        }
+    }
+
+    /// The request with its bearer token and, when set, its test time.
+    fn prepare(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.bearer_auth(&self.token);
+        match self.test_time.as_ref().and_then(TestTime::get) {
+            Some(at) => request.header(
+                crate::wire::TEST_TIME_HEADER,
+                at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ),
+            None => request,
         }
     }
 
@@ -150,9 +206,7 @@ impl Http {
         body: &B,
     ) -> Result<reqwest::Response, CallError> {
         let response = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+            .prepare(self.client.post(format!("{}{path}", self.base)))
             .json(body)
             .send()
             .await
@@ -182,9 +236,7 @@ impl Http {
     /// GET raw bytes.
     pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CallError> {
         let response = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
+            .prepare(self.client.get(format!("{}{path}", self.base)))
             .send()
             .await
             .map_err(network)?;

@@ -267,6 +267,11 @@ pub struct SweepResponse {
     pub jobs: Vec<Uuid>,
 }
 
+/// The request header that gives one request a time of its own on a server started with
+/// `--manual-clock` (RFC 3339; docs/http.md, "Test clock"): a replay runs several traces on one
+/// server at once, each at its trace's time. A server without a manual clock ignores it.
+pub const TEST_TIME_HEADER: &str = "leasewright-test-time";
+
 /// `POST /v1/test/clock` (only with `--manual-clock`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema)]
 pub struct ClockRequest {

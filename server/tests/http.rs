@@ -232,6 +232,77 @@ async fn the_test_clock_exists_only_when_the_server_was_started_with_a_manual_cl
     assert_eq!(status, 401);
 }
 
+/// `Leasewright-Test-Time` gives one request a time of its own on a manual-clock server (the
+/// lease it claims expires 30 s after that time, and the shared clock does not move), is a 400
+/// when it is not a time, and changes nothing on a server without a manual clock: a client
+/// cannot move a production server's time.
+#[tokio::test]
+async fn a_request_carries_its_own_time_only_on_a_manual_clock_server() {
+    use leasewright_server::client::{Http, TestTime};
+    use leasewright_server::wire::TEST_TIME_HEADER;
+    let at: chrono::DateTime<chrono::Utc> = "2031-05-06T07:08:09Z".parse().unwrap();
+    for manual in [true, false] {
+        let (_db, server) = start(manual).await;
+        let f = fixture(&server).await;
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+        let token = f.token.clone();
+        let timed = RunnerClient {
+            http: Http::new(&server.url(), &token, Duration::from_secs(10))
+                .unwrap()
+                .with_test_time(TestTime::new(at)),
+        };
+        let lease = timed.claim(1).await.unwrap().remove(0);
+        let by_header = lease.lease_expiry == at + chrono::Duration::seconds(30);
+        assert_eq!(
+            by_header, manual,
+            "manual clock {manual}: {}",
+            lease.lease_expiry
+        );
+        if !manual {
+            continue;
+        }
+        // The shared clock did not move: the clock route without the header reads it.
+        let (status, shared) = post(&server, Some(OPERATOR), "/v1/test/clock", &json!({})).await;
+        assert_eq!(status, 200, "{shared}");
+        assert_ne!(shared["now"].as_str().unwrap(), "2031-05-06T07:08:09Z");
+        // The clock route with the header answers the header's time, and moves nothing.
+        let client = reqwest::Client::new();
+        let url = format!("{}/v1/test/clock", server.url());
+        let answer: Value = client
+            .post(&url)
+            .bearer_auth(OPERATOR)
+            .header(TEST_TIME_HEADER, "2031-05-06T07:08:09Z")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["now"], "2031-05-06T07:08:09Z");
+        for (header, body) in [
+            ("not a time", json!({})),
+            ("10000-01-01T00:00:00Z", json!({})),
+            ("2031-05-06T07:08:09Z", json!({"advance_ms": 1})),
+        ] {
+            let response = client
+                .post(&url)
+                .bearer_auth(OPERATOR)
+                .header(TEST_TIME_HEADER, header)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 400, "{header}");
+            let answer: Value = response.json().await.unwrap();
+            assert_eq!(answer["error"]["code"], "bad_request", "{header}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_expired_lease_makes_the_job_uncertain_and_only_a_reconciliation_requeues_it() {
     let (_db, server) = start(true).await;

@@ -292,8 +292,12 @@ pub fn router_with_budget(
     payload_in_flight_bytes: usize,
 ) -> Router {
     let budget = budget::PayloadBudget::new(payload_in_flight_bytes, max_payload_bytes);
-    let (router, _) =
-        api(max_payload_bytes, state.0.manual_clock.is_some(), &budget).split_for_parts();
+    let manual_clock = state.0.manual_clock.is_some();
+    let (mut router, _) = api(max_payload_bytes, manual_clock, &budget).split_for_parts();
+    if manual_clock {
+        // Test mode only: a request may carry a time of its own (time::request_time).
+        router = router.layer(axum::middleware::from_fn(time::request_time));
+    }
     router
         .fallback(health::fallback)
         .method_not_allowed_fallback(health::method_not_allowed)
