@@ -20,7 +20,7 @@ use leasewright_conformance::property;
 use leasewright_conformance::replay::Divergence;
 use leasewright_conformance::select::{self, Batch, Selection, Suite};
 use leasewright_conformance::shard::Shard;
-use leasewright_conformance::suite::{self, run_batches, SuiteDriver};
+use leasewright_conformance::suite::{self, run_batches, LeftOut, SuiteDriver};
 use leasewright_conformance::summary::{statement_delta, Summary};
 use leasewright_conformance::{junit, minimize, traces};
 use leasewright_model::{Config, LeaseModel, TargetKind};
@@ -421,6 +421,24 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
     Ok(batches)
 }
 
+/// The line that says how many traces the driver left out, for each reason (a trace counts
+/// under its first reason, in the order of [`LeftOut::ALL`]); `None` when it left none out.
+fn left_out_line(left_out: &std::collections::BTreeMap<LeftOut, usize>) -> Option<String> {
+    let total: usize = left_out.values().sum();
+    if total == 0 {
+        return None;
+    }
+    let reasons: Vec<String> = left_out
+        .iter()
+        .map(|(why, n)| format!("{n} {}", why.describe()))
+        .collect();
+    Some(format!(
+        "left out {total} traces this driver does not replay: {}; the in-process driver replays \
+         them",
+        reasons.join("; ")
+    ))
+}
+
 /// Replays the suite on `driver`, prints the summary, reports the first divergence. `all` runs
 /// the property suite after the generated traces (in shard 1 only: it is one sequential run).
 async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow::Result<i32> {
@@ -440,19 +458,20 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         Ok(batches) => batches,
         Err(code) => return Ok(code),
     };
-    let mut left_out = 0usize;
+    let mut left_out = std::collections::BTreeMap::<LeftOut, usize>::new();
     for batch in &mut batches {
-        let before = batch.traces.len();
         let model = Arc::clone(&batch.model);
-        batch.traces.retain(|t| driver.replays(&model, t));
-        left_out += before - batch.traces.len();
+        batch.traces.retain(|t| match driver.leaves_out(&model, t) {
+            Some(why) => {
+                *left_out.entry(why).or_default() += 1;
+                false
+            }
+            None => true,
+        });
     }
     batches.retain(|b| !b.traces.is_empty());
-    if left_out > 0 {
-        eprintln!(
-            "left out {left_out} traces this driver does not replay (shared slots, the outsider \
-             project's jobs, identities no one created: the in-process driver replays them)"
-        );
+    if let Some(line) = left_out_line(&left_out) {
+        eprintln!("{line}");
     }
     let property_model = Arc::new(LeaseModel::new(args.config()));
     let models = batches

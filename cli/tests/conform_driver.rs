@@ -40,6 +40,15 @@ fn the_python_example_passes_the_scenarios() {
     assert_eq!(doc["driver"], "driver-cmd (python-example)", "{doc}");
     assert_eq!(doc["divergences"], 0);
     assert_eq!(doc["traces"], 5);
+    // The shared-slot scenarios are left out, with the reason (the driver protocol names slot j
+    // for job j); the HTTP driver replays them.
+    assert!(
+        err.contains(
+            "left out 3 traces this driver does not replay: 3 with a shared target slot (the \
+             driver protocol names slot j for job j); the in-process driver replays them"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

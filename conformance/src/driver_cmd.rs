@@ -278,10 +278,10 @@ fn delivery(m: &Message) -> Value {
         ),
         // The slot token the message carries (a stale or forged one included), not the named
         // attempt's own: the target compares what it is sent (§8.4). The traces this driver
-        // replays give every job a slot of its own (`suite::in_process_only`), so slot j is
+        // replays give every job a slot of its own (`suite::driver_cmd_leaves_out`), so slot j is
         // job j's.
-        // Not in the driver protocol yet: the traces with side effects are in-process only
-        // (`suite::in_process_only`), so none reaches here.
+        // Not in the driver protocol yet: the traces with side effects are left out
+        // (`suite::driver_cmd_leaves_out`), so none reaches here.
         MessageKind::SideEffect(effect) => json!({"action": effect.name().replace(' ', "_")}),
         MessageKind::TargetMutation => json!({
             "action": "target_mutation",
@@ -593,8 +593,12 @@ impl crate::suite::SuiteDriver for CmdDriver {
     fn accepts(&self, _: &LeaseModel) -> Result<(), String> {
         Ok(())
     }
-    fn replays(&self, model: &LeaseModel, trace: &crate::generate::Generated<LeaseModel>) -> bool {
-        !crate::suite::in_process_only(model, trace)
+    fn leaves_out(
+        &self,
+        model: &LeaseModel,
+        trace: &crate::generate::Generated<LeaseModel>,
+    ) -> Option<crate::suite::LeftOut> {
+        crate::suite::driver_cmd_leaves_out(model, trace)
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
         None

@@ -32,7 +32,9 @@ use leasewright_server::client::{
     path_segment, CallError, Http, OperatorClient, RunnerClient, TestTime,
 };
 use leasewright_server::source::{build_snapshot, SourceFile};
-use leasewright_server::wire::{ClockRequest, DeployRequest, SubmitJobRequest, TupleBody};
+use leasewright_server::wire::{
+    ClockRequest, DeployRequest, GetRequest, GetResponse, SubmitJobRequest, TupleBody,
+};
 use model::{Action, Expected, LeaseModel, MessageKind, State};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -757,9 +759,18 @@ impl Driver for HttpDriver {
                 }
             },
         )?;
-        // Runners and jobs at once (jobs in submission order: claim order follows it).
-        let slots: Vec<String> = (0..config.jobs)
-            .map(|j| format!("{trace}-{unique}-{j}"))
+        // Runners and jobs at once (jobs in submission order: claim order follows it). Model slot
+        // `s` is the slot named `{trace}-{unique}-{s}`: fresh in every trace, and shared by every
+        // job (of either project) the model puts on it, as in-process.
+        let slots: Vec<String> = (0..config.slots())
+            .map(|s| format!("{trace}-{unique}-{s}"))
+            .collect();
+        // Project 0's jobs first, then the outsider project's (the model's job order).
+        let owners: Vec<Uuid> = (0..config.all_jobs())
+            .map(|j| match outsider_project {
+                Some(o) if j >= config.jobs => o,
+                _ => project,
+            })
             .collect();
         let (created, jobs) = tokio::try_join!(
             async {
@@ -781,11 +792,12 @@ impl Driver for HttpDriver {
                 Ok::<_, DriverError>(created)
             },
             async {
-                let mut jobs = Vec::with_capacity(slots.len());
-                for (j, slot) in slots.iter().enumerate() {
+                let mut jobs = Vec::with_capacity(owners.len());
+                for (j, owner) in owners.iter().enumerate() {
+                    let slot = &slots[usize::from(config.slot_of(j as u8))];
                     let submitted = op
                         .submit(
-                            project,
+                            *owner,
                             &submit_request(
                                 &self.archive_base64,
                                 &format!("rev-{j}"),
@@ -819,6 +831,7 @@ impl Driver for HttpDriver {
             clients,
             seen: vec![0; jobs.len()],
             jobs,
+            owners,
             attempts: Vec::new(),
             leases: BTreeMap::new(),
             slots,
@@ -854,13 +867,15 @@ pub struct HttpSession {
     clients: Vec<RunnerClient>,
     /// Model job index → job.
     jobs: Vec<Uuid>,
+    /// Model job index → the project that owns it (project 0's, or the outsider's).
+    owners: Vec<Uuid>,
     /// Model job index → the observations of that job seen so far.
     seen: Vec<usize>,
     /// Model attempt index → attempt.
     attempts: Vec<Uuid>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, Uuid>,
-    /// Model job index → its target slot.
+    /// Model slot index → its target slot's name.
     slots: Vec<String>,
     target_kind: model::TargetKind,
     unread: Vec<Part>,
@@ -879,13 +894,30 @@ pub struct HttpSession {
 }
 
 impl HttpSession {
-    /// The project whose operator takes an operator step: project 0's, or the outsider's.
-    fn operator_project(&self, action: &Action) -> Uuid {
-        match action {
-            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
-                self.outsider_project
-            }
-            _ => self.project,
+    /// The project whose operator takes an operator step: the job's own project's, or (the
+    /// model's `outsider_*` actions) the other project's.
+    fn operator_project(&self, action: &Action, job: u8) -> Uuid {
+        let own = self.owners[usize::from(job)];
+        let other = matches!(
+            action,
+            Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. }
+        );
+        match (other, own == self.project) {
+            (false, _) => own,
+            (true, true) => self.outsider_project,
+            (true, false) => self.project,
+        }
+    }
+
+    /// The project whose security log keeps what the other project's runners sent naming a job
+    /// of `owner` (protocol §7): the other project of the trace, if there is one.
+    fn other_project(&self, owner: Uuid) -> Option<Uuid> {
+        if self.outsider_project == self.project {
+            None
+        } else if owner == self.project {
+            Some(self.outsider_project)
+        } else {
+            Some(self.project)
         }
     }
 
@@ -1017,12 +1049,13 @@ impl HttpSession {
                 });
                 answer(result, |r| &r.verdict)
             }
-            MessageKind::SideEffect(effect) => Err(unmappable(format!(
-                "{}: the HTTP driver does not send side effects (suite::in_process_only)",
-                effect.name()
-            ))),
+            MessageKind::SideEffect(effect) => {
+                let (verdict, served) = side_effect(client, &tuple, effect).await?;
+                self.answer = served;
+                Ok(verdict)
+            }
             MessageKind::TargetMutation => {
-                let slot = &self.slots[m.job as usize];
+                let slot = &self.slots[usize::from(self.model.config.slot_of(m.job))];
                 // The slot token the model's message carries, not the named attempt's own (the
                 // target compares what it is sent, §8.4); the numbers are the implementation's,
                 // as both count a fresh slot's reservations from 1.
@@ -1048,14 +1081,16 @@ impl HttpSession {
     /// The observations of model job `j`, in receipt order (every page).
     async fn observations(&self, j: usize) -> Result<Vec<ObservationRead>, DriverError> {
         let http = &self.server.operator.http;
-        let path = format!("{}/observations", job_path(self.project, self.jobs[j]));
+        let path = format!("{}/observations", job_path(self.owners[j], self.jobs[j]));
         let mut all: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
             .await
             .map_err(http_failed)?;
-        // What the outsider sent naming the job is its project's security log, never the job's
-        // ledger (protocol §7); the model records it as a message like any other.
-        if self.outsider_project != self.project {
-            let path = format!("/v1/projects/{}/security-log", self.outsider_project);
+        // What a runner sent naming another project's job is its own project's security log,
+        // never the job's ledger (protocol §7): the outsider naming the project's jobs, and the
+        // project's runners naming the outsider's. The model records it as a message like any
+        // other.
+        if let Some(other) = self.other_project(self.owners[j]) {
+            let path = format!("/v1/projects/{other}/security-log");
             let log: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
                 .await
                 .map_err(http_failed)?;
@@ -1084,16 +1119,12 @@ impl HttpSession {
             }
             _ => None,
         };
-        let kind = match o.kind.as_str() {
-            "heartbeat" => "heartbeat",
-            "result" => "result",
-            "rejoin" => "rejoin",
-            other => {
-                return Err(DriverError::Implementation(format!(
-                    "an observation of kind {other} in a trace that sends none"
-                )))
-            }
-        };
+        let kind = crate::side_effects::kind_name(&o.kind).ok_or_else(|| {
+            DriverError::Implementation(format!(
+                "an observation of kind {} in a trace that sends none",
+                o.kind
+            ))
+        })?;
         Ok(ObservationProjection {
             attempt: match o.attempt {
                 Some(a) => Some(Self::index_of(&self.attempts, &a, "attempt")?),
@@ -1145,7 +1176,7 @@ impl HttpSession {
     }
 
     async fn job_projection(&self, j: usize) -> Result<JobProjection, DriverError> {
-        let base = job_path(self.project, self.jobs[j]);
+        let base = job_path(self.owners[j], self.jobs[j]);
         let http = &self.server.operator.http;
         let (view, attempts) = tokio::try_join!(
             async {
@@ -1369,7 +1400,7 @@ impl Session for HttpSession {
             }
             Action::Cancel { job } | Action::OutsiderCancel { job } => {
                 self.sync_clock().await?;
-                let project = self.operator_project(action);
+                let project = self.operator_project(action, *job);
                 let id = self.jobs[*job as usize];
                 Some(answer(
                     self.server
@@ -1394,7 +1425,7 @@ impl Session for HttpSession {
                 decision,
             } => {
                 self.sync_clock().await?;
-                let project = self.operator_project(action);
+                let project = self.operator_project(action, *job);
                 let id = self.jobs[*job as usize];
                 Some(answer(
                     self.server
@@ -1408,11 +1439,14 @@ impl Session for HttpSession {
                     |r| &r.verdict,
                 )?)
             }
-            Action::SideEffect { effect, .. } => {
-                return Err(unmappable(format!(
-                    "{}: the HTTP driver does not send side effects (suite::in_process_only)",
-                    effect.name()
-                )))
+            Action::SideEffect { runner, effect } => {
+                let m = LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
+                    .ok_or_else(|| {
+                    unmappable(format!(
+                        "a side effect from runner {runner}, which holds no attempt"
+                    ))
+                })?;
+                Some(self.deliver(&m).await?)
             }
             // Runner-local steps, as in-process: nothing reaches the server.
             Action::Result { .. }
@@ -1497,6 +1531,66 @@ impl Session for HttpSession {
             unread: self.unread.clone(),
         })
     }
+}
+
+/// Rule R8 through the runner routes, as in-process ([`crate::pg`]): the model's bounded
+/// payloads as the bytes of [`crate::side_effects`]; an accepted get's content is the step's
+/// answer.
+async fn side_effect(
+    client: &RunnerClient,
+    tuple: &TupleBody,
+    effect: model::SideEffect,
+) -> Result<(Observed, Option<Answer>), DriverError> {
+    use crate::side_effects::{payload_bytes, served_label, ARTIFACT_NAME, CACHE_KEY};
+    use model::SideEffect as E;
+    let bytes = payload_bytes(effect).unwrap_or_default();
+    let name = match effect {
+        E::SourceFetch => {
+            // The snapshot itself is the source's business (server tests); the verdict is the
+            // rule's.
+            let fetched = client.source(tuple).await.map(|_| VerdictRead {
+                verdict: "accepted".into(),
+            });
+            return Ok((answer(fetched, |r| &r.verdict)?, None));
+        }
+        E::LogAppend { seq, .. } => {
+            let v = client.log_append(tuple, i64::from(seq), &bytes).await;
+            return Ok((answer(v, |r| &r.verdict)?, None));
+        }
+        E::ArtifactPut { .. } => {
+            let v = client.artifact_put(tuple, ARTIFACT_NAME, &bytes).await;
+            return Ok((answer(v, |r| &r.verdict)?, None));
+        }
+        E::CachePut { .. } => {
+            let v = client.cache_put(tuple, CACHE_KEY, &bytes).await;
+            return Ok((answer(v, |r| &r.verdict)?, None));
+        }
+        E::ArtifactGet => ("/v1/runner/artifacts/get", ARTIFACT_NAME),
+        E::CacheGet => ("/v1/runner/cache/get", CACHE_KEY),
+    };
+    let (path, name) = name;
+    let got: Result<GetResponse, CallError> = client
+        .http
+        .post(
+            path,
+            &GetRequest {
+                tuple: *tuple,
+                name: name.into(),
+            },
+        )
+        .await;
+    let served = match &got {
+        Ok(r) if r.verdict == "accepted" => {
+            let content = base64::engine::general_purpose::STANDARD
+                .decode(&r.content_base64)
+                .map_err(|e| failed(format!("a served content that is not base64: {e}")))?;
+            Some(Answer::Served {
+                content: served_label(effect, &content),
+            })
+        }
+        _ => None,
+    };
+    Ok((answer(got, |r| &r.verdict)?, served))
 }
 
 /// The verdict of an answer: 200 with `accepted`/`acknowledged`, or a 409 rejection with the

@@ -130,11 +130,11 @@ pub trait SuiteDriver: Driver + 'static {
     fn parallel(&self, asked: usize) -> usize;
     /// Whether it can replay traces of `model`.
     fn accepts(&self, model: &LeaseModel) -> Result<(), String>;
-    /// Whether it replays `trace` (of `model`); the suite leaves the others out and says how
-    /// many. The in-process driver replays every trace.
-    fn replays(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
+    /// Why it does not replay `trace` (of `model`), if it does not; the suite leaves those out
+    /// and says how many for each reason. The in-process driver replays every trace.
+    fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
         let _ = (model, trace);
-        true
+        None
     }
     /// How many times each of the implementation's SQL statements has run, when the
     /// implementation runs in this process (`None`: it runs in another one).
@@ -196,23 +196,62 @@ impl SuiteDriver for HttpDriver {
     fn not_compared(&self) -> Vec<crate::driver::Part> {
         self.unread().to_vec()
     }
-    fn replays(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
-        !in_process_only(model, trace)
+    fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+        http_leaves_out(model, trace)
     }
 }
 
-/// Whether `trace` (of `model`) is one only the in-process driver replays today: shared slots
-/// and the outsider project's jobs (the HTTP and `--driver-cmd` drivers map one slot per job and
-/// read project 0's jobs only), the side effects of R8 (`Config::side_effects`: neither driver
-/// sends them yet), and probes naming an identity no one created (over HTTP an
-/// unknown runner is refused 401 before any check, docs/protocol.md §6.1, and an unknown job's
-/// record is readable by no project).
-pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> bool {
-    use leasewright_model::Action;
-    let c = &model.config;
-    if c.shared_slot || (c.outsider && c.outsider_jobs > 0) || c.side_effects {
-        return true;
+/// Why a driver leaves a trace out (the in-process driver replays every trace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeftOut {
+    /// Several jobs on one target slot (`Config::shared_slot`): the `--driver-cmd` protocol maps
+    /// slot j to job j.
+    SharedSlot,
+    /// The outsider project's own jobs (`Config::outsider_jobs`): the `--driver-cmd` protocol
+    /// has one project's jobs.
+    OutsiderJobs,
+    /// The side effects of R8 (`Config::side_effects`): not in the `--driver-cmd` protocol.
+    SideEffects,
+    /// A probe naming a runner, job or attempt no one created: over HTTP an unknown runner is
+    /// refused 401 before any check (docs/protocol.md §6.1) and an unknown job's record is
+    /// readable by no project; the `--driver-cmd` protocol names only created identities.
+    UnknownIdentity,
+}
+
+impl LeftOut {
+    /// Every reason, in the order a trace is classified by (its first reason counts).
+    pub const ALL: [LeftOut; 4] = [
+        LeftOut::SharedSlot,
+        LeftOut::OutsiderJobs,
+        LeftOut::SideEffects,
+        LeftOut::UnknownIdentity,
+    ];
+
+    /// What the summary says of the traces left out for this reason: what they are and why.
+    pub fn describe(self) -> &'static str {
+        match self {
+            LeftOut::SharedSlot => {
+                "with a shared target slot (the driver protocol names slot j for job j)"
+            }
+            LeftOut::OutsiderJobs => {
+                "with the outsider project's jobs (the driver protocol has one project's jobs)"
+            }
+            LeftOut::SideEffects => {
+                "with the side effects of R8 (source fetch, log append, artifact and cache put \
+                 and get: not in the driver protocol)"
+            }
+            LeftOut::UnknownIdentity => {
+                "naming a runner, job or attempt no one created (over HTTP an unknown runner is \
+                 a 401 before any check; the driver protocol names created identities only)"
+            }
+        }
     }
+}
+
+/// Whether a probe of `trace` names a runner, job or attempt no one created
+/// ([`LeftOut::UnknownIdentity`]).
+pub fn names_unknown_identity(trace: &Generated<LeaseModel>) -> bool {
+    use leasewright_model::Action;
     let mut before = &trace.init;
     for (action, after) in &trace.steps {
         if let Action::Replay {
@@ -229,6 +268,27 @@ pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> boo
         before = after;
     }
     false
+}
+
+/// Why the HTTP driver leaves `trace` out, if it does: only probes naming an identity no one
+/// created (it replays shared slots, the outsider project's jobs and the side effects of R8).
+pub fn http_leaves_out(_model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+    names_unknown_identity(trace).then_some(LeftOut::UnknownIdentity)
+}
+
+/// Why the `--driver-cmd` driver leaves `trace` (of `model`) out, if it does: what its JSON-lines
+/// protocol (docs/conformance-driver/) cannot say, the first reason of [`LeftOut::ALL`].
+pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+    let c = &model.config;
+    if c.shared_slot {
+        Some(LeftOut::SharedSlot)
+    } else if c.outsider && c.outsider_jobs > 0 {
+        Some(LeftOut::OutsiderJobs)
+    } else if c.side_effects {
+        Some(LeftOut::SideEffects)
+    } else {
+        http_leaves_out(model, trace)
+    }
 }
 
 /// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`

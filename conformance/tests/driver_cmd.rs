@@ -45,8 +45,8 @@ async fn the_python_example_agrees_on_the_scenarios_and_random_walks() {
     for (model, trace) in scenarios::all()
         .expect("the scenarios")
         .into_iter()
-        // Shared slots are the in-process driver's today (suite::in_process_only).
-        .filter(|(m, t)| !leasewright_conformance::suite::in_process_only(m, t))
+        // What the driver protocol cannot say is left out (suite::driver_cmd_leaves_out).
+        .filter(|(m, t)| leasewright_conformance::suite::driver_cmd_leaves_out(m, t).is_none())
     {
         let mut session = driver.open(&model, &trace.name).await.expect("open");
         match replay(&model, &mut session, &trace).await {
@@ -275,7 +275,7 @@ async fn every_message_of_a_conversation_matches_its_schema() {
     );
     let driver = connect(&command).await;
     let mut traces = scenarios::all().expect("the scenarios");
-    traces.retain(|(m, t)| !leasewright_conformance::suite::in_process_only(m, t));
+    traces.retain(|(m, t)| leasewright_conformance::suite::driver_cmd_leaves_out(m, t).is_none());
     let model = LeaseModel::new(Config::one_job());
     for walk in random_walks(&model, 5, 300, 40) {
         traces.push((model.clone(), walk));

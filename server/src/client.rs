@@ -333,6 +333,13 @@ impl RunnerClient {
         Ok(download)
     }
 
+    /// `source fetch` into memory: the snapshot's bytes (for small sources, such as a
+    /// conformance trace's).
+    pub async fn source(&self, tuple: &TupleBody) -> Result<Vec<u8>, CallError> {
+        let response = self.http.post_raw("/v1/runner/source", tuple).await?;
+        Ok(response.bytes().await.map_err(network)?.to_vec())
+    }
+
     pub async fn log_append(
         &self,
         tuple: &TupleBody,
