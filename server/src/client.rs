@@ -184,7 +184,7 @@ impl Http {
     }
 
     /// The request with its bearer token and, when set, its test time.
-    fn prepare(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    fn with_headers(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let request = request.bearer_auth(&self.token);
         match self.test_time.as_ref().and_then(TestTime::get) {
             Some(at) => request.header(
@@ -206,7 +206,7 @@ impl Http {
         body: &B,
     ) -> Result<reqwest::Response, CallError> {
         let response = self
-            .prepare(self.client.post(format!("{}{path}", self.base)))
+            .with_headers(self.client.post(format!("{}{path}", self.base)))
             .json(body)
             .send()
             .await
@@ -236,7 +236,7 @@ impl Http {
     /// GET raw bytes.
     pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CallError> {
         let response = self
-            .prepare(self.client.get(format!("{}{path}", self.base)))
+            .with_headers(self.client.get(format!("{}{path}", self.base)))
             .send()
             .await
             .map_err(network)?;
