@@ -423,14 +423,17 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
 
 /// The line that says how many traces the driver left out, for each reason (a trace counts
 /// under its first reason, in the order of [`LeftOut::ALL`]); `None` when it left none out.
-fn left_out_line(left_out: &std::collections::BTreeMap<LeftOut, usize>) -> Option<String> {
+fn left_out_line<D: SuiteDriver>(
+    driver: &D,
+    left_out: &std::collections::BTreeMap<LeftOut, usize>,
+) -> Option<String> {
     let total: usize = left_out.values().sum();
     if total == 0 {
         return None;
     }
     let reasons: Vec<String> = left_out
         .iter()
-        .map(|(why, n)| format!("{n} {}", why.describe()))
+        .map(|(why, n)| format!("{n} {} ({})", why.what(), driver.why_left_out(*why)))
         .collect();
     Some(format!(
         "left out {total} traces this driver does not replay: {}; the in-process driver replays \
@@ -470,7 +473,7 @@ async fn run_suite<D: SuiteDriver>(args: &ConformArgs, driver: Arc<D>) -> anyhow
         });
     }
     batches.retain(|b| !b.traces.is_empty());
-    if let Some(line) = left_out_line(&left_out) {
+    if let Some(line) = left_out_line(driver.as_ref(), &left_out) {
         eprintln!("{line}");
     }
     let property_model = Arc::new(LeaseModel::new(args.config()));

@@ -600,6 +600,15 @@ impl crate::suite::SuiteDriver for CmdDriver {
     ) -> Option<crate::suite::LeftOut> {
         crate::suite::driver_cmd_leaves_out(model, trace)
     }
+    fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
+        use crate::suite::LeftOut;
+        match why {
+            LeftOut::SharedSlot => "the driver protocol names slot j for job j",
+            LeftOut::OutsiderJobs => "the driver protocol has one project's jobs",
+            LeftOut::SideEffects => "the driver protocol has no side-effect steps",
+            LeftOut::UnknownIdentity => "left out as over HTTP",
+        }
+    }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
         None
     }

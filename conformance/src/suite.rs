@@ -136,6 +136,11 @@ pub trait SuiteDriver: Driver + 'static {
         let _ = (model, trace);
         None
     }
+    /// Why it leaves out the traces of `why` (the summary's left-out line).
+    fn why_left_out(&self, why: LeftOut) -> &'static str {
+        let _ = why;
+        ""
+    }
     /// How many times each of the implementation's SQL statements has run, when the
     /// implementation runs in this process (`None`: it runs in another one).
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>>;
@@ -199,6 +204,16 @@ impl SuiteDriver for HttpDriver {
     fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
         http_leaves_out(model, trace)
     }
+    fn why_left_out(&self, why: LeftOut) -> &'static str {
+        match why {
+            LeftOut::UnknownIdentity => {
+                "over HTTP an unknown runner is a 401 before any check, and an unknown job's \
+                 record is readable by no project"
+            }
+            // Replayed over HTTP: never left out.
+            _ => "replayed over HTTP",
+        }
+    }
 }
 
 /// Why a driver leaves a trace out (the in-process driver replays every trace).
@@ -227,23 +242,14 @@ impl LeftOut {
         LeftOut::UnknownIdentity,
     ];
 
-    /// What the summary says of the traces left out for this reason: what they are and why.
-    pub fn describe(self) -> &'static str {
+    /// What the traces left out for this reason are (the driver says why:
+    /// [`SuiteDriver::why_left_out`]).
+    pub fn what(self) -> &'static str {
         match self {
-            LeftOut::SharedSlot => {
-                "with a shared target slot (the driver protocol names slot j for job j)"
-            }
-            LeftOut::OutsiderJobs => {
-                "with the outsider project's jobs (the driver protocol has one project's jobs)"
-            }
-            LeftOut::SideEffects => {
-                "with the side effects of R8 (source fetch, log append, artifact and cache put \
-                 and get: not in the driver protocol)"
-            }
-            LeftOut::UnknownIdentity => {
-                "naming a runner, job or attempt no one created (over HTTP an unknown runner is \
-                 a 401 before any check; the driver protocol names created identities only)"
-            }
+            LeftOut::SharedSlot => "with a shared target slot",
+            LeftOut::OutsiderJobs => "with the outsider project's jobs",
+            LeftOut::SideEffects => "with the side effects of R8",
+            LeftOut::UnknownIdentity => "naming a runner, job or attempt no one created",
         }
     }
 }
