@@ -97,7 +97,14 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<ObservationView>, Error> {
+        // Sent unnamed (not kept prepared): PostgreSQL plans it at every call for the tables as
+        // they are then. A plan kept from a connection's first calls, made while `observations`
+        // was small, read every unattributed observation of every project (3 ms per read at
+        // 9,500 observations, growing with the table; the test below). The log is read by
+        // operators, never on a runner's path, so planning it each time costs nothing that
+        // matters.
         let rows = sqlx::query(self.sql(sql::OBSERVATION_SELECT_SECURITY_LOG))
+            .persistent(false)
             .bind(project.0)
             .bind(after)
             .bind(limit)
@@ -256,4 +263,108 @@ fn observation_view(row: &PgRow) -> Result<ObservationView, Error> {
         },
         payload_sha256: row.try_get("payload_sha256")?,
     })
+}
+
+#[cfg(test)]
+mod security_log_plan_tests {
+    use crate::database::TestDatabase;
+    use crate::sql;
+    use sqlx::{Connection, PgConnection};
+
+    /// Every node of the JSON `plan` that reads `relation`, as "node type (index condition)".
+    fn scans_of(plan: &serde_json::Value, relation: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut stack = vec![plan];
+        while let Some(node) = stack.pop() {
+            match node {
+                serde_json::Value::Array(items) => stack.extend(items),
+                serde_json::Value::Object(map) => {
+                    if map.get("Relation Name").and_then(|v| v.as_str()) == Some(relation) {
+                        let kind = map.get("Node Type").and_then(|v| v.as_str()).unwrap_or("?");
+                        let condition = map
+                            .get("Index Cond")
+                            .and_then(|v| v.as_str())
+                            .unwrap_or("no Index Cond");
+                        found.push(format!("{kind} ({condition})"));
+                    }
+                    stack.extend(map.values());
+                }
+                _ => {}
+            }
+        }
+        found
+    }
+
+    /// The security log's statement, planned as the store sends it (unnamed: a custom plan at
+    /// every call, which `force_custom_plan` reproduces for a prepared statement) after
+    /// `observations` was analyzed empty and its first calls were planned, then explained after
+    /// 20,000 unattributed observations of other projects' runners were added: its reads of
+    /// `observations` must be ranges of the index keyed by the project's runner, never a read of
+    /// the whole index or table (which grows with every project's rejected messages). Kept
+    /// prepared (`force_generic_plan` here) it fails: a sequential scan of `observations` per
+    /// runner, planned while the table was empty; the statement the store used to keep prepared,
+    /// a plain join, read the whole index in id order (`Index Scan (id > $2)`).
+    #[tokio::test]
+    async fn the_security_log_reads_its_runners_observations_by_key_after_an_empty_analyze() {
+        let database = TestDatabase::create().await.expect("a test database");
+        let store = database
+            .store(
+                std::sync::Arc::new(crate::SystemClock),
+                crate::StoreConfig::default(),
+            )
+            .await
+            .expect("a store");
+        let project = store.create_project("log").await.expect("a project");
+        for name in ["a", "b", "c"] {
+            store.create_runner(project, name).await.expect("a runner");
+        }
+        store.close().await;
+        let mut conn = PgConnection::connect(database.url())
+            .await
+            .expect("connect");
+        sqlx::raw_sql(
+            "ANALYZE observations; ANALYZE runners; ANALYZE jobs;
+             SET plan_cache_mode = force_custom_plan",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+        sqlx::raw_sql(&format!(
+            "PREPARE security_log(uuid, bigint, bigint) AS {}",
+            sql::OBSERVATION_SELECT_SECURITY_LOG.text
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("prepare");
+        let execute = format!("EXECUTE security_log('{}', 0, 1000)", project.0);
+        for _ in 0..6 {
+            sqlx::raw_sql(&execute)
+                .execute(&mut conn)
+                .await
+                .expect("execute");
+        }
+        sqlx::query(
+            "INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+                 named_lease_id, named_fence, received_at, verdict, reason)
+             SELECT gen_random_uuid(), 'heartbeat', gen_random_uuid(), gen_random_uuid(),
+                 gen_random_uuid(), 1, now(), 'rejected', 'unknown_job'
+             FROM generate_series(1, 20000)",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("observations");
+        let plan: serde_json::Value =
+            sqlx::query_scalar(&format!("EXPLAIN (FORMAT JSON) {execute}"))
+                .fetch_one(&mut conn)
+                .await
+                .expect("explain");
+        let scans = scans_of(&plan, "observations");
+        assert!(!scans.is_empty(), "the log reads observations: {plan}");
+        assert!(
+            scans
+                .iter()
+                .all(|scan| scan.starts_with("Index") && scan.contains("sender_runner_id = r.id")),
+            "the security log must read observations by their sender's key, not {scans:?}: {plan}"
+        );
+    }
 }
