@@ -35,7 +35,8 @@ use tokio::task::JoinHandle;
 /// Faults to inject during the load.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
-    /// Every this often, `pg_terminate_backend` on every client connection of the database.
+    /// Every this often, `pg_terminate_backend` on every client connection of the database, at a
+    /// moment when one of them is running a statement or is inside a transaction.
     pub kill_connections: Option<Duration>,
     /// Runner observed times this far off (alternately ahead and behind).
     pub runner_skew: Option<Duration>,
@@ -1036,13 +1037,30 @@ async fn kill_connections(shared: Arc<Shared>, url: String, every: Duration) {
         let Ok(mut admin) = sqlx::PgConnection::connect(&url).await else {
             continue;
         };
-        let killed: Result<i64, _> = sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid() \
-             AND backend_type = 'client backend') AS killed",
-        )
-        .fetch_one(&mut admin)
-        .await;
+        // A kill lands while some call is in flight: the admin connection polls (for at most
+        // `every`) until a client backend is running a statement or sits in a transaction, then
+        // terminates every client backend in the same statement. Killing only idle connections
+        // would test nothing (the pool replaces them before handing them out), and how often a
+        // blind kill finds a call in flight depends on the machine's speed.
+        let deadline = tokio::time::Instant::now() + every;
+        let killed: Result<i64, _> = loop {
+            let killed: Result<i64, _> = sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND backend_type = 'client backend' \
+                 AND EXISTS (SELECT 1 FROM pg_stat_activity AS busy \
+                     WHERE busy.datname = current_database() AND busy.pid <> pg_backend_pid() \
+                     AND busy.backend_type = 'client backend' AND busy.state <> 'idle')) AS killed",
+            )
+            .fetch_one(&mut admin)
+            .await;
+            let done = shared.stop_background.load(Ordering::SeqCst)
+                || tokio::time::Instant::now() >= deadline;
+            match killed {
+                Ok(0) if !done => tokio::time::sleep(Duration::from_millis(1)).await,
+                other => break other,
+            }
+        };
         let _ = admin.close().await;
         if let Ok(killed) = killed {
             let mut faults = lock(&shared.faults);
