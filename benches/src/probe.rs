@@ -250,7 +250,35 @@ pub fn load_average() -> Option<[f64; 3]> {
 
 #[cfg(test)]
 mod tests {
-    use super::{process_cpu_seconds, Waits};
+    use super::{process_cpu_seconds, sampler_pool, Sampler, Waits, SAMPLE_EVERY};
+
+    /// The sampler counts a backend that sits inside a transaction for the whole window (the
+    /// curves' `waits`; a benchmark's own slots are too short and too fast to be sure to catch
+    /// one, so `cli/tests/bench.rs` checks only that the samples are reported).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sampler_sees_a_backend_inside_a_transaction() {
+        let db = leasewright_impl::database::TestDatabase::create()
+            .await
+            .expect("a test database");
+        let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+        let mut open = pool.begin().await.expect("begin");
+        sqlx::query("SELECT 1")
+            .execute(&mut *open)
+            .await
+            .expect("a statement inside the transaction");
+        let sampler = Sampler::start(&sampler_pool(db.url()).await.expect("the sampler's pool"));
+        tokio::time::sleep(SAMPLE_EVERY * 8).await;
+        let waits = sampler.stop().await.expect("the samples");
+        open.rollback().await.expect("rollback");
+        assert!(waits.samples > 0, "{waits:?}");
+        assert!(
+            waits
+                .counts
+                .keys()
+                .any(|state| state.starts_with("idle in transaction")),
+            "{waits:?}"
+        );
+    }
 
     #[test]
     fn shares_are_sorted_and_add_up() {

@@ -143,12 +143,9 @@ fn a_tiny_claimers_curve_reports_every_point_next_to_its_baseline() {
         assert!(p["line"]["p99_ms"].as_f64().unwrap() >= p["line"]["p50_ms"].as_f64().unwrap());
         assert!(p["waits"]["samples"].as_u64().is_some(), "{p}");
     }
-    // The sampler saw the backends inside their transactions at some point of the run.
-    let samples: u64 = points
-        .iter()
-        .map(|p| p["waits"]["samples"].as_u64().unwrap())
-        .sum();
-    assert!(samples > 0, "{report}");
+    // Whether the sampler caught a backend inside a transaction in slots this short depends on
+    // the machine's speed (a fresh-clone CI run on an idle machine caught none); that it does is
+    // benches/src/probe.rs `the_sampler_sees_a_backend_inside_a_transaction`.
     assert_eq!(points[0]["relative"], 1.0);
 }
 
