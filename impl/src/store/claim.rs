@@ -310,30 +310,7 @@ mod tests {
     /// Every node of `plan` that reads `target_reservations`, as "node type (index condition)".
     fn reservation_scans(plan: &str) -> Vec<String> {
         let plan: serde_json::Value = serde_json::from_str(plan).expect("json");
-        let mut found = Vec::new();
-        let mut stack = vec![&plan];
-        while let Some(node) = stack.pop() {
-            match node {
-                serde_json::Value::Array(items) => stack.extend(items),
-                serde_json::Value::Object(map) => {
-                    if map.get("Relation Name").and_then(|v| v.as_str())
-                        == Some("target_reservations")
-                        && map.get("Node Type").and_then(|v| v.as_str()) != Some("ModifyTable")
-                    {
-                        if let Some(kind) = map.get("Node Type").and_then(|v| v.as_str()) {
-                            let condition = map
-                                .get("Index Cond")
-                                .and_then(|v| v.as_str())
-                                .unwrap_or("no Index Cond");
-                            found.push(format!("{kind} ({condition})"));
-                        }
-                    }
-                    stack.extend(map.values());
-                }
-                _ => {}
-            }
-        }
-        found
+        crate::store::plan::scans_of(&plan, "target_reservations")
     }
 
     #[tokio::test]

@@ -27,6 +27,8 @@ use crate::schema::MIGRATOR;
 mod cancel;
 mod claim;
 mod heartbeat;
+#[cfg(test)]
+mod plan;
 mod precedence;
 mod reads;
 mod reconcile;

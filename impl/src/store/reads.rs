@@ -269,31 +269,8 @@ fn observation_view(row: &PgRow) -> Result<ObservationView, Error> {
 mod security_log_plan_tests {
     use crate::database::TestDatabase;
     use crate::sql;
+    use crate::store::plan::scans_of;
     use sqlx::{Connection, PgConnection};
-
-    /// Every node of the JSON `plan` that reads `relation`, as "node type (index condition)".
-    fn scans_of(plan: &serde_json::Value, relation: &str) -> Vec<String> {
-        let mut found = Vec::new();
-        let mut stack = vec![plan];
-        while let Some(node) = stack.pop() {
-            match node {
-                serde_json::Value::Array(items) => stack.extend(items),
-                serde_json::Value::Object(map) => {
-                    if map.get("Relation Name").and_then(|v| v.as_str()) == Some(relation) {
-                        let kind = map.get("Node Type").and_then(|v| v.as_str()).unwrap_or("?");
-                        let condition = map
-                            .get("Index Cond")
-                            .and_then(|v| v.as_str())
-                            .unwrap_or("no Index Cond");
-                        found.push(format!("{kind} ({condition})"));
-                    }
-                    stack.extend(map.values());
-                }
-                _ => {}
-            }
-        }
-        found
-    }
 
     /// The security log's statement, planned as the store sends it (unnamed: a custom plan at
     /// every call, which `force_custom_plan` reproduces for a prepared statement) after
