@@ -5,4 +5,4 @@ UPDATE jobs
 SET state = 'running', fence = fence + 1, current_attempt_id = $2
 WHERE id = $1
   AND state = 'queued'
-RETURNING fence, source_revision, source_digest, command
+RETURNING fence, target_kind, source_revision, source_digest, command

@@ -107,12 +107,12 @@ statements! {
     TARGET_MUTATION_RECORD = "target_mutation_record";
 }
 
-/// The source of migration 0007, which defines the server-side function `claim` (the statement
-/// `claim` calls it).
+/// The source of migration 0008, which defines the server-side function `claim` as it is now (the
+/// statement `claim` calls it; 0007 defined it first).
 #[cfg(any(test, feature = "mutants"))]
 pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/migrations/0007_claim_function.sql"
+    "/migrations/0008_claim_answers_the_target.sql"
 ));
 
 /// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in

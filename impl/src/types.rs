@@ -385,6 +385,9 @@ pub struct Lease {
     /// on every target mutation of the attempt. Not a fence: it orders the reservations of one
     /// slot, whatever job or project held them.
     pub slot_token: i64,
+    /// The job's target slot, the one this claim reserved (docs/protocol.md §8.2), and its kind.
+    pub target: String,
+    pub target_kind: TargetKind,
     pub source_revision: String,
     pub source_digest: String,
     pub command: String,

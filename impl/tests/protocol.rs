@@ -503,6 +503,14 @@ mod setup {
         forged.push('x');
         assert_eq!(w.store.authenticate(&forged).await.expect("auth"), None);
         assert_eq!(w.store.authenticate("garbage").await.expect("auth"), None);
+        // The hash read for the runner is kept: the token still authenticates, a forged one
+        // still does not, also through a clone of the store (one memory for every clone).
+        let clone = w.store.clone();
+        assert_eq!(
+            clone.authenticate(&token).await.expect("auth"),
+            Some(runner)
+        );
+        assert_eq!(clone.authenticate(&forged).await.expect("auth"), None);
         let stored: Vec<u8> = sqlx::query_scalar("SELECT token_sha256 FROM runners WHERE id = $1")
             .bind(runner.0)
             .fetch_one(w.store.pool())

@@ -396,6 +396,10 @@ async fn a_fenced_target_refuses_slot_token_10_after_slot_token_11_and_an_unfenc
     let mut stale: Option<LeaseBody> = None;
     let current = loop {
         let lease = f.runner.claim(1).await.unwrap().remove(0);
+        assert_eq!(
+            (lease.target.as_str(), lease.target_kind.as_str()),
+            ("prod", "fenced")
+        );
         if lease.fence == 11 {
             break lease;
         }
@@ -454,6 +458,11 @@ async fn a_fenced_target_refuses_slot_token_10_after_slot_token_11_and_an_unfenc
         .job;
     let lease = f.runner.claim(1).await.unwrap().remove(0);
     assert_eq!(lease.job, first);
+    // The lease names the slot it reserved and the slot's kind (the claim answers them).
+    assert_eq!(
+        (lease.target.as_str(), lease.target_kind.as_str()),
+        ("shell", "unfenced")
+    );
     let (status, _) = post(
         &server,
         None,

@@ -189,6 +189,9 @@ impl HttpApi {
                     },
                     lease_expiry: lease.lease_expiry,
                     slot_token: lease.slot_token,
+                    target: lease.target,
+                    // A kind the protocol does not know is an answer no client can act on.
+                    target_kind: imp::TargetKind::from_code(&lease.target_kind).ok_or(Failed)?,
                     source_revision: lease.source_revision,
                     source_digest: lease.source_digest,
                     command: lease.command,

@@ -1,6 +1,6 @@
 //! Rule R1 `claim` (docs/protocol.md §6.2, §7).
 
-use super::Store;
+use super::{parse, Store};
 use crate::error::Error;
 use crate::sql;
 use crate::types::*;
@@ -58,7 +58,7 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // A call of the server-side function `claim` (migration 0007), prepared once per
+        // A call of the server-side function `claim` (migrations 0007 and 0008), prepared once per
         // connection: the function keeps the plan of its statement for the session, made with
         // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
         // claim's plan"), so a claim is not planned again.
@@ -84,6 +84,8 @@ impl Store {
                 },
                 lease_expiry,
                 slot_token: row.try_get("slot_token")?,
+                target: row.try_get("target")?,
+                target_kind: parse(row.try_get("target_kind")?, TargetKind::from_code)?,
                 source_revision: row.try_get("source_revision")?,
                 source_digest: row.try_get("source_digest")?,
                 command: row.try_get("command")?,
@@ -165,6 +167,8 @@ impl Store {
                 },
                 lease_expiry,
                 slot_token,
+                target,
+                target_kind: parse(started.try_get("target_kind")?, TargetKind::from_code)?,
                 source_revision: started.try_get("source_revision")?,
                 source_digest: started.try_get("source_digest")?,
                 command: started.try_get("command")?,

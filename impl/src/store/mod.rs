@@ -72,6 +72,9 @@ pub struct Store {
     /// The most bytes one attempt may hold in logs, artifacts and the cache entries it stored
     /// (`None`: no bound). See [`Store::with_attempt_quota`].
     attempt_quota: Option<i64>,
+    /// The stored token hashes of the runners that presented a token here (see
+    /// [`Store::authenticate`]), shared by every clone of the store.
+    token_hashes: Arc<setup::TokenHashes>,
     #[cfg(feature = "mutants")]
     mutant: Option<crate::mutants::Mutant>,
 }
@@ -153,6 +156,7 @@ impl Store {
             clock,
             lease_ttl,
             attempt_quota: None,
+            token_hashes: Arc::default(),
             #[cfg(feature = "mutants")]
             mutant: None,
         })

@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use base64::Engine as _;
 use leasewright_impl::{MessageKind, Outcome, RejoinAnswer, ResultReport, Verdict};
 use sqlx::Row;
-use std::time::Duration;
+use std::collections::HashMap;
 use uuid::Uuid;
 
 pub(super) async fn job_spec(
@@ -29,6 +29,31 @@ pub(super) async fn job_spec(
         ))),
         None => Ok(None),
     }
+}
+
+/// The specs of `jobs` that have one, in one round trip (the leases of one claim).
+async fn job_specs(
+    state: &AppState,
+    jobs: &[Uuid],
+) -> Result<HashMap<Uuid, (String, Vec<String>)>, ApiError> {
+    let rows = sqlx::query(
+        "SELECT job_id, blob_sha256, artifacts FROM server_job_specs WHERE job_id = ANY($1)",
+    )
+    .bind(jobs)
+    .fetch_all(state.0.store.pool())
+    .await
+    .map_err(db_error)?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get("job_id").map_err(db_error)?,
+                (
+                    row.try_get("blob_sha256").map_err(db_error)?,
+                    row.try_get("artifacts").map_err(db_error)?,
+                ),
+            ))
+        })
+        .collect()
 }
 
 /// The most leases one claim asks for (docs/http.md).
@@ -70,19 +95,16 @@ pub(super) async fn claim(
     };
     state.0.metrics.claim(leases.len());
     let ttl_ms = store.lease_ttl().num_milliseconds().max(0) as u64;
+    // A job submitted over HTTP commits its spec row in its submission's transaction, so a claim
+    // never sees it without one; a job submitted another way (the Store's API) has none. One
+    // round trip for every lease of the claim.
+    let jobs: Vec<Uuid> = leases.iter().map(|lease| lease.tuple.job.0).collect();
+    let mut specs = job_specs(&state, &jobs).await?;
     let mut bodies = Vec::with_capacity(leases.len());
     for lease in leases {
-        // The spec row is written right after the job row at submission: wait for it briefly.
-        let mut spec = job_spec(&state, lease.tuple.job.0).await?;
-        for _ in 0..40 {
-            if spec.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-            spec = job_spec(&state, lease.tuple.job.0).await?;
-        }
-        let view = store.job(lease.tuple.job).await?;
-        let (blob, artifacts) = spec.map_or((None, Vec::new()), |(b, a)| (Some(b), a));
+        let (blob, artifacts) = specs
+            .remove(&lease.tuple.job.0)
+            .map_or((None, Vec::new()), |(b, a)| (Some(b), a));
         bodies.push(LeaseBody {
             job: lease.tuple.job.0,
             attempt: lease.tuple.attempt.0,
@@ -95,10 +117,8 @@ pub(super) async fn claim(
             source_blob_sha256: blob,
             command: lease.command,
             artifacts,
-            target: view.as_ref().map(|v| v.target.clone()).unwrap_or_default(),
-            target_kind: view
-                .map(|v| v.target_kind.as_str().to_owned())
-                .unwrap_or_default(),
+            target: lease.target,
+            target_kind: lease.target_kind.as_str().to_owned(),
             slot_token: lease.slot_token,
         });
     }
