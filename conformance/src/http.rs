@@ -1439,15 +1439,10 @@ impl Session for HttpSession {
                     |r| &r.verdict,
                 )?)
             }
-            Action::SideEffect { runner, effect } => {
-                let m = LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
-                    .ok_or_else(|| {
-                    unmappable(format!(
-                        "a side effect from runner {runner}, which holds no attempt"
-                    ))
-                })?;
-                Some(self.deliver(&m).await?)
-            }
+            Action::SideEffect { runner, effect } => Some(
+                self.deliver(&crate::pg::side_effect(before, *runner, *effect)?)
+                    .await?,
+            ),
             // Runner-local steps, as in-process: nothing reaches the server.
             Action::Result { .. }
             | Action::TargetMutation { .. }

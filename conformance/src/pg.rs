@@ -444,15 +444,10 @@ impl Session for PgSession {
                     .await?,
             ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
-            Action::SideEffect { runner, effect } => {
-                let m = LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
-                    .ok_or_else(|| {
-                    unmappable(format!(
-                        "a side effect from runner {runner}, which holds no attempt"
-                    ))
-                })?;
-                Some(self.deliver(&m).await?)
-            }
+            Action::SideEffect { runner, effect } => Some(
+                self.deliver(&side_effect(before, *runner, *effect)?)
+                    .await?,
+            ),
             Action::Replay {
                 runner,
                 message,
@@ -814,6 +809,20 @@ pub fn heartbeat(
     LeaseModel::message(before, runner, MessageKind::Heartbeat, runner_time).ok_or_else(|| {
         unmappable(format!(
             "a heartbeat from runner {runner}, which holds no attempt"
+        ))
+    })
+}
+
+/// The side effect (R8) `runner` sends in the model's state `before`, answered at once like a
+/// heartbeat.
+pub fn side_effect(
+    before: &State,
+    runner: model::RunnerId,
+    effect: model::SideEffect,
+) -> Result<model::Message, DriverError> {
+    LeaseModel::message(before, runner, MessageKind::SideEffect(effect), 0).ok_or_else(|| {
+        unmappable(format!(
+            "a side effect from runner {runner}, which holds no attempt"
         ))
     })
 }
