@@ -380,10 +380,9 @@ const LOADED_TABLES: [&str; 4] = [
 ];
 
 /// The tables the measured operations write.
-const CLAIM_TABLES: [&str; 7] = [
+const CLAIM_TABLES: [&str; 6] = [
     "jobs",
     "attempts",
-    "target_reservations",
     "target_slots",
     "observations",
     "leasewright_bench.bare_queue",

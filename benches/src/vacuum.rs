@@ -58,7 +58,7 @@ pub struct Report {
     pub samples: Vec<Sample>,
 }
 
-const TABLES: [&str; 4] = ["jobs", "attempts", "target_reservations", "observations"];
+const TABLES: [&str; 4] = ["jobs", "attempts", "target_slots", "observations"];
 
 /// Runs the workload for `options.duration_seconds`, sampling every `interval_seconds`.
 /// `on_sample` sees each sample as it is taken (for progress output).

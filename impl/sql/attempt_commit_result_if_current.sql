@@ -2,8 +2,9 @@
 -- Rule R3 `result`, the accept path in one statement (one round trip, one transaction): lock the
 -- job row (as job_lock does); the exact current attempt, with a valid lease, commits its outcome
 -- (`cancelled` only while the job is `cancelling`, `passed`/`failed` only while it is `running`);
--- the job takes the outcome; its target reservation is released (as target_release does); the
--- accepted result is recorded (as observation_record does).
+-- the job takes the outcome; its target reservation is released (as target_release does: the
+-- holder columns of its slot's row cleared); the accepted result is recorded (as
+-- observation_record does).
 -- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 (late report,
 -- duplicate, conflict, ...) in a transaction of its own, never retrying this statement without
 -- its predicates. `committed` <> `finished` would be a bug (both follow from the locked job row).
@@ -38,10 +39,13 @@ WITH job AS (
     WHERE id = (SELECT job_id FROM committed)
       AND current_attempt_id = $3
       AND state IN ('running', 'cancelling')
-    RETURNING id
+    RETURNING id, target
 ), released AS (
-    DELETE FROM target_reservations
-    WHERE job_id = (SELECT id FROM finished)
+    UPDATE target_slots
+    SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
+        reserved_at = NULL
+    WHERE slot = (SELECT target FROM finished)
+      AND holder_job_id = (SELECT id FROM finished)
 ), recorded AS (
     INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
         named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, outcome,

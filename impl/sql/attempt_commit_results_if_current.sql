@@ -51,10 +51,14 @@ WITH item AS (
     WHERE j.id = c.job_id
       AND j.current_attempt_id = c.id
       AND j.state IN ('running', 'cancelling')
-    RETURNING j.id
+    RETURNING j.id, j.target
 ), released AS (
-    DELETE FROM target_reservations
-    WHERE job_id IN (SELECT id FROM finished)
+    UPDATE target_slots AS s
+    SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
+        reserved_at = NULL
+    FROM finished AS f
+    WHERE s.slot = f.target
+      AND s.holder_job_id = f.id
 ), recorded AS (
     INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
         named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, outcome,

@@ -1,22 +1,16 @@
 -- name: target_reserve_if_free
 -- Rule R1 `claim`: reserve the job's target slot for the new attempt and issue the attempt's slot
--- token, the slot's counter + 1 (§8.2, §8.3). Slots are global: the reservation and the counter
--- are keyed by the slot name alone, whatever project the job belongs to.
--- Zero rows: the slot is reserved (committed), or another claim is reserving it right now (its
--- transaction holds the slot's advisory lock); the claim then picks another job instead of
--- waiting, so concurrent batch claims over shared slots never deadlock. A batch claim that
--- reserved the slot already in this transaction conflicts with its own reservation: at most one
--- job per slot.
+-- token, the slot's counter + 1 (§8.2, §8.3), in one update of the slot's row (its holder
+-- columns, migration 0009). Slots are global: the row is keyed by the slot name alone, whatever
+-- project the job belongs to.
+-- Zero rows: the slot has a holder. The pick before it (job_pick_earliest_queued_with_free_target)
+-- locked the slot's row while it was free, so this does not happen unless a statement between them
+-- reserved it; the claim then picks another job instead. A batch claim that reserved the slot
+-- already in this transaction finds it held: at most one job per slot.
 -- $1 project, $2 target slot, $3 job, $4 attempt, $5 now
-WITH reserved AS (
-    INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
-    SELECT $1, $2, $3, $4, $5
-    WHERE pg_try_advisory_xact_lock(hashtextextended('leasewright slot ' || $2, 0))
-    ON CONFLICT ON CONSTRAINT target_reservations_one_holder_per_slot DO NOTHING
-    RETURNING target
-)
-UPDATE target_slots AS s
-SET slot_token = s.slot_token + 1
-FROM reserved
-WHERE s.slot = reserved.target
-RETURNING s.slot_token
+UPDATE target_slots
+SET holder_project_id = $1, holder_job_id = $3, holder_attempt_id = $4, reserved_at = $5,
+    slot_token = slot_token + 1
+WHERE slot = $2
+  AND holder_job_id IS NULL
+RETURNING slot_token

@@ -410,9 +410,9 @@ mod concurrency {
                 OR (j.state = 'uncertain' AND a.state IS DISTINCT FROM 'uncertain') \
                 OR (j.state IN ('passed', 'failed') AND a.state IS DISTINCT FROM j.state) \
                 OR (j.state IN ('running', 'cancelling', 'uncertain') \
-                    AND NOT EXISTS (SELECT 1 FROM target_reservations AS t WHERE t.job_id = j.id)) \
+                    AND NOT EXISTS (SELECT 1 FROM target_slots AS s WHERE s.holder_job_id = j.id)) \
                 OR (j.state NOT IN ('running', 'cancelling', 'uncertain') \
-                    AND EXISTS (SELECT 1 FROM target_reservations AS t WHERE t.job_id = j.id))",
+                    AND EXISTS (SELECT 1 FROM target_slots AS s WHERE s.holder_job_id = j.id))",
         )
         .fetch_one(w.store.pool())
         .await
@@ -644,15 +644,17 @@ mod setup {
 }
 
 /// What the composite foreign keys enforced before migration 0005 (it dropped them with their
-/// unique indexes to write fewer index entries per job), now a test: every attempt is of its
-/// job's project, every job's current attempt is an attempt of that job, every reservation is of
-/// its job's project and held by an attempt of that job. The claim statement is the only one that
-/// writes these columns; the workload below runs every rule that touches attempts, current
-/// attempts or reservations, then looks for a row that breaks one of them.
+/// unique indexes to write fewer index entries per job), and what the reservation's foreign keys
+/// enforced before migration 0009 (it made the reservation columns of the slot's row, without
+/// them), now a test: every attempt is of its job's project, every job's current attempt is an
+/// attempt of that job, every reservation (a slot's holder columns) names an existing job of its
+/// project whose target is the slot, held by an existing attempt of that job. The claim statement
+/// is the only one that writes these columns; the workload below runs every rule that touches
+/// attempts, current attempts or reservations, then looks for a row that breaks one of them.
 mod cross_row {
     use super::*;
 
-    /// Every row breaking one of the four, described.
+    /// Every row breaking one of them, described.
     const STRAYS: &str = "
         SELECT 'attempt ' || a.id || ' is of another project than its job'
         FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
@@ -662,13 +664,25 @@ mod cross_row {
         FROM jobs AS j JOIN attempts AS a ON a.id = j.current_attempt_id
         WHERE a.job_id <> j.id
         UNION ALL
-        SELECT 'the reservation of job ' || t.job_id || ' is of another project'
-        FROM target_reservations AS t JOIN jobs AS j ON j.id = t.job_id
-        WHERE t.project_id <> j.project_id
+        SELECT 'the reservation of slot ' || s.slot || ' names a job that does not exist'
+        FROM target_slots AS s LEFT JOIN jobs AS j ON j.id = s.holder_job_id
+        WHERE s.holder_job_id IS NOT NULL AND j.id IS NULL
         UNION ALL
-        SELECT 'the reservation of job ' || t.job_id || ' is held by an attempt of another job'
-        FROM target_reservations AS t JOIN attempts AS a ON a.id = t.attempt_id
-        WHERE a.job_id <> t.job_id";
+        SELECT 'the reservation of slot ' || s.slot || ' is of another project than its job'
+        FROM target_slots AS s JOIN jobs AS j ON j.id = s.holder_job_id
+        WHERE s.holder_project_id <> j.project_id
+        UNION ALL
+        SELECT 'the reservation of slot ' || s.slot || ' names a job of another slot'
+        FROM target_slots AS s JOIN jobs AS j ON j.id = s.holder_job_id
+        WHERE j.target <> s.slot
+        UNION ALL
+        SELECT 'the reservation of slot ' || s.slot || ' is held by an attempt that does not exist'
+        FROM target_slots AS s LEFT JOIN attempts AS a ON a.id = s.holder_attempt_id
+        WHERE s.holder_attempt_id IS NOT NULL AND a.id IS NULL
+        UNION ALL
+        SELECT 'the reservation of slot ' || s.slot || ' is held by an attempt of another job'
+        FROM target_slots AS s JOIN attempts AS a ON a.id = s.holder_attempt_id
+        WHERE a.job_id <> s.holder_job_id";
 
     async fn strays(store: &Store) -> Vec<String> {
         sqlx::query_scalar(STRAYS)
@@ -787,6 +801,61 @@ mod cross_row {
         let found = strays(&w.store).await;
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("an attempt of another job"), "{found:?}");
+    }
+
+    /// A reservation held in another job's name, in another project's name, by another job's
+    /// attempt or by an attempt that does not exist (none of which a foreign key refuses since
+    /// migration 0009) is found.
+    #[tokio::test]
+    async fn a_reservation_of_another_job_project_or_attempt_is_found() {
+        let sabotages = [
+            (
+                "UPDATE target_slots SET holder_attempt_id = (
+                     SELECT a.id FROM attempts AS a
+                     WHERE a.job_id <> target_slots.holder_job_id LIMIT 1)",
+                "is held by an attempt of another job",
+            ),
+            (
+                "UPDATE target_slots SET holder_project_id = (
+                     SELECT p.id FROM projects AS p
+                     WHERE p.id <> target_slots.holder_project_id LIMIT 1)",
+                "is of another project than its job",
+            ),
+            (
+                "UPDATE target_slots SET holder_job_id = (
+                     SELECT j.id FROM jobs AS j
+                     WHERE j.target <> target_slots.slot
+                       AND j.project_id = target_slots.holder_project_id LIMIT 1)",
+                "names a job of another slot",
+            ),
+            (
+                "UPDATE target_slots SET holder_attempt_id = gen_random_uuid()",
+                "is held by an attempt that does not exist",
+            ),
+            (
+                "UPDATE target_slots SET holder_job_id = gen_random_uuid()",
+                "names a job that does not exist",
+            ),
+        ];
+        for (sabotage, expected) in sabotages {
+            let w = workload().await;
+            // One reservation changed: the slot held by the earliest claimed attempt that holds one.
+            sqlx::query(&format!(
+                "{sabotage} WHERE slot = (
+                     SELECT s.slot FROM target_slots AS s
+                     JOIN attempts AS a ON a.id = s.holder_attempt_id
+                     ORDER BY a.ledger_seq LIMIT 1)"
+            ))
+            .execute(w.store.pool())
+            .await
+            .expect("sabotage");
+            // (A job or attempt id changed also makes the attempt another job's: two findings.)
+            let found = strays(&w.store).await;
+            assert!(
+                found.iter().any(|stray| stray.contains(expected)),
+                "{sabotage}: {found:?}"
+            );
+        }
     }
 }
 

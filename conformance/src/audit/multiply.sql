@@ -2,7 +2,9 @@
 --   psql "$DATABASE_URL" -v copies=50 -f conformance/src/audit/multiply.sql
 -- Each copy k of every job is the same history under fresh ids (md5 of the id and k), with its
 -- ledger_seq shifted past every earlier copy, so each copy replays exactly as the original did.
--- The runners and projects are shared; slots are copied with their jobs. Schema: migrations 0001-0004. Not part of the implementation: a measuring tool.
+-- The runners and projects are shared; slots are copied with their jobs, and with their holder
+-- (the reservation, migration 0009). Schema: migrations 0001-0009. Not part of the
+-- implementation: a measuring tool.
 
 \set ON_ERROR_STOP on
 BEGIN;
@@ -18,9 +20,11 @@ CREATE TEMP TABLE src_attempts AS SELECT * FROM attempts;
 CREATE FUNCTION pg_temp.remap(id uuid, k int) RETURNS uuid
     LANGUAGE sql IMMUTABLE AS $$ SELECT md5(id::text || ':' || k)::uuid $$;
 
-INSERT INTO target_slots (slot, kind, slot_token)
+INSERT INTO target_slots (slot, kind, slot_token, holder_project_id, holder_job_id,
+    holder_attempt_id, reserved_at)
 SELECT CASE WHEN j.id IS NOT NULL THEN pg_temp.remap(j.id, c.k)::text ELSE s.slot || ':' || c.k END,
-    s.kind, s.slot_token
+    s.kind, s.slot_token, s.holder_project_id, pg_temp.remap(s.holder_job_id, c.k),
+    pg_temp.remap(s.holder_attempt_id, c.k), s.reserved_at
 FROM target_slots AS s LEFT JOIN src_jobs AS j ON j.id::text = s.slot, copies AS c;
 
 INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest, command, target,
@@ -73,12 +77,6 @@ SELECT pg_temp.remap(x.job_id, c.k), pg_temp.remap(x.attempt_id, c.k), x.swept_a
 FROM expiry_sweeps AS x, copies AS c, base AS b
 WHERE x.ledger_seq < b.span
 ORDER BY c.k, x.id;
-
-INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
-SELECT t.project_id,
-    CASE WHEN t.target = t.job_id::text THEN pg_temp.remap(t.job_id, c.k)::text ELSE t.target || ':' || c.k END,
-    pg_temp.remap(t.job_id, c.k), pg_temp.remap(t.attempt_id, c.k), t.reserved_at
-FROM target_reservations AS t, copies AS c;
 
 SELECT setval('ledger_seq', (SELECT span * (:copies + 1) FROM base));
 COMMIT;

@@ -315,8 +315,12 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
     .bind(ids)
     .fetch_all(&mut *conn)
     .await?;
+    // A reservation is its slot's holder columns (migration 0009): each job's slot looked up by
+    // its key, held when it names the job.
     let reservations = sqlx::query(
-        "SELECT job_id, target, attempt_id FROM target_reservations WHERE job_id = ANY($1)",
+        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id \
+         FROM jobs AS j JOIN target_slots AS s ON s.slot = j.target \
+         WHERE j.id = ANY($1) AND s.holder_job_id = j.id",
     )
     .bind(ids)
     .fetch_all(&mut *conn)

@@ -3,7 +3,7 @@
 -- expired job is silently returned to the queue and its attempt forgotten as stopped.
 -- $1 now, $2 project (NULL: every project)
 WITH expired AS (
-    SELECT j.id AS job_id, a.id AS attempt_id
+    SELECT j.id AS job_id, a.id AS attempt_id, j.target
     FROM jobs AS j
     JOIN attempts AS a ON a.id = j.current_attempt_id
     WHERE j.state IN ('running', 'cancelling')
@@ -20,7 +20,11 @@ stopped_attempts AS (
     WHERE a.id = expired.attempt_id
 ),
 released AS (
-    DELETE FROM target_reservations AS t USING expired WHERE t.job_id = expired.job_id
+    UPDATE target_slots AS s
+    SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
+        reserved_at = NULL
+    FROM expired
+    WHERE s.slot = expired.target AND s.holder_job_id = expired.job_id
 )
 UPDATE jobs AS j
 SET state = 'queued', current_attempt_id = NULL

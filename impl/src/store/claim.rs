@@ -10,10 +10,11 @@ use uuid::Uuid;
 
 /// How a claim's transaction begins, in one round trip (a simple query of two statements): every
 /// statement of the claim is planned for its own parameters and the tables as they are now. A
-/// cached generic plan of the pick, made while `target_reservations` was analyzed empty, turns
-/// the free-slot check into a nested loop over a sequential scan of every reservation, once per
-/// candidate job (10 s per claim was seen at 11,000 reservations, docs/benchmarks.md, "cold
-/// statistics"); a custom plan sees the table's real size and looks the slot up by its key.
+/// cached generic plan of the pick, made while the reservations were analyzed empty (then a table
+/// of their own), turned the free-slot check into a nested loop over a sequential scan of every
+/// reservation, once per candidate job (10 s per claim was seen at 11,000 reservations,
+/// docs/benchmarks.md, "cold statistics"); a custom plan sees the tables as they are and looks the
+/// slot up by its key.
 pub(crate) const CLAIM_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_custom_plan";
 
 impl Store {
@@ -40,8 +41,9 @@ impl Store {
     ///
     /// The accept path is one statement (`claim`: one round trip, one transaction) that picks up to
     /// `k` jobs as a set, starts them, reserves their slots, issues their slot tokens and inserts
-    /// their attempts. It may take fewer than `k` jobs when picked jobs share a slot or lose their
-    /// slot to a concurrent claim. When it takes none, [`Store::claim_past_taken_slots`] answers.
+    /// their attempts. It may take fewer than `k` jobs when picked jobs share a slot (a picked
+    /// job's slot row is locked with the job, so no concurrent claim takes it after the pick).
+    /// When it takes none, [`Store::claim_past_taken_slots`] answers.
     pub async fn claim_batch(
         &self,
         runner: RunnerId,
@@ -58,7 +60,7 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // A call of the server-side function `claim` (migrations 0007 and 0008), prepared once per
+        // A call of the server-side function `claim` (migrations 0007 to 0009), prepared once per
         // connection: the function keeps the plan of its statement for the session, made with
         // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
         // claim's plan"), so a claim is not planned again.
@@ -95,9 +97,9 @@ impl Store {
     }
 
     /// The claim when its one statement took no job: it tells `unknown_runner` from
-    /// `no_queued_job` and, job by job, picks past queued jobs whose slot a concurrent claim took
-    /// since the statement's snapshot or is reserving right now (what the set-based statement
-    /// cannot wait for). Several statements, one transaction.
+    /// `no_queued_job` and, job by job, picks what is free now (jobs and slots that concurrent
+    /// claims held locked during the statement, which it skipped rather than waited for, may be
+    /// free since). Several statements, one transaction.
     async fn claim_past_taken_slots(
         &self,
         runner: RunnerId,
@@ -191,9 +193,10 @@ mod tests {
 
     /// The plan the function `claim` caches in a session set up by `session` (empty: as the store
     /// runs it): its one statement, read from the installed function, prepared under the
-    /// function's own settings (`proconfig`) and executed six times while `target_reservations`
-    /// was analyzed and physically empty (a generic plan made then is the one the function would
-    /// keep), then explained after 11,000 reservations were added: the JSON of `EXPLAIN EXECUTE`.
+    /// function's own settings (`proconfig`) and executed six times while no slot was reserved
+    /// and the slots' holder columns were analyzed empty (all NULL: a generic plan made then is
+    /// the one the function would keep), then explained after 11,000 slots were reserved: the
+    /// JSON of `EXPLAIN EXECUTE`.
     async fn claim_plan_after_an_empty_analyze(session: &str) -> String {
         let database = TestDatabase::create().await.expect("a test database");
         let store = database
@@ -218,7 +221,8 @@ mod tests {
         let mut conn = PgConnection::connect(database.url())
             .await
             .expect("connect");
-        // 30,000 queued jobs on slots of their own; the table of reservations analyzed empty.
+        // 30,000 queued jobs on slots of their own, none reserved; analyzed so (the statistics
+        // say that no slot has a holder).
         sqlx::query(
             "INSERT INTO target_slots (slot, kind)
              SELECT 'plan-' || g, 'unfenced' FROM generate_series(1, 30000) AS g",
@@ -236,7 +240,7 @@ mod tests {
         .execute(&mut conn)
         .await
         .expect("jobs");
-        sqlx::raw_sql("ANALYZE jobs; ANALYZE target_reservations")
+        sqlx::raw_sql("ANALYZE jobs; ANALYZE target_slots")
             .execute(&mut conn)
             .await
             .expect("analyze");
@@ -287,16 +291,18 @@ mod tests {
                 .await
                 .expect("execute");
         }
-        // Reservations of the 11,000 earliest jobs, in an open transaction: the deferred foreign
-        // key to attempts (which a claim satisfies) is never checked, since it never commits.
+        // The slots of the 11,000 earliest jobs reserved (their holders are attempts that a
+        // claim would insert; this one never commits).
         sqlx::raw_sql("BEGIN")
             .execute(&mut conn)
             .await
             .expect("begin");
         sqlx::query(
-            "INSERT INTO target_reservations (project_id, target, job_id, attempt_id, reserved_at)
-             SELECT project_id, target, id, gen_random_uuid(), now()
-             FROM jobs ORDER BY submitted_seq LIMIT 11000",
+            "UPDATE target_slots AS s
+             SET holder_project_id = j.project_id, holder_job_id = j.id,
+                 holder_attempt_id = gen_random_uuid(), reserved_at = now()
+             FROM (SELECT project_id, target, id FROM jobs ORDER BY submitted_seq LIMIT 11000) AS j
+             WHERE s.slot = j.target",
         )
         .execute(&mut conn)
         .await
@@ -311,27 +317,30 @@ mod tests {
         plan.to_string()
     }
 
-    /// Every node of `plan` that reads `target_reservations`, as "node type (index condition)".
-    fn reservation_scans(plan: &str) -> Vec<String> {
+    /// Every node of `plan` that reads `target_slots` (the reservations are its holder columns),
+    /// as "node type (index condition)".
+    fn slot_scans(plan: &str) -> Vec<String> {
         let plan: serde_json::Value = serde_json::from_str(plan).expect("json");
-        crate::store::plan::scans_of(&plan, "target_reservations")
+        crate::store::plan::scans_of(&plan, "target_slots")
     }
 
     #[tokio::test]
     async fn the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze() {
         let plan = claim_plan_after_an_empty_analyze("").await;
-        let scans = reservation_scans(&plan);
+        let scans = slot_scans(&plan);
+        // The free-slot check of the pick: the slot of each candidate job looked up by its key,
+        // once per candidate job: not a sequential scan, and not a whole index read (and
+        // materialized) in place of one.
         assert!(
-            !scans.is_empty(),
-            "the claim reads target_reservations: {plan}"
+            scans.iter().any(|scan| scan.contains("(slot = j.target)")),
+            "the pick must read each candidate job's slot by its key: {scans:?}: {plan}"
         );
-        // An index scan by the slot's key, once per candidate job: not a sequential scan, and
-        // not a whole index read (and materialized) in place of one.
+        // Every read of the slots (the pick's, and the reservation's update's) is a lookup by key.
         assert!(
             scans
                 .iter()
-                .all(|scan| scan.starts_with("Index") && scan.contains("(target = j.target)")),
-            "the free-slot check must look the slot up by its key, not {scans:?}: {plan}"
+                .all(|scan| scan.starts_with("Index") && scan.contains("(slot = ")),
+            "the claim must look slots up by their key, not {scans:?}: {plan}"
         );
     }
 }

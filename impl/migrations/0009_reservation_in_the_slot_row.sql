@@ -1,0 +1,146 @@
+-- The target reservation as columns of its slot's row (issue 14, write amplification;
+-- docs/impl.md, "Schema"; docs/benchmarks.md, "The reservation in the slot row (migration 0009)").
+-- No rule, predicate or verdict changes.
+--
+-- Until now a claim inserted a `target_reservations` row per job (two index entries, a speculative
+-- insertion, an advisory try-lock per slot and three foreign-key triggers) beside its update of
+-- the slot's `target_slots` row (the slot token), and every release deleted that row again. The
+-- reservation is now four columns of the slot's own row, which exists already (one per slot
+-- name): the claim reserves the slot and issues its slot token in ONE update of that row, and the
+-- release clears the four columns in another. No index names them, so both updates can be HOT
+-- (no index entry), and "one holder per slot across every project" (§8.2, invariant 14) is the
+-- structure itself: a slot has one row, so it has one holder.
+--
+-- The constraints of the old table, one by one:
+--   target_reservations_one_holder_per_slot (PK on the slot): one row per slot, target_slots_pkey;
+--   target_reservations_slot_registered (FK to target_slots): the reservation is the slot's row;
+--   target_reservations_one_per_job (UNIQUE job_id): a job names one slot, and the reservation is
+--     found through the job's slot (holder_job_id = the job, slot = the job's target);
+--   target_reservations_job_exists, target_reservations_attempt_exists (FKs to jobs and attempts,
+--     the latter deferred): not kept, since each would fire a trigger at every claim. The claim
+--     statement (and its job-by-job path) is the only writer of the holder columns, and copies
+--     them from the job row it locks and starts and from the attempt it inserts for that job in
+--     the same statement (transaction); the release only clears them. A test checks that every
+--     holder is an existing job of the named project whose target is the slot, held by an
+--     existing attempt of that job (impl/tests/protocol.rs,
+--     `every_attempt_and_reservation_is_of_its_job_and_project`), as 0005 did for the same-job and
+--     same-project halves.
+-- The four columns are all set (reserved) or all NULL (free): target_slots_holder_all_or_none.
+ALTER TABLE target_slots
+    ADD COLUMN holder_project_id uuid,
+    ADD COLUMN holder_job_id uuid,
+    ADD COLUMN holder_attempt_id uuid,
+    ADD COLUMN reserved_at timestamptz,
+    ADD CONSTRAINT target_slots_holder_all_or_none
+        CHECK (num_nulls(holder_project_id, holder_job_id, holder_attempt_id, reserved_at) IN (0, 4));
+
+-- An update is HOT only if its new row version fits on the row's page. Slots are registered at
+-- submission, one row after another, so a page filled to 100% has no room for the version a claim
+-- writes (the row grows by the holder's 56 bytes) and the update would go to another page, with an
+-- entry in each of the table's two indexes. Leave a fifth of every page free for the reserving and
+-- releasing versions (as 0002 does for the heartbeat's update of attempts); dead versions on the
+-- page are pruned when it runs short. Rows registered from now on: existing pages keep their fill.
+ALTER TABLE target_slots SET (fillfactor = 80);
+
+-- An existing database: each reservation becomes its slot's holder (the old table's primary key
+-- was the slot, and its every slot is registered), then the table goes.
+UPDATE target_slots AS s
+SET holder_project_id = r.project_id, holder_job_id = r.job_id,
+    holder_attempt_id = r.attempt_id, reserved_at = r.reserved_at
+FROM target_reservations AS r
+WHERE r.target = s.slot;
+
+DROP TABLE target_reservations;
+
+-- Rule R1 `claim`, as migration 0008 defined it (the same parameters, result columns, settings and
+-- cached, robust plan: everything 0007 says of them holds), reading and writing the reservation in
+-- the slot's row. The pick joins each candidate job to its slot's row by key and locks both
+-- (`FOR NO KEY UPDATE OF j, s SKIP LOCKED`): a slot another claim is reserving right now is locked
+-- by that claim and skipped, never waited for (what the advisory try-lock did: no deadlock between
+-- batch claims over shared slots), and a slot reserved since this statement's snapshot fails the
+-- recheck of `holder_job_id IS NULL` on its newest version and is skipped too. With
+-- enable_material off the lookup of the slot is an index scan by key per candidate job, whatever
+-- the statistics of the holder columns say (the plan test,
+-- store::claim::tests::the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze, reads
+-- this function from pg_proc). Dropped and created again in this migration's transaction, as 0008
+-- did (no claim runs without it).
+-- $1 runner, $2 K (at most this many jobs), $3 now, $4 lease expiry
+DROP FUNCTION claim(uuid, bigint, timestamptz, timestamptz);
+
+CREATE FUNCTION claim(uuid, bigint, timestamptz, timestamptz)
+RETURNS TABLE (job_id uuid, attempt_id uuid, lease_id uuid, fence bigint, slot_token bigint,
+    source_revision text, source_digest text, command text, target text, target_kind text)
+LANGUAGE plpgsql
+VOLATILE
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_material = off
+AS $claim$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY
+-- In order:
+--   runner:       the sender and its project (§6.2 check 1);
+--   picked:       up to K queued jobs of the project whose target slot is free (its row names no
+--                 holder: reserved by no job of any project, §8.2), earliest submitted first, each
+--                 locked with its slot's row; jobs and slots that concurrent claimers hold locked
+--                 are skipped, so no two claimers get one job or reserve one slot, and none waits;
+--   one_per_slot: of the picked jobs naming one slot, only the earliest (a batch takes at most
+--                 one job per slot), each with a new attempt id;
+--   reserved:     each job's slot reserved for its attempt and its slot token issued, the slot's
+--                 counter + 1 (§8.3), in one update of the slot's row, which is still free;
+--   started:      each reserved job becomes `running` with fence + 1 and the new current attempt;
+--   attempted:    the `active` attempts, with a fresh lease id, lease_expiry = now + lease_ttl
+--                 (kept in claim_lease_expiry too) and the slot token issued.
+WITH runner AS (
+    SELECT id, project_id FROM runners WHERE id = $1
+), picked AS (
+    SELECT j.id, j.project_id, j.target, j.submitted_seq
+    FROM jobs AS j
+    JOIN target_slots AS s ON s.slot = j.target
+    WHERE j.project_id = (SELECT project_id FROM runner)
+      AND j.state = 'queued'
+      AND s.holder_job_id IS NULL
+    ORDER BY j.submitted_seq
+    LIMIT $2
+    FOR NO KEY UPDATE OF j, s SKIP LOCKED
+), one_per_slot AS (
+    SELECT DISTINCT ON (p.target) p.id, p.project_id, p.target, p.submitted_seq,
+        gen_random_uuid() AS attempt_id
+    FROM picked AS p
+    ORDER BY p.target, p.submitted_seq
+), reserved AS (
+    UPDATE target_slots AS s
+    SET holder_project_id = o.project_id, holder_job_id = o.id,
+        holder_attempt_id = o.attempt_id, reserved_at = $3, slot_token = s.slot_token + 1
+    FROM one_per_slot AS o
+    WHERE s.slot = o.target
+      AND s.holder_job_id IS NULL
+    RETURNING o.id AS job_id, o.attempt_id, s.slot, s.slot_token
+), started AS (
+    UPDATE jobs AS j
+    SET state = 'running', fence = j.fence + 1, current_attempt_id = r.attempt_id
+    FROM reserved AS r
+    WHERE j.id = r.job_id
+      AND j.state = 'queued'
+    RETURNING j.id, j.project_id, j.submitted_seq, j.target, j.target_kind, j.fence,
+        j.source_revision, j.source_digest, j.command, r.attempt_id, r.slot_token
+), attempted AS (
+    INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state,
+        lease_expiry, claim_lease_expiry, claimed_at, slot_token)
+    SELECT st.attempt_id, st.id, st.project_id, $1, gen_random_uuid(), st.fence, 'active',
+        $4, $4, $3, st.slot_token
+    FROM started AS st
+    RETURNING id, job_id, lease_id, fence, slot_token
+)
+SELECT st.id AS job_id, a.id AS attempt_id, a.lease_id, a.fence, a.slot_token,
+    st.source_revision, st.source_digest, st.command, st.target, st.target_kind
+FROM started AS st
+JOIN attempted AS a ON a.job_id = st.id
+ORDER BY st.submitted_seq
+;
+END
+$claim$;
