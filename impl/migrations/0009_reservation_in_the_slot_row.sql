@@ -35,12 +35,16 @@ ALTER TABLE target_slots
         CHECK (num_nulls(holder_project_id, holder_job_id, holder_attempt_id, reserved_at) IN (0, 4));
 
 -- An update is HOT only if its new row version fits on the row's page. Slots are registered at
--- submission, one row after another, so a page filled to 100% has no room for the version a claim
--- writes (the row grows by the holder's 56 bytes) and the update would go to another page, with an
--- entry in each of the table's two indexes. Leave a fifth of every page free for the reserving and
--- releasing versions (as 0002 does for the heartbeat's update of attempts); dead versions on the
+-- submission, one row after another, and claims reserve them in about that order, so every slot of
+-- a page can be reserved at once. A free slot row is about 90 bytes, a reserved one about 150 (the
+-- holder's 56 bytes, aligned), each with its line pointer and, once updated, the redirect to it:
+-- a page holds about 53 reserved rows. Filled to 80% at registration (about 70 rows) a quarter of
+-- the claims found no room and their update went to another page, with an entry in each of the
+-- table's two indexes (`leasewright bench writes`: 25% of single claims, 36% at K=16); at 60%, 14%
+-- at K=16; at 50% (about 44 rows) every claim's and every release's update was HOT
+-- (docs/benchmarks.md, "The reservation in the slot row (migration 0009)"). Dead versions on the
 -- page are pruned when it runs short. Rows registered from now on: existing pages keep their fill.
-ALTER TABLE target_slots SET (fillfactor = 80);
+ALTER TABLE target_slots SET (fillfactor = 50);
 
 -- An existing database: each reservation becomes its slot's holder (the old table's primary key
 -- was the slot, and its every slot is registered), then the table goes.
