@@ -58,13 +58,20 @@ DROP TABLE target_reservations;
 
 -- Rule R1 `claim`, as migration 0008 defined it (the same parameters, result columns, settings and
 -- cached, robust plan: everything 0007 says of them holds), reading and writing the reservation in
--- the slot's row. The pick joins each candidate job to its slot's row by key and locks both
--- (`FOR NO KEY UPDATE OF j, s SKIP LOCKED`): a slot another claim is reserving right now is locked
--- by that claim and skipped, never waited for (what the advisory try-lock did: no deadlock between
--- batch claims over shared slots), and a slot reserved since this statement's snapshot fails the
--- recheck of `holder_job_id IS NULL` on its newest version and is skipped too. With
--- enable_material off the lookup of the slot is an index scan by key per candidate job, whatever
--- the statistics of the holder columns say (the plan test,
+-- the slot's row. The pick joins each candidate job to its slot's row by key and keeps the jobs
+-- whose slot names no holder; then the slots of the (at most K) jobs kept are locked,
+-- `FOR NO KEY UPDATE SKIP LOCKED`: a slot another claim is reserving right now is locked by that
+-- claim and skipped, never waited for (what the advisory try-lock did: no deadlock between batch
+-- claims over shared slots), and a slot reserved since this statement's snapshot fails the recheck
+-- of `holder_job_id IS NULL` on its newest version and is skipped too. The slots are locked after
+-- the pick, not in it (`FOR NO KEY UPDATE OF j, s`): a row lock whose recheck fails is kept to the
+-- end of the transaction (here, of the statement), and a pick that finds no free slot walks the
+-- whole queue, so a claim that met a slot reserved since its snapshot kept it locked for that
+-- walk and the release of the slot (the result's update of its row) waited for it (`leasewright
+-- bench claims`, claim->result on 4 shared slots: 33-35 jobs/s against 44-67 before this
+-- migration; 70-83 so). With enable_material
+-- off the lookup of the slot is an index scan by key per candidate job, whatever the statistics of
+-- the holder columns say (the plan test,
 -- store::claim::tests::the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze, reads
 -- this function from pg_proc). Dropped and created again in this migration's transaction, as 0008
 -- did (no claim runs without it).
@@ -90,12 +97,15 @@ RETURN QUERY
 --   runner:       the sender and its project (§6.2 check 1);
 --   picked:       up to K queued jobs of the project whose target slot is free (its row names no
 --                 holder: reserved by no job of any project, §8.2), earliest submitted first, each
---                 locked with its slot's row; jobs and slots that concurrent claimers hold locked
---                 are skipped, so no two claimers get one job or reserve one slot, and none waits;
+--                 locked; jobs that concurrent claimers hold locked are skipped, so no two
+--                 claimers get one job;
 --   one_per_slot: of the picked jobs naming one slot, only the earliest (a batch takes at most
 --                 one job per slot), each with a new attempt id;
---   reserved:     each job's slot reserved for its attempt and its slot token issued, the slot's
---                 counter + 1 (§8.3), in one update of the slot's row, which is still free;
+--   free:         their slots' rows, locked, that are still free: a slot another claim holds
+--                 locked (it is reserving it right now) is skipped, never waited for, and one
+--                 reserved since this statement's snapshot fails the recheck;
+--   reserved:     each free slot reserved for its job's attempt and its slot token issued, the
+--                 slot's counter + 1 (§8.3), in one update of the slot's row;
 --   started:      each reserved job becomes `running` with fence + 1 and the new current attempt;
 --   attempted:    the `active` attempts, with a fresh lease id, lease_expiry = now + lease_ttl
 --                 (kept in claim_lease_expiry too) and the slot token issued.
@@ -110,18 +120,25 @@ WITH runner AS (
       AND s.holder_job_id IS NULL
     ORDER BY j.submitted_seq
     LIMIT $2
-    FOR NO KEY UPDATE OF j, s SKIP LOCKED
+    FOR NO KEY UPDATE OF j SKIP LOCKED
 ), one_per_slot AS (
     SELECT DISTINCT ON (p.target) p.id, p.project_id, p.target, p.submitted_seq,
         gen_random_uuid() AS attempt_id
     FROM picked AS p
     ORDER BY p.target, p.submitted_seq
+), free AS MATERIALIZED (
+    SELECT s.slot
+    FROM one_per_slot AS o
+    JOIN target_slots AS s ON s.slot = o.target
+    WHERE s.holder_job_id IS NULL
+    FOR NO KEY UPDATE OF s SKIP LOCKED
 ), reserved AS (
     UPDATE target_slots AS s
     SET holder_project_id = o.project_id, holder_job_id = o.id,
         holder_attempt_id = o.attempt_id, reserved_at = $3, slot_token = s.slot_token + 1
     FROM one_per_slot AS o
     WHERE s.slot = o.target
+      AND s.slot IN (SELECT slot FROM free)
       AND s.holder_job_id IS NULL
     RETURNING o.id AS job_id, o.attempt_id, s.slot, s.slot_token
 ), started AS (

@@ -8,8 +8,7 @@
 -- settings that make every lookup an index lookup whatever the statistics say (docs/impl.md,
 -- "The claim's plan"): no planning per claim.
 -- Zero rows: nothing was changed. The store then tells `unknown_runner` from `no_queued_job`, and
--- picks again job by job (what concurrent claims held locked may be free now), in a transaction
--- of its own.
+-- picks again past jobs whose slot was taken concurrently, in a transaction of its own.
 -- $1 runner, $2 K (at most this many jobs), $3 now, $4 lease expiry
 SELECT job_id, attempt_id, lease_id, fence, slot_token, source_revision, source_digest, command,
     target, target_kind

@@ -41,9 +41,8 @@ impl Store {
     ///
     /// The accept path is one statement (`claim`: one round trip, one transaction) that picks up to
     /// `k` jobs as a set, starts them, reserves their slots, issues their slot tokens and inserts
-    /// their attempts. It may take fewer than `k` jobs when picked jobs share a slot (a picked
-    /// job's slot row is locked with the job, so no concurrent claim takes it after the pick).
-    /// When it takes none, [`Store::claim_past_taken_slots`] answers.
+    /// their attempts. It may take fewer than `k` jobs when picked jobs share a slot or lose their
+    /// slot to a concurrent claim. When it takes none, [`Store::claim_past_taken_slots`] answers.
     pub async fn claim_batch(
         &self,
         runner: RunnerId,
@@ -97,9 +96,9 @@ impl Store {
     }
 
     /// The claim when its one statement took no job: it tells `unknown_runner` from
-    /// `no_queued_job` and, job by job, picks what is free now (jobs and slots that concurrent
-    /// claims held locked during the statement, which it skipped rather than waited for, may be
-    /// free since). Several statements, one transaction.
+    /// `no_queued_job` and, job by job, picks past queued jobs whose slot a concurrent claim took
+    /// since the statement's snapshot or is reserving right now (what the set-based statement
+    /// cannot wait for). Several statements, one transaction.
     async fn claim_past_taken_slots(
         &self,
         runner: RunnerId,
