@@ -68,7 +68,7 @@ DROP TABLE target_reservations;
 -- end of the transaction (here, of the statement), and a pick that finds no free slot walks the
 -- whole queue, so a claim that met a slot reserved since its snapshot kept it locked for that
 -- walk and the release of the slot (the result's update of its row) waited for it (`leasewright
--- bench claims`, claim->result on 4 shared slots: 33-35 jobs/s against 44-67 before this
+-- bench claims`, claim->result on 4 shared slots: 33-44 jobs/s against 44-67 before this
 -- migration; 70-83 so). With enable_material
 -- off the lookup of the slot is an index scan by key per candidate job, whatever the statistics of
 -- the holder columns say (the plan test,
