@@ -859,6 +859,123 @@ mod cross_row {
     }
 }
 
+/// An observation is attributed to an attempt only together with that attempt's job (docs/protocol.md
+/// §7, checks 1-5): the read of an attempt's observations relies on it (migration 0010).
+mod attribution {
+    use super::*;
+
+    /// Every attributed observation whose named job is not its attempt's job.
+    const MISATTRIBUTED: &str = "
+        SELECT o.id FROM observations AS o JOIN attempts AS a ON a.id = o.attempt_id
+        WHERE a.job_id <> o.named_job_id";
+
+    async fn misattributed(store: &Store) -> Vec<i64> {
+        sqlx::query_scalar(MISATTRIBUTED)
+            .fetch_all(store.pool())
+            .await
+            .expect("the attribution query")
+    }
+
+    /// Accepted, late, forged and foreign messages over two jobs; every one is recorded, and the
+    /// attributed ones name their attempt's job.
+    async fn messages() -> (World, Lease, Lease) {
+        let w = World::new().await;
+        w.submit().await.expect("submit");
+        w.submit().await.expect("submit");
+        let first = w.claim().await.expect("first");
+        let second = w.claim().await.expect("second");
+        let beat = w.store.heartbeat(&first.tuple, None).await.expect("beat");
+        assert!(beat.is_accepted(), "{beat:?}");
+        // The first job's attempt named with the second job: unknown_attempt, unattributed.
+        let crossed = Tuple {
+            job: second.tuple.job,
+            ..first.tuple
+        };
+        let verdict = w.store.heartbeat(&crossed, None).await.expect("crossed");
+        assert_eq!(verdict, Verdict::Rejected(Reason::UnknownAttempt));
+        // A runner of another project naming the first job: wrong_project, unattributed.
+        let foreign = Tuple {
+            runner: w.other_runner,
+            ..first.tuple
+        };
+        let verdict = w.store.heartbeat(&foreign, None).await.expect("foreign");
+        assert_eq!(verdict, Verdict::Rejected(Reason::WrongProject));
+        // The first lease lost and retried: the old attempt's late result is attributed to it.
+        w.advance_secs(common::LEASE_TTL_SECS);
+        w.store.sweep_expired().await.expect("sweep");
+        let retried = w
+            .store
+            .reconcile(
+                w.project,
+                first.tuple.job,
+                Finding::Stopped,
+                Decision::Retry,
+            )
+            .await
+            .expect("reconcile");
+        assert!(retried.is_accepted(), "{retried:?}");
+        let again = w.claim().await.expect("the retried job");
+        let late = w
+            .store
+            .report_result(&first.tuple, Outcome::Passed, "d", None)
+            .await
+            .expect("late");
+        assert_eq!(late, Verdict::Rejected(Reason::NotCurrent));
+        let verdict = w
+            .store
+            .report_result(&again.tuple, Outcome::Passed, "d", None)
+            .await
+            .expect("result");
+        assert!(verdict.is_accepted(), "{verdict:?}");
+        (w, first, again)
+    }
+
+    #[tokio::test]
+    async fn every_attributed_observation_names_its_attempts_job() {
+        let (w, first, again) = messages().await;
+        assert_eq!(misattributed(&w.store).await, Vec::<i64>::new());
+        // The old attempt's ledger: its accepted heartbeat and its late result, nothing crossed.
+        let old = w
+            .store
+            .attempt_observations(first.tuple.attempt)
+            .await
+            .expect("old ledger");
+        let verdicts: Vec<_> = old.iter().map(|o| (o.kind, o.verdict)).collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                (MessageKind::Heartbeat, Verdict::Accepted(())),
+                (MessageKind::Result, Verdict::Rejected(Reason::NotCurrent)),
+            ]
+        );
+        assert!(old
+            .iter()
+            .all(|o| o.attempt == Some(first.tuple.attempt) && o.named.job == first.tuple.job));
+        let new = w
+            .store
+            .attempt_observations(again.tuple.attempt)
+            .await
+            .expect("new ledger");
+        assert_eq!(new.len(), 1, "{new:?}");
+    }
+
+    /// The check above can fail: an attributed observation moved to another job is found.
+    #[tokio::test]
+    async fn an_attributed_observation_of_another_job_is_found() {
+        let (w, first, _) = messages().await;
+        sqlx::query(
+            "UPDATE observations SET named_job_id = (SELECT id FROM jobs WHERE id <> $1 LIMIT 1)
+             WHERE id = (SELECT min(id) FROM observations WHERE attempt_id = $2)",
+        )
+        .bind(first.tuple.job.0)
+        .bind(first.tuple.attempt.0)
+        .execute(w.store.pool())
+        .await
+        .expect("sabotage");
+        assert_eq!(misattributed(&w.store).await.len(), 1);
+    }
+}
+
 /// The batch result (`report_results`) is the single result applied to each item in order.
 mod batch_result {
     use super::*;

@@ -1,0 +1,18 @@
+-- One index entry fewer per runner message (docs/benchmarks.md, "One index entry fewer per
+-- message"; docs/impl.md, "Schema"). No rule, predicate or verdict changes.
+--
+-- Every runner message is recorded (invariant 10), and each record wrote an entry in three
+-- indexes. observations_by_attempt (attempt_id, id) served one read, an attempt's observations
+-- (observation_select_of_attempt), which no rule and no runner's path makes
+-- (pg_stat_user_indexes.idx_scan 0 over `leasewright bench writes`), and it cost one B-tree entry,
+-- about 100 WAL bytes, on every heartbeat, result and side effect.
+--
+-- An observation is attributed to an attempt only when §6.1 checks 1-5 pass, one of which is that
+-- the attempt belongs to the job the message names (docs/protocol.md §7), so an attempt's
+-- observations are among its job's: the read now finds them through observations_by_named_job
+-- (named_job_id, id), the index the job's ledger is read by. Every statement that records an
+-- observation sets attempt_id only together with that job; the test
+-- impl/tests/protocol.rs `every_attributed_observation_names_its_attempts_job` checks it after
+-- every kind of rule. The foreign key observations.attempt_id -> attempts needs no index on this
+-- side: attempts are never deleted.
+DROP INDEX observations_by_attempt;
