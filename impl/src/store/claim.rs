@@ -186,7 +186,6 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::database::TestDatabase;
     use crate::sql;
     use sqlx::{Connection, PgConnection};
 
@@ -197,14 +196,7 @@ mod tests {
     /// the one the function would keep), then explained after 11,000 slots were reserved: the
     /// JSON of `EXPLAIN EXECUTE`.
     async fn claim_plan_after_an_empty_analyze(session: &str) -> String {
-        let database = TestDatabase::create().await.expect("a test database");
-        let store = database
-            .store(
-                std::sync::Arc::new(crate::SystemClock),
-                crate::StoreConfig::default(),
-            )
-            .await
-            .expect("a store");
+        let (database, store) = crate::store::plan::test_store().await;
         let project = store.create_project("plan").await.expect("a project");
         let (runner, _) = store
             .create_runner(project, "runner")

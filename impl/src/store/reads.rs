@@ -267,7 +267,6 @@ fn observation_view(row: &PgRow) -> Result<ObservationView, Error> {
 
 #[cfg(test)]
 mod security_log_plan_tests {
-    use crate::database::TestDatabase;
     use crate::sql;
     use crate::store::plan::scans_of;
     use sqlx::{Connection, PgConnection};
@@ -283,14 +282,7 @@ mod security_log_plan_tests {
     /// a plain join, read the whole index in id order (`Index Scan (id > $2)`).
     #[tokio::test]
     async fn the_security_log_reads_its_runners_observations_by_key_after_an_empty_analyze() {
-        let database = TestDatabase::create().await.expect("a test database");
-        let store = database
-            .store(
-                std::sync::Arc::new(crate::SystemClock),
-                crate::StoreConfig::default(),
-            )
-            .await
-            .expect("a store");
+        let (database, store) = crate::store::plan::test_store().await;
         let project = store.create_project("log").await.expect("a project");
         for name in ["a", "b", "c"] {
             store.create_runner(project, name).await.expect("a runner");
