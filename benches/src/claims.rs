@@ -1,9 +1,10 @@
-//! `leasewright bench claims`: the implementation's claim against both baselines, measured
-//! alternately in one run on one database, and the ratios.
+//! `leasewright bench claims`: the implementation's claim against both baselines and the fenced
+//! floor (the claim's three writes and nothing else, [`crate::floor`]), measured alternately in
+//! one run on one database, and the ratios.
 //!
 //! The run: set up one database (implementation schema, baseline tables, one runner per worker),
 //! load the queue, then one short unrecorded warm-up slot per contender, then `rounds` rounds of
-//! A B C [D E] in which every contender runs for `duration / rounds / contenders`. Before every
+//! A B C D [E F] in which every contender runs for `duration / rounds / contenders`. Before every
 //! slot of a contender that takes jobs, both queues are topped up so that at least `queued` jobs
 //! stay queued during the slot (the top-up is not timed). Machine noise thus falls on every
 //! contender alike: compare only the ratios of one run.
@@ -208,6 +209,7 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
     }
     let mut contenders = vec![
         Contender::Fenced,
+        Contender::FencedFloor,
         Contender::SkipLocked,
         Contender::CommitRate,
     ];
@@ -246,6 +248,20 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
         Contender::Fenced,
         Contender::SkipLocked,
         Some(0.7),
+    );
+    // What bounds the line above: the protocol's writes alone against the bare queue, and what the
+    // claim's guards cost on top of its writes.
+    ratio(
+        "fenced floor / skip-locked",
+        Contender::FencedFloor,
+        Contender::SkipLocked,
+        None,
+    );
+    ratio(
+        "fenced claim / fenced floor",
+        Contender::Fenced,
+        Contender::FencedFloor,
+        None,
     );
     ratio(
         "fenced claim / commit-rate",
@@ -376,7 +392,7 @@ impl Report {
         let mut notes = Vec::new();
         if uses_database_url() {
             notes.push(
-                "WAL B/job is pg_current_wal_lsn() before and after each slot: cluster-wide, so \
+                "WAL B/job is pg_current_wal_insert_lsn() before and after each slot: cluster-wide, so \
                  on a shared server it includes other databases' writes"
                     .to_string(),
             );

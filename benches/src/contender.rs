@@ -21,6 +21,10 @@ pub enum Contender {
     Fenced,
     /// R1 `claim` of the implementation, up to `k` jobs per transaction.
     FencedBatch(usize),
+    /// Yardstick: the fenced claim's three writes and nothing else ([`crate::floor`]).
+    FencedFloor,
+    /// Yardstick: `ClaimResult`'s writes and nothing else, the floor's claim then its result.
+    FloorClaimResult,
     /// Baseline: a bare single-statement `FOR UPDATE SKIP LOCKED` claim on a minimal table.
     SkipLocked,
     /// Baseline: the bare claim of up to `k` rows in one statement.
@@ -46,6 +50,8 @@ impl Contender {
         match self {
             Contender::Fenced => "fenced claim".into(),
             Contender::FencedBatch(k) => format!("fenced claim K={k}"),
+            Contender::FencedFloor => "fenced floor".into(),
+            Contender::FloorClaimResult => "fenced floor: claim->result".into(),
             Contender::SkipLocked => "skip-locked".into(),
             Contender::SkipLockedBatch(k) => format!("skip-locked K={k}"),
             Contender::CommitRate => "commit-rate".into(),
@@ -112,6 +118,28 @@ impl Contender {
                             Verdict::Accepted(leases) => leases.len() as u64,
                             _ => 0,
                         })
+                    })
+                })
+            }
+            Contender::FencedFloor | Contender::FloorClaimResult => {
+                let project = fixture.project;
+                let with_result = self == Contender::FloorClaimResult;
+                Arc::new(move |w| {
+                    let pool = pool.clone();
+                    let runner = runners[w as usize];
+                    Box::pin(async move {
+                        let now = chrono::Utc::now();
+                        let expiry = now + chrono::Duration::hours(1);
+                        let claimed = crate::floor::claim(&pool, runner, project, now, expiry);
+                        let Some(lease) = claimed.await? else {
+                            return Ok(0);
+                        };
+                        if !with_result {
+                            return Ok(1);
+                        }
+                        let done =
+                            crate::floor::result(&pool, runner, &lease, chrono::Utc::now()).await?;
+                        Ok(u64::from(done))
                     })
                 })
             }

@@ -6,6 +6,7 @@ pub mod claims;
 pub mod contender;
 pub mod curve;
 pub mod fixture;
+pub mod floor;
 pub mod lifecycle;
 pub mod measure;
 pub mod probe;

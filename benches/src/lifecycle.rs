@@ -1,7 +1,8 @@
 //! `leasewright bench lifecycle`: whole jobs, claim -> result (and claim -> heartbeat -> result),
 //! in-process and over HTTP, next to what a typical PostgreSQL queue does per job (a `SKIP
-//! LOCKED` claim, then one `UPDATE` completing the row), measured alternately in one run on one
-//! database, with jobs/s, p50/p99 per job, WAL bytes per job and the same-run ratios.
+//! LOCKED` claim, then one `UPDATE` completing the row) and to the fenced floor's claim -> result
+//! (the same writes with none of the rules' guards, [`crate::floor`]), measured alternately in one
+//! run on one database, with jobs/s, p50/p99 per job, WAL bytes per job and the same-run ratios.
 
 use crate::claims::{alternate, line, Options as ClaimsOptions, Ratio, Report};
 use crate::contender::Contender;
@@ -42,7 +43,11 @@ pub async fn run(options: Options) -> Result<Report, BenchError> {
 }
 
 async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, BenchError> {
-    let mut contenders = vec![Contender::ClaimResult, Contender::TypicalQueue];
+    let mut contenders = vec![
+        Contender::ClaimResult,
+        Contender::FloorClaimResult,
+        Contender::TypicalQueue,
+    ];
     if options.heartbeat {
         contenders.push(Contender::Lifecycle);
     }
@@ -70,6 +75,7 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
         .collect();
     let at = |c: Contender| &lines[contenders.iter().position(|&x| x == c).unwrap_or(0)];
     let claim_result = at(Contender::ClaimResult);
+    let floor = at(Contender::FloorClaimResult);
     let typical = at(Contender::TypicalQueue);
     let mut ratios = vec![
         Ratio::of_throughput(
@@ -83,6 +89,26 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
             claim_result,
             typical,
             Some(2.0),
+        ),
+        // What bounds the two lines above: the protocol's writes alone, and what the rules'
+        // guards cost on top of them (crate::floor).
+        Ratio::of_throughput(
+            "fenced floor: claim->result / typical queue",
+            floor,
+            typical,
+            None,
+        ),
+        Ratio::of_throughput(
+            "claim->result / fenced floor: claim->result",
+            claim_result,
+            floor,
+            None,
+        ),
+        Ratio::of_wal(
+            "fenced floor: claim->result / typical (WAL)",
+            floor,
+            typical,
+            None,
         ),
     ];
     if options.heartbeat {

@@ -16,7 +16,7 @@ pub struct Round {
     pub latencies_us: Vec<u32>,
     /// Wall time of the round.
     pub elapsed: Duration,
-    /// WAL bytes the server wrote during the round (`pg_current_wal_lsn()` before and after;
+    /// WAL bytes the server wrote during the round (`pg_current_wal_insert_lsn()` before and after;
     /// cluster-wide: on a shared server it includes other databases' writes).
     pub wal_bytes: u64,
 }

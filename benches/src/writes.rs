@@ -1,8 +1,9 @@
 //! `leasewright bench writes`: what one operation writes, counted exactly rather than timed.
 //!
-//! One worker runs `n` operations of each kind one after another (claim, batch claim, heartbeat,
-//! result, and the typical queue's claim and claim -> complete). Around each kind the server's
-//! WAL position is read (`pg_current_wal_lsn()`); where the `pg_walinspect` extension can be
+//! One worker runs `n` operations of each kind one after another (claim, the fenced floor
+//! ([`crate::floor`]), batch claim, heartbeat, result, and the typical queue's claim and claim ->
+//! complete). Around each kind the server's
+//! WAL insert position is read (`pg_current_wal_insert_lsn()`); where the `pg_walinspect` extension can be
 //! created (superuser, PostgreSQL 15+ contrib), the WAL records between the two positions are
 //! grouped by the relation they touch, which gives the heap row versions written (insert,
 //! update, HOT update, delete), the row locks and the index entries inserted per index. These
@@ -103,7 +104,7 @@ async fn count(fixture: &Fixture, options: Options) -> Result<Report, BenchError
         .await
         .is_ok();
     fixture
-        .top_up(2 * n as i64 + (n * options.batch) as i64 + 100)
+        .top_up(3 * n as i64 + (n * options.batch) as i64 + 100)
         .await?;
     fixture.vacuum().await?;
     let store = &fixture.store;
@@ -120,6 +121,24 @@ async fn count(fixture: &Fixture, options: Options) -> Result<Report, BenchError
         }
     }
     kinds.push(window.close(fixture, "claim", n as u64, walinspect).await?);
+
+    // The fenced floor: n claims that only write what a fenced claim must (crate::floor).
+    let mut floor_leases = Vec::with_capacity(n);
+    let window = Window::open(fixture).await?;
+    for _ in 0..n {
+        let now = chrono::Utc::now();
+        let lease_expiry = now + chrono::Duration::hours(1);
+        match crate::floor::claim(&fixture.pool, runner, fixture.project, now, lease_expiry).await?
+        {
+            Some(lease) => floor_leases.push(lease),
+            None => return Err(empty("fenced floor", "empty")),
+        }
+    }
+    kinds.push(
+        window
+            .close(fixture, "fenced floor: claim", n as u64, walinspect)
+            .await?,
+    );
 
     // batch claim: n / K batch claims of K jobs (per job).
     let batches = n.div_ceil(options.batch);
@@ -160,6 +179,19 @@ async fn count(fixture: &Fixture, options: Options) -> Result<Report, BenchError
     kinds.push(
         window
             .close(fixture, "result", n as u64, walinspect)
+            .await?,
+    );
+
+    // The fenced floor's result: one per floor lease.
+    let window = Window::open(fixture).await?;
+    for lease in &floor_leases {
+        if !crate::floor::result(&fixture.pool, runner, lease, chrono::Utc::now()).await? {
+            return Err(BenchError::Invalid("a floor result finished no job".into()));
+        }
+    }
+    kinds.push(
+        window
+            .close(fixture, "fenced floor: result", n as u64, walinspect)
             .await?,
     );
 

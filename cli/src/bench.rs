@@ -29,12 +29,14 @@ pub struct BenchArgs {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Claims per second and p50/p99 latency: the fenced claim, the bare SKIP LOCKED claim and
-    /// the one-row commit rate, measured alternately (rounds of A B C), with the ratios.
+    /// Claims per second and p50/p99 latency: the fenced claim, the fenced floor (its three
+    /// writes and nothing else), the bare SKIP LOCKED claim and the one-row commit rate, measured
+    /// alternately (rounds of A B C D), with the ratios.
     Claims(ClaimsArgs),
     /// Whole jobs per second: claim -> result (and claim -> heartbeat -> result), in-process
-    /// and over HTTP, next to a typical PostgreSQL queue's claim -> complete, alternately, with
-    /// p50/p99, WAL bytes per job and the ratios.
+    /// and over HTTP, next to a typical PostgreSQL queue's claim -> complete and the fenced
+    /// floor's (the same writes, no guards), alternately, with p50/p99, WAL bytes per job and
+    /// the ratios.
     Lifecycle(LifecycleArgs),
     /// What one operation writes (WAL bytes, row versions, row locks, index entries per index),
     /// counted over one worker's operations: the figures that do not depend on the machine.
@@ -128,7 +130,7 @@ struct ClaimsArgs {
     /// Also measure the batch claim of up to K jobs per transaction.
     #[arg(long)]
     batch: Option<usize>,
-    /// Rounds of A B C.
+    /// Rounds of A B C D.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
 }

@@ -183,3 +183,84 @@ fn a_tiny_replicas_curve_runs_real_serve_processes() {
         .unwrap()
         .ends_with("HTTP claim->result, 1 replica"));
 }
+
+/// The fenced floor (benches/src/floor.rs) is the yardstick the throughput targets are read
+/// against: the rows a claim and a result must write, with none of the rules' guards. It is only
+/// a floor if it writes the same rows as the rules themselves, so `bench writes` (exact counts,
+/// never a time) must show each table of the claim and of the result written as often by the
+/// floor as by the rule.
+#[test]
+fn the_fenced_floor_writes_the_rows_the_rules_write() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args([
+            "bench",
+            "writes",
+            "--operations",
+            "20",
+            "--batch",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("run leasewright");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    if report["walinspect"] != serde_json::Value::Bool(true) {
+        // Only a superuser's DATABASE_URL can read the WAL's records; a throwaway cluster can.
+        assert!(
+            std::env::var_os("DATABASE_URL").is_some(),
+            "a throwaway cluster must have pg_walinspect: {stderr}"
+        );
+        eprintln!("skipped: DATABASE_URL's role cannot use pg_walinspect");
+        return;
+    }
+    let kind = |name: &str| {
+        report["kinds"]
+            .as_array()
+            .expect("kinds")
+            .iter()
+            .find(|k| k["name"] == name)
+            .unwrap_or_else(|| panic!("no kind {name:?} in {report}"))
+            .clone()
+    };
+    // Heap row versions written per operation to `table`.
+    let rows = |kind: &serde_json::Value, table: &str| -> f64 {
+        kind["relations"]
+            .as_array()
+            .expect("relations")
+            .iter()
+            .filter(|r| r["relation"] == table)
+            .map(|r| {
+                ["inserted", "updated", "hot_updated", "deleted"]
+                    .iter()
+                    .map(|f| r[f].as_f64().expect("a number"))
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    for (rule, floor, tables) in [
+        (
+            "claim",
+            "fenced floor: claim",
+            &["jobs", "attempts", "target_slots"][..],
+        ),
+        (
+            "result",
+            "fenced floor: result",
+            &["jobs", "attempts", "target_slots", "observations"][..],
+        ),
+    ] {
+        let (rule, floor) = (kind(rule), kind(floor));
+        for table in tables {
+            let (by_rule, by_floor) = (rows(&rule, table), rows(&floor, table));
+            assert!(
+                (by_rule - 1.0).abs() < 0.01 && (by_floor - 1.0).abs() < 0.01,
+                "{table}: {by_rule} row versions per {} against {by_floor} per {}",
+                rule["name"],
+                floor["name"]
+            );
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The fenced floor: what no fenced claim on the implementation's schema can beat.
+//!
+//! A claim that fences a job must, whatever else it does, write three records (docs/protocol.md
+//! §6.2, §8.3): the job's state change with its fence + 1 and current attempt, the attempt's row
+//! (the ledger, with the lease id and fence its unique constraints keep fresh), and the slot's row
+//! with its new slot token and holder. An accepted result must write four (§6.4, invariant 10):
+//! the attempt's outcome, the job's, the slot's release and the observation of the message. The
+//! floor is those writes as one plain statement each on the implementation's own tables, with
+//! their indexes, constraints and foreign keys, and nothing else: no lookup of the runner's
+//! project, no check that the slot is free, no one-job-per-slot, no skipping of slots another
+//! claim is reserving, no guard of the result's tuple, no plan settings. It is correct only
+//! because every benchmark job has a slot of its own ([`crate::fixture::Fixture::load_queued`])
+//! and one worker reports each lease once; it is a yardstick, never a rule (the implementation's
+//! are `impl/sql/claim.sql` and `impl/sql/attempt_commit_result_if_current.sql`).
+//!
+//! It sits between the two numbers an operator compares: `fenced floor / skip-locked` is what
+//! the protocol's writes cost against a bare queue, and `fenced claim / fenced floor` is what the
+//! rules' guards cost on top (docs/benchmarks.md, "The fenced floor").
+//!
+//! Benchmark code knows the implementation's schema, as the bulk loader does: this statement runs
+//! in the fixture's schema (the pool's `search_path`).
+
+use chrono::{DateTime, Utc};
+use leasewright_impl::{ProjectId, RunnerId};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// What a floor claim hands its worker: the tuple its result names.
+#[derive(Clone, Copy, Debug)]
+pub struct FloorLease {
+    pub job: Uuid,
+    pub attempt: Uuid,
+    pub lease_id: Uuid,
+    pub fence: i64,
+}
+
+/// One floor claim by `runner` of `project`'s earliest queued job, if one was queued.
+pub async fn claim(
+    pool: &PgPool,
+    runner: RunnerId,
+    project: ProjectId,
+    now: DateTime<Utc>,
+    lease_expiry: DateTime<Utc>,
+) -> Result<Option<FloorLease>, sqlx::Error> {
+    let row: Option<(Uuid, Uuid, Uuid, i64)> = sqlx::query_as(
+        "WITH picked AS (
+             SELECT id FROM jobs
+             WHERE project_id = $2 AND state = 'queued'
+             ORDER BY submitted_seq
+             LIMIT 1
+             FOR NO KEY UPDATE SKIP LOCKED
+         ), started AS (
+             UPDATE jobs AS j
+             SET state = 'running', fence = j.fence + 1, current_attempt_id = gen_random_uuid()
+             FROM picked AS p
+             WHERE j.id = p.id
+             RETURNING j.id, j.project_id, j.fence, j.target, j.current_attempt_id
+         ), reserved AS (
+             UPDATE target_slots AS s
+             SET holder_project_id = st.project_id, holder_job_id = st.id,
+                 holder_attempt_id = st.current_attempt_id, reserved_at = $3,
+                 slot_token = s.slot_token + 1
+             FROM started AS st
+             WHERE s.slot = st.target
+             RETURNING s.slot_token
+         )
+         INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state,
+             lease_expiry, claim_lease_expiry, claimed_at, slot_token)
+         SELECT st.current_attempt_id, st.id, st.project_id, $1, gen_random_uuid(), st.fence,
+             'active', $4, $4, $3, r.slot_token
+         FROM started AS st, reserved AS r
+         RETURNING job_id, id, lease_id, fence",
+    )
+    .bind(runner.0)
+    .bind(project.0)
+    .bind(now)
+    .bind(lease_expiry)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(job, attempt, lease_id, fence)| FloorLease {
+        job,
+        attempt,
+        lease_id,
+        fence,
+    }))
+}
+
+/// One floor result (`passed`) of `lease`, reported by `runner`: its four writes. Returns whether
+/// the job was finished.
+pub async fn result(
+    pool: &PgPool,
+    runner: RunnerId,
+    lease: &FloorLease,
+    now: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "WITH committed AS (
+             UPDATE attempts
+             SET state = 'passed', outcome = 'passed', result_digest = 'bench', ended_at = $6
+             WHERE id = $3
+             RETURNING job_id
+         ), finished AS (
+             UPDATE jobs
+             SET state = 'passed', outcome = 'passed', result_digest = 'bench', finished_at = $6
+             WHERE id = (SELECT job_id FROM committed)
+             RETURNING id, target
+         ), released AS (
+             UPDATE target_slots
+             SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
+                 reserved_at = NULL
+             WHERE slot = (SELECT target FROM finished)
+         )
+         INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+             named_lease_id, named_fence, attempt_id, received_at, verdict, outcome)
+         SELECT $1, 'result', $2, $3, $4, $5, $3, $6, 'accepted', 'passed'
+         FROM finished",
+    )
+    .bind(runner.0)
+    .bind(lease.job)
+    .bind(lease.attempt)
+    .bind(lease.lease_id)
+    .bind(lease.fence)
+    .bind(now)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
