@@ -43,7 +43,9 @@ fn bench_group(
         .measurement_time(Duration::from_secs(3));
     for &contender in contenders {
         let per_op = match contender {
-            Contender::FencedBatch(k) | Contender::SkipLockedBatch(k) => k as u64,
+            Contender::FencedBatch(k)
+            | Contender::FencedFloorBatch(k)
+            | Contender::SkipLockedBatch(k) => k as u64,
             _ => 1,
         };
         group.throughput(Throughput::Elements(per_op));

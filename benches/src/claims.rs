@@ -4,7 +4,7 @@
 //!
 //! The run: set up one database (implementation schema, baseline tables, one runner per worker),
 //! load the queue, then one short unrecorded warm-up slot per contender, then `rounds` rounds of
-//! A B C D [E F] in which every contender runs for `duration / rounds / contenders`. Before every
+//! A B C D [E F G] in which every contender runs for `duration / rounds / contenders`. Before every
 //! slot of a contender that takes jobs, both queues are topped up so that at least `queued` jobs
 //! stay queued during the slot (the top-up is not timed). Machine noise thus falls on every
 //! contender alike: compare only the ratios of one run.
@@ -215,6 +215,7 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
     ];
     if let Some(k) = options.batch {
         contenders.push(Contender::FencedBatch(k));
+        contenders.push(Contender::FencedFloorBatch(k));
         contenders.push(Contender::SkipLockedBatch(k));
     }
     let settings = server_settings(&fixture.pool).await?;
@@ -275,6 +276,19 @@ pub async fn run_on(fixture: &Fixture, options: Options) -> Result<Report, Bench
             Contender::FencedBatch(k),
             Contender::Fenced,
             (k == 16).then_some(5.0),
+        );
+        // What bounds the line above: the batch's gain on its writes alone.
+        ratio(
+            &format!("fenced floor K={k} / fenced floor (jobs/s)"),
+            Contender::FencedFloorBatch(k),
+            Contender::FencedFloor,
+            None,
+        );
+        ratio(
+            &format!("fenced claim K={k} / fenced floor K={k}"),
+            Contender::FencedBatch(k),
+            Contender::FencedFloorBatch(k),
+            None,
         );
         ratio(
             &format!("fenced claim K={k} / skip-locked K={k}"),

@@ -23,6 +23,8 @@ pub enum Contender {
     FencedBatch(usize),
     /// Yardstick: the fenced claim's three writes and nothing else ([`crate::floor`]).
     FencedFloor,
+    /// Yardstick: the fenced floor of up to `k` jobs in one statement.
+    FencedFloorBatch(usize),
     /// Yardstick: `ClaimResult`'s writes and nothing else, the floor's claim then its result.
     FloorClaimResult,
     /// Baseline: a bare single-statement `FOR UPDATE SKIP LOCKED` claim on a minimal table.
@@ -51,6 +53,7 @@ impl Contender {
             Contender::Fenced => "fenced claim".into(),
             Contender::FencedBatch(k) => format!("fenced claim K={k}"),
             Contender::FencedFloor => "fenced floor".into(),
+            Contender::FencedFloorBatch(k) => format!("fenced floor K={k}"),
             Contender::FloorClaimResult => "fenced floor: claim->result".into(),
             Contender::SkipLocked => "skip-locked".into(),
             Contender::SkipLockedBatch(k) => format!("skip-locked K={k}"),
@@ -118,6 +121,21 @@ impl Contender {
                             Verdict::Accepted(leases) => leases.len() as u64,
                             _ => 0,
                         })
+                    })
+                })
+            }
+            Contender::FencedFloorBatch(k) => {
+                let project = fixture.project;
+                Arc::new(move |w| {
+                    let pool = pool.clone();
+                    let runner = runners[w as usize];
+                    Box::pin(async move {
+                        let now = chrono::Utc::now();
+                        let expiry = now + chrono::Duration::hours(1);
+                        let claimed = crate::floor::claim_batch(
+                            &pool, runner, project, k as i64, now, expiry,
+                        );
+                        Ok(claimed.await?.len() as u64)
                     })
                 })
             }

@@ -42,12 +42,27 @@ pub async fn claim(
     now: DateTime<Utc>,
     lease_expiry: DateTime<Utc>,
 ) -> Result<Option<FloorLease>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, Uuid, i64)> = sqlx::query_as(
+    Ok(claim_batch(pool, runner, project, 1, now, lease_expiry)
+        .await?
+        .pop())
+}
+
+/// One floor claim by `runner` of up to `k` of `project`'s earliest queued jobs, in one
+/// statement.
+pub async fn claim_batch(
+    pool: &PgPool,
+    runner: RunnerId,
+    project: ProjectId,
+    k: i64,
+    now: DateTime<Utc>,
+    lease_expiry: DateTime<Utc>,
+) -> Result<Vec<FloorLease>, sqlx::Error> {
+    let rows: Vec<(Uuid, Uuid, Uuid, i64)> = sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
              WHERE project_id = $2 AND state = 'queued'
              ORDER BY submitted_seq
-             LIMIT 1
+             LIMIT $5
              FOR NO KEY UPDATE SKIP LOCKED
          ), started AS (
              UPDATE jobs AS j
@@ -62,27 +77,31 @@ pub async fn claim(
                  slot_token = s.slot_token + 1
              FROM started AS st
              WHERE s.slot = st.target
-             RETURNING s.slot_token
+             RETURNING s.slot, s.slot_token
          )
          INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state,
              lease_expiry, claim_lease_expiry, claimed_at, slot_token)
          SELECT st.current_attempt_id, st.id, st.project_id, $1, gen_random_uuid(), st.fence,
              'active', $4, $4, $3, r.slot_token
-         FROM started AS st, reserved AS r
+         FROM started AS st JOIN reserved AS r ON r.slot = st.target
          RETURNING job_id, id, lease_id, fence",
     )
     .bind(runner.0)
     .bind(project.0)
     .bind(now)
     .bind(lease_expiry)
-    .fetch_optional(pool)
+    .bind(k)
+    .fetch_all(pool)
     .await?;
-    Ok(row.map(|(job, attempt, lease_id, fence)| FloorLease {
-        job,
-        attempt,
-        lease_id,
-        fence,
-    }))
+    Ok(rows
+        .into_iter()
+        .map(|(job, attempt, lease_id, fence)| FloorLease {
+            job,
+            attempt,
+            lease_id,
+            fence,
+        })
+        .collect())
 }
 
 /// One floor result (`passed`) of `lease`, reported by `runner`: its four writes. Returns whether
