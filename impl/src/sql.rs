@@ -107,12 +107,13 @@ statements! {
     TARGET_MUTATION_RECORD = "target_mutation_record";
 }
 
-/// The source of migration 0009, which defines the server-side function `claim` as it is now (the
-/// statement `claim` calls it; 0007 defined it first, 0008 added its target columns).
+/// The source of migration 0011, which defines the server-side function `claim` as it is now (the
+/// statement `claim` calls it; 0007 defined it first, 0008 added its target columns, 0009 the
+/// reservation in the slot row).
 #[cfg(any(test, feature = "mutants"))]
 pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/migrations/0009_reservation_in_the_slot_row.sql"
+    "/migrations/0011_claim_locks_the_head_first.sql"
 ));
 
 /// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in

@@ -481,6 +481,51 @@ mod concurrency {
             .accepted();
         assert_eq!(rest.map(|leases| leases.len()), Some(1));
     }
+
+    /// A batch claim takes the K earliest queued jobs whose slot is free, even when the earliest
+    /// queued jobs wait on a busy slot (docs/protocol.md, "Batch claim"). The claim locks the
+    /// head of the queue first (migration 0011): a head job on a busy slot is passed over, and
+    /// the claim takes as many jobs after the head as the head fell short of K.
+    #[tokio::test]
+    async fn a_batch_claim_takes_k_free_jobs_past_jobs_waiting_on_a_busy_slot() {
+        let w = World::new().await;
+        let on = |slot: &str| NewJob {
+            target: Some(slot.to_string()),
+            ..NewJob::new("r", "d", "deploy")
+        };
+        let mut jobs = Vec::new();
+        for slot in [
+            "busy", "busy", "busy", "free-1", "free-2", "free-3", "free-4",
+        ] {
+            jobs.push(
+                w.store
+                    .submit_job(w.project, on(slot))
+                    .await
+                    .expect("submit"),
+            );
+        }
+        // The first job reserves the slot `busy`: the next two wait on it.
+        let first = w
+            .store
+            .claim(w.runner, None)
+            .await
+            .expect("claim")
+            .accepted();
+        assert_eq!(first.map(|lease| lease.tuple.job), Some(jobs[0]));
+        // The jobs a batch claim of three takes.
+        let claim_three = || async {
+            let leases = w.store.claim_batch(w.second_runner, 3, None).await;
+            let leases = leases.expect("claim").accepted().expect("accepted");
+            leases
+                .iter()
+                .map(|lease| lease.tuple.job)
+                .collect::<Vec<_>>()
+        };
+        // The head is the two waiting jobs and `free-1`; two more come from beyond it.
+        assert_eq!(claim_three().await, jobs[3..6].to_vec());
+        // Nothing else is free but `free-4`; the waiting jobs stay queued.
+        assert_eq!(claim_three().await, vec![jobs[6]]);
+    }
 }
 
 mod setup {

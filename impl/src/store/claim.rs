@@ -59,7 +59,7 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // A call of the server-side function `claim` (migrations 0007 to 0009), prepared once per
+        // A call of the server-side function `claim` (migrations 0007 to 0011), prepared once per
         // connection: the function keeps the plan of its statement for the session, made with
         // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
         // claim's plan"), so a claim is not planned again.
@@ -319,13 +319,16 @@ mod tests {
     async fn the_claims_pick_looks_slots_up_by_key_even_after_an_empty_analyze() {
         let plan = claim_plan_after_an_empty_analyze("").await;
         let scans = slot_scans(&plan);
-        // The free-slot check of the pick: the slot of each candidate job looked up by its key,
-        // once per candidate job: not a sequential scan, and not a whole index read (and
-        // materialized) in place of one.
-        assert!(
-            scans.iter().any(|scan| scan.contains("(slot = j.target)")),
-            "the pick must read each candidate job's slot by its key: {scans:?}: {plan}"
-        );
+        // The free-slot checks of the pick (of the locked head, `h`, and of the jobs beyond it,
+        // `q`): the slot of each candidate job looked up by its key, once per candidate job: not
+        // a sequential scan, and not a whole index read (and materialized) in place of one.
+        for candidate in ["(slot = h.target)", "(slot = q.target)"] {
+            assert!(
+                scans.iter().any(|scan| scan.contains(candidate)),
+                "the pick must read each candidate job's slot by its key, {candidate}: \
+                 {scans:?}: {plan}"
+            );
+        }
         // Every read of the slots (the pick's, and the reservation's update's) is a lookup by key.
         assert!(
             scans
