@@ -940,3 +940,29 @@ async fn run_job(
         tracing::warn!(job = %lease.job, "could not remove the job's workspace");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_every_sixth_of_the_lease_and_a_retry_after_only_lengthens_a_wait() {
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(30)),
+            Duration::from_secs(5)
+        );
+        let unavailable = |seconds: Option<u64>| CallError::Http {
+            status: 503,
+            code: "database_unavailable".into(),
+            message: String::new(),
+            retry_after: seconds.map(Duration::from_secs),
+        };
+        let backoff = Duration::from_millis(300);
+        assert_eq!(honour_retry_after(&unavailable(None), backoff), backoff);
+        assert_eq!(
+            honour_retry_after(&unavailable(Some(2)), backoff),
+            Duration::from_secs(2)
+        );
+        assert_eq!(honour_retry_after(&unavailable(Some(0)), backoff), backoff);
+    }
+}

@@ -710,3 +710,39 @@ fn page_path(path: &str, after: Option<i64>, limit: Option<i64>) -> String {
         format!("{path}?{}", query.join("&"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CallError;
+    use std::time::Duration;
+
+    fn http(status: u16, retry_after: Option<u64>) -> CallError {
+        CallError::Http {
+            status,
+            code: "x".into(),
+            message: String::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn no_answer_any_5xx_408_and_429_are_retried_and_decisions_are_not() {
+        assert!(CallError::Network("reset".into()).is_transient());
+        for status in [408, 429, 500, 502, 503, 504, 599] {
+            assert!(http(status, None).is_transient(), "{status}");
+        }
+        for status in [400, 401, 404, 409, 413, 415, 422] {
+            assert!(!http(status, None).is_transient(), "{status}");
+        }
+        let rejected = CallError::Rejected {
+            code: "lease_expired".into(),
+            instruction: None,
+        };
+        assert!(!rejected.is_transient());
+        assert_eq!(
+            http(503, Some(2)).retry_after(),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(rejected.retry_after(), None);
+    }
+}
