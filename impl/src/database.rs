@@ -233,6 +233,7 @@ fn run(command: &mut Command, log: &Path, what: &str) -> Result<(), HarnessError
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(|e| cluster_error(.., e))`
 fn cluster_error(what: &str, e: std::io::Error) -> HarnessError {
     HarnessError::Cluster(format!("{what}: {e}"))
 }
