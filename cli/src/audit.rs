@@ -41,11 +41,15 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         eprintln!("leasewright audit: --since is a watermark (0 or more), --batch at least 1");
         return Ok(2);
     }
-    // A refused connection at once, with its address and never its password.
-    if let Err(error) = crate::db::probe_blocking(&url) {
-        eprintln!("leasewright audit: {error:#}");
-        return Ok(2);
-    }
+    // A refused connection at once, with its address and never its password; of a host list,
+    // the host `target_session_attrs` asks for (`read-only`: a standby will do).
+    let url = match crate::db::probe_blocking(&url, crate::db::Access::Reads) {
+        Ok(url) => url,
+        Err(error) => {
+            eprintln!("leasewright audit: {error:#}");
+            return Ok(2);
+        }
+    };
     let options = AuditOptions {
         project: args.project.clone(),
         since: args.since,

@@ -251,7 +251,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
     fixture::set_schema(&args.schema);
     if fixture::uses_database_url() {
         if let Ok(url) = std::env::var("DATABASE_URL") {
-            if let Err(error) = crate::db::probe_blocking(&url) {
+            if let Err(error) = crate::db::probe_blocking(&url, crate::db::Access::Writes) {
                 eprintln!("leasewright bench: {error:#}");
                 return Ok(2);
             }

@@ -25,8 +25,9 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        crate::db::probe(&args.database_url).await?;
-        let url = args.database_url.as_str();
+        // The primary among the URL's hosts (a standby alone is refused).
+        let url = crate::db::probe(&args.database_url, crate::db::Access::Writes).await?;
+        let url = url.as_str();
         let applied_now = if args.status {
             Vec::new()
         } else {

@@ -117,7 +117,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         };
     let database_url = args.database_url.filter(|u| !u.is_empty());
     if let Some(url) = &database_url {
-        crate::db::probe_blocking(url)?;
+        // A refused connection, a bad URL or a standby where the primary is needed: exit 2 at
+        // once, saying so for every host tried. `serve` keeps the whole URL: it follows the
+        // primary among its hosts after a failover.
+        if let Err(error) = crate::db::probe_blocking(url, crate::db::Access::Writes) {
+            eprintln!("leasewright serve: {error:#}");
+            return Ok(2);
+        }
     }
     let options = ServeOptions {
         database_url,

@@ -195,9 +195,11 @@ pub fn run(args: &StressArgs) -> anyhow::Result<i32> {
                      PostgreSQL cluster (removed when this command exits)"
                 );
             }
-            if let Some(url) = &url {
-                crate::db::probe(url).await?;
-            }
+            // The primary among the URL's hosts: the stress database is created there.
+            let url = match &url {
+                Some(url) => Some(crate::db::probe(url, crate::db::Access::Writes).await?),
+                None => None,
+            };
             let db = leasewright_impl::database::TestDatabase::create_on(url.as_deref())
                 .await
                 .context("creating the stress database")?;

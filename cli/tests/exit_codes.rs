@@ -96,6 +96,38 @@ fn a_refused_database_is_exit_2_at_once_with_its_address_and_without_its_passwor
     }
 }
 
+/// `serve` on a standby: exit 2 at once, naming the host and what it is (issue 26). Needs the
+/// PostgreSQL server binaries (a primary and a streaming standby of its own).
+#[test]
+fn serve_on_a_standby_exits_2_naming_it() {
+    use leasewright_impl::database::{Cluster, HarnessError};
+    let primary = match Cluster::start_private() {
+        Ok(cluster) => cluster,
+        Err(HarnessError::NoBinaries) => {
+            eprintln!("SKIPPED: no PostgreSQL server binaries for a standby");
+            return;
+        }
+        Err(error) => panic!("{error}"),
+    };
+    let standby = primary.start_standby().expect("a streaming standby");
+    let url = standby.url("postgres");
+    let (code, _, err, _) =
+        leasewright(&["serve", "--listen", "127.0.0.1:0", "--database-url", &url]);
+    assert_eq!(code, 2, "{err}");
+    let address = format!("127.0.0.1:{}", standby.port());
+    assert!(
+        err.contains(&address) && err.contains("standby") && err.contains("pg_is_in_recovery()"),
+        "{err}"
+    );
+    // Listing the primary after the standby, `migrate --status` finds the primary.
+    let both = format!(
+        "postgres://postgres@{address},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port()
+    );
+    let (code, out, err, _) = leasewright(&["migrate", "--status", "--database-url", &both]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 #[test]
 fn secrets_come_from_the_environment() {
     let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))

@@ -67,6 +67,85 @@ impl Cluster {
         start_cluster().map(Arc::new)
     }
 
+    /// The port the cluster listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A streaming standby of this cluster: a base backup (`pg_basebackup -R -X stream`, which
+    /// writes `standby.signal` and `primary_conninfo`) started on a port of its own. Stopped and
+    /// deleted when the process exits, like every throwaway cluster. For failover tests.
+    pub fn start_standby(&self) -> Result<Arc<Cluster>, HarnessError> {
+        let (dir, bin, run_as) = cluster_dir()?;
+        run(
+            as_postgres(&bin, &dir, run_as, "pg_basebackup")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                ])
+                .arg("-p")
+                .arg(self.port.to_string())
+                .arg("-D")
+                .arg(dir.join("data")),
+            &dir.join("pg_basebackup.out"),
+            "pg_basebackup",
+        )?;
+        let port = free_port()?;
+        start_server(&bin, &dir, run_as, port)?;
+        Ok(Arc::new(Cluster {
+            port,
+            dir,
+            bin,
+            run_as,
+        }))
+    }
+
+    /// Kill the postmaster with SIGKILL: a crash (no shutdown checkpoint; its backends exit when
+    /// they notice, every connection is cut and the port refuses new ones).
+    pub fn kill(&self) -> Result<(), HarnessError> {
+        let pid_file = self.dir.join("data").join("postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .map_err(|e| cluster_error("postmaster.pid", e))?
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        run(
+            Command::new("kill").args(["-KILL", &pid]),
+            &self.dir.join("kill.out"),
+            "kill -KILL",
+        )?;
+        // Wait (bounded) until the port refuses connections.
+        for _ in 0..600 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(HarnessError::Cluster(
+            "the killed postmaster's port still accepts connections".into(),
+        ))
+    }
+
+    /// Promote a standby (`pg_ctl promote -w`): it leaves recovery on a new WAL timeline.
+    pub fn promote(&self) -> Result<(), HarnessError> {
+        run(
+            as_postgres(&self.bin, &self.dir, self.run_as, "pg_ctl")
+                .args(["promote", "-w", "-t", "60", "-D"])
+                .arg(self.dir.join("data")),
+            &self.dir.join("pg_ctl-promote.out"),
+            "pg_ctl promote",
+        )
+    }
+
     /// Restart the server (`pg_ctl restart -m fast`, waiting until it accepts connections again):
     /// every connection is terminated, open transactions are rolled back, the data stays.
     pub fn restart(&self) -> Result<(), HarnessError> {
@@ -154,10 +233,17 @@ fn run(command: &mut Command, log: &Path, what: &str) -> Result<(), HarnessError
     }
 }
 
-fn start_cluster() -> Result<Cluster, HarnessError> {
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(|e| cluster_error(.., e))`
+fn cluster_error(what: &str, e: std::io::Error) -> HarnessError {
+    HarnessError::Cluster(format!("{what}: {e}"))
+}
+
+/// A new cluster directory (owned by the `postgres` user when running as root, removed by a
+/// watchdog when this process exits), with the binaries' directory and the user to run them as.
+type ClusterDir = (PathBuf, PathBuf, Option<(u32, u32)>);
+
+fn cluster_dir() -> Result<ClusterDir, HarnessError> {
     let bin = find_binaries().ok_or(HarnessError::NoBinaries)?;
-    let cluster_error =
-        |what: &str, e: std::io::Error| HarnessError::Cluster(format!("{what}: {e}"));
     let dir = tempfile::Builder::new()
         .prefix("leasewright-pg-")
         .tempdir()
@@ -177,19 +263,72 @@ fn start_cluster() -> Result<Cluster, HarnessError> {
     } else {
         None
     };
-    let as_postgres = |program: &str| {
-        let mut command = Command::new(bin.join(program));
-        command
-            .current_dir(&dir)
-            .env_remove("PGDATA")
-            .process_group(0);
-        if let Some((uid, gid)) = run_as {
-            command.uid(uid).gid(gid);
-        }
-        command
-    };
     // Clean up when this process exits, however it exits.
     spawn_watchdog(&dir).map_err(|e| cluster_error("watchdog", e))?;
+    Ok((dir, bin, run_as))
+}
+
+/// `program` of the PostgreSQL binaries, run in `dir` (as the `postgres` user when root).
+/// `program` is looked for beside `initdb` and `pg_ctl`, then beside what `pg_ctl` links to (a
+/// PATH that holds links to a few of a version's binaries: `pg_basebackup` is in the version's
+/// own directory).
+fn as_postgres(bin: &Path, dir: &Path, run_as: Option<(u32, u32)>, program: &str) -> Command {
+    let mut path = bin.join(program);
+    if !path.is_file() {
+        if let Some(own) = std::fs::canonicalize(bin.join("pg_ctl"))
+            .ok()
+            .and_then(|pg_ctl| Some(pg_ctl.parent()?.join(program)))
+            .filter(|own| own.is_file())
+        {
+            path = own;
+        }
+    }
+    let mut command = Command::new(path);
+    command
+        .current_dir(dir)
+        .env_remove("PGDATA")
+        .process_group(0);
+    if let Some((uid, gid)) = run_as {
+        command.uid(uid).gid(gid);
+    }
+    command
+}
+
+fn free_port() -> Result<u16, HarnessError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(|e| cluster_error("free port", e))
+        .map(|addr| addr.port())
+}
+
+/// `pg_ctl start` of the cluster in `dir/data` on `port` (fsync off: a throwaway cluster).
+fn start_server(
+    bin: &Path,
+    dir: &Path,
+    run_as: Option<(u32, u32)>,
+    port: u16,
+) -> Result<(), HarnessError> {
+    let options = format!(
+        "-p {port} -h 127.0.0.1 -k {} -c fsync=off -c synchronous_commit=off \
+         -c full_page_writes=off -c max_connections=300",
+        dir.display()
+    );
+    run(
+        as_postgres(bin, dir, run_as, "pg_ctl")
+            .args(["start", "-w", "-t", "60", "-D"])
+            .arg(dir.join("data"))
+            .arg("-l")
+            .arg(dir.join("postgres.log"))
+            .arg("-o")
+            .arg(options),
+        &dir.join("pg_ctl.out"),
+        "pg_ctl start",
+    )
+}
+
+fn start_cluster() -> Result<Cluster, HarnessError> {
+    let (dir, bin, run_as) = cluster_dir()?;
+    let as_postgres = |program: &str| as_postgres(&bin, &dir, run_as, program);
     let data = dir.join("data");
     run(
         as_postgres("initdb").arg("-D").arg(&data).args([
@@ -205,26 +344,8 @@ fn start_cluster() -> Result<Cluster, HarnessError> {
         &dir.join("initdb.out"),
         "initdb",
     )?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map_err(|e| cluster_error("free port", e))?
-        .port();
-    let options = format!(
-        "-p {port} -h 127.0.0.1 -k {} -c fsync=off -c synchronous_commit=off \
-         -c full_page_writes=off -c max_connections=300",
-        dir.display()
-    );
-    run(
-        as_postgres("pg_ctl")
-            .args(["start", "-w", "-t", "60", "-D"])
-            .arg(&data)
-            .arg("-l")
-            .arg(dir.join("postgres.log"))
-            .arg("-o")
-            .arg(options),
-        &dir.join("pg_ctl.out"),
-        "pg_ctl start",
-    )?;
+    let port = free_port()?;
+    start_server(&bin, &dir, run_as, port)?;
     Ok(Cluster {
         port,
         dir,

@@ -8,6 +8,7 @@
 mod clock;
 pub mod database;
 mod error;
+pub mod hosts;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod schema;

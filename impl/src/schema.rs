@@ -36,10 +36,16 @@ pub fn schema_name(name: &str) -> Result<&str, Error> {
 /// The connection options of `database_url` with `search_path` set to `schema` on every
 /// connection (after any `search_path` the URL sets).
 pub fn connect_options(database_url: &str, schema: &str) -> Result<PgConnectOptions, Error> {
-    let schema = schema_name(schema)?;
     let options: PgConnectOptions = database_url
         .parse()
         .map_err(|_| Error::InvalidArgument("the database URL is not a PostgreSQL URL"))?;
+    select_schema(options, schema)
+}
+
+/// `options` with `search_path` set to `schema` on every connection (a startup option, after any
+/// `search_path` the options set).
+pub fn select_schema(options: PgConnectOptions, schema: &str) -> Result<PgConnectOptions, Error> {
+    let schema = schema_name(schema)?;
     Ok(options.options([("search_path", schema)]))
 }
 

@@ -105,6 +105,7 @@ statements! {
     TARGET_IDEMPOTENT_APPLY_ONCE = "target_idempotent_apply_once";
     TARGET_COUNT_APPLICATION = "target_count_application";
     TARGET_MUTATION_RECORD = "target_mutation_record";
+    DATABASE_SELECT_REPLICATION = "database_select_replication";
 }
 
 /// The source of migration 0011, which defines the server-side function `claim` as it is now (the

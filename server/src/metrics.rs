@@ -56,6 +56,10 @@ pub struct Metrics {
     sweeps: Counter,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
+    database_primary: Gauge,
+    database_synchronous_standbys: Gauge,
+    database_epoch: Gauge,
+    database_primary_changes: Counter,
 }
 
 impl Default for Metrics {
@@ -71,6 +75,10 @@ impl Default for Metrics {
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
         );
+        let database_primary = Gauge::default();
+        let database_synchronous_standbys = Gauge::default();
+        let database_epoch = Gauge::default();
+        let database_primary_changes = Counter::default();
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("leasewright_claims", "Accepted claims", claims.clone());
         registry.register(
@@ -104,6 +112,26 @@ impl Default for Metrics {
             "HTTP request latency",
             latency.clone(),
         );
+        registry.register(
+            "leasewright_database_primary",
+            "1 when the server's database is a primary, 0 when it is a standby",
+            database_primary.clone(),
+        );
+        registry.register(
+            "leasewright_database_synchronous_standbys",
+            "Standbys a commit waits for (sync or quorum); -1 when the role may not see them",
+            database_synchronous_standbys.clone(),
+        );
+        registry.register(
+            "leasewright_database_epoch",
+            "The database's epoch (WAL timeline - 1); -1 when unknown",
+            database_epoch.clone(),
+        );
+        registry.register(
+            "leasewright_database_primary_changes",
+            "Times the server followed the primary to another host of its database URL",
+            database_primary_changes.clone(),
+        );
         Self {
             registry,
             claims,
@@ -114,6 +142,10 @@ impl Default for Metrics {
             sweeps,
             requests,
             latency,
+            database_primary,
+            database_synchronous_standbys,
+            database_epoch,
+            database_primary_changes,
         }
     }
 }
@@ -157,6 +189,21 @@ impl Metrics {
                 route: route.into(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// What the server's database is, read at scrape time: primary or standby, the synchronous
+    /// standbys (`None`: not visible to the role) and the epoch (`None`: unknown); -1 stands for
+    /// unknown.
+    pub fn database(&self, primary: bool, synchronous_standbys: Option<i64>, epoch: Option<i64>) {
+        self.database_primary.set(i64::from(primary));
+        self.database_synchronous_standbys
+            .set(synchronous_standbys.unwrap_or(-1));
+        self.database_epoch.set(epoch.unwrap_or(-1));
+    }
+
+    /// The server followed the primary to another host.
+    pub fn primary_change(&self) {
+        self.database_primary_changes.inc();
     }
 
     /// The exposition text; `uncertain_jobs` is read from the database at scrape time.
@@ -221,6 +268,8 @@ mod tests {
         metrics.sweep(2);
         metrics.request("GET", "/healthz", 200, Duration::from_millis(3));
         metrics.request("BREW", "unmatched", 405, Duration::from_secs(7));
+        metrics.database(true, None, Some(3));
+        metrics.primary_change();
         let text = metrics.render(4);
         let series = parse(&text);
         let value = |name: &str, labels: &str| {
@@ -231,7 +280,11 @@ mod tests {
                 .1
         };
         let latency = "leasewright_http_request_duration_seconds";
-        let expected: [(&str, &str, f64); 14] = [
+        let expected: [(&str, &str, f64); 18] = [
+            ("leasewright_database_primary", "", 1.0),
+            ("leasewright_database_synchronous_standbys", "", -1.0),
+            ("leasewright_database_epoch", "", 3.0),
+            ("leasewright_database_primary_changes_total", "", 1.0),
             ("leasewright_claims_total", "", 1.0),
             ("leasewright_leases_granted_total", "", 3.0),
             (

@@ -426,4 +426,25 @@ pub struct BinaryBody(pub Vec<u8>);
 pub struct HealthResponse {
     /// `ok`.
     pub status: String,
+    /// What the server's database is now (absent from servers before it was added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseHealth>,
+}
+
+/// `GET /healthz`'s `database`: the server the control plane writes to (docs/http.md).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+pub struct DatabaseHealth {
+    /// `primary` or `standby` (`pg_is_in_recovery()`).
+    pub role: String,
+    /// The `synchronous_commit` of the server's sessions (`on`, whatever the server's default).
+    pub synchronous_commit: String,
+    /// Standbys whose commit acknowledgement a commit waits for now (`pg_stat_replication`
+    /// `sync_state` `sync` or `quorum`); null when the role may not see it
+    /// (`pg_read_all_stats`).
+    pub synchronous_standbys: Option<i64>,
+    /// The server's `synchronous_standby_names` (empty: commits wait for no standby).
+    pub synchronous_standby_names: String,
+    /// The WAL timeline - 1: it rises by one at every promotion; null when unknown (a standby
+    /// receiving nothing).
+    pub epoch: Option<i64>,
 }

@@ -514,10 +514,10 @@ async fn connect(
 )> {
     let url = args.database_url.clone().filter(|u| !u.is_empty());
     let (url, guard) = match url {
-        Some(url) => {
-            crate::db::probe(&url).await?;
-            (url, None)
-        }
+        Some(url) => (
+            crate::db::probe(&url, crate::db::Access::Writes).await?,
+            None,
+        ),
         None => {
             eprintln!(
                 "no --database-url or DATABASE_URL: starting a throwaway PostgreSQL cluster \

@@ -86,9 +86,22 @@ pub(super) fn reason_message(reason: Reason) -> &'static str {
 #[allow(clippy::needless_pass_by_value)] // used as `map_err(db_error)`
 pub(super) fn db_error(error: sqlx::Error) -> ApiError {
     tracing::error!(%error, "database error");
+    database_unavailable()
+}
+
+/// The stable code of every database failure: the request got no decision (a write cut off
+/// mid-commit may or may not have committed: it is neither accepted nor rejected). Answered 503
+/// with `Retry-After` (docs/http.md).
+pub(super) const DATABASE_UNAVAILABLE: &str = "database_unavailable";
+
+/// How long a client should wait before it retries a `503 database_unavailable`, in seconds.
+pub(super) const DATABASE_RETRY_AFTER_SECONDS: &str = "1";
+
+/// `503 database_unavailable`.
+pub(super) fn database_unavailable() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "database_unavailable",
+        DATABASE_UNAVAILABLE,
         "the database is unavailable",
     )
 }
@@ -99,7 +112,7 @@ impl From<leasewright_impl::Error> for ApiError {
         match &error {
             E::Database(_) | E::Migration(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "database_unavailable",
+                DATABASE_UNAVAILABLE,
                 error.to_string(),
             ),
             E::ProjectNameTaken => ApiError::new(
@@ -136,6 +149,7 @@ impl From<leasewright_impl::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let database_failed = self.code == DATABASE_UNAVAILABLE;
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
@@ -145,6 +159,17 @@ impl IntoResponse for ApiError {
             instruction: self.instruction.map(str::to_owned),
         };
         let mut response = (self.status, Json(body)).into_response();
+        if database_failed {
+            // No decision was made: retry, after a pause (docs/http.md); the gate wakes the
+            // database watcher (app/database.rs).
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(DATABASE_RETRY_AFTER_SECONDS),
+            );
+            response
+                .extensions_mut()
+                .insert(super::database::DatabaseFailed);
+        }
         if self.status == StatusCode::REQUEST_TIMEOUT {
             // The rest of a stalled body may never come: the connection is not reused.
             response.headers_mut().insert(

@@ -2,14 +2,15 @@
 
 use super::error::{db_error, ok, ApiError, ApiResult};
 use super::AppState;
-use crate::wire::HealthResponse;
+use crate::wire::{DatabaseHealth, HealthResponse};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 
-/// Liveness: the server and its database answer.
+/// Liveness: the server and its database answer, and what that database is (primary or
+/// standby, synchronous standbys, epoch).
 #[utoipa::path(
     get,
     path = "/healthz",
@@ -19,12 +20,16 @@ use std::time::Instant;
     )
 )]
 pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
-    sqlx::query("SELECT 1")
-        .execute(state.0.store.pool())
-        .await
-        .map_err(db_error)?;
+    let database = super::database::replication_state(&state).await?;
     ok(HealthResponse {
         status: "ok".into(),
+        database: Some(DatabaseHealth {
+            role: database.role().as_str().to_owned(),
+            synchronous_commit: database.synchronous_commit,
+            synchronous_standbys: database.synchronous_standbys,
+            synchronous_standby_names: database.synchronous_standby_names,
+            epoch: database.epoch,
+        }),
     })
 }
 
@@ -42,6 +47,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
         .fetch_one(state.0.store.pool())
         .await
         .map_err(db_error)?;
+    let database = super::database::replication_state(&state).await?;
+    state.0.metrics.database(
+        database.role() == leasewright_impl::hosts::Role::Primary,
+        database.synchronous_standbys,
+        database.epoch,
+    );
     Ok((
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.0.metrics.render(uncertain),

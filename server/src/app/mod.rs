@@ -3,6 +3,7 @@
 //! keeps the content-addressed source store.
 
 mod budget;
+mod database;
 mod error;
 mod extract;
 mod health;
@@ -14,6 +15,7 @@ mod runner;
 mod targets;
 mod time;
 
+pub use database::session_options;
 pub use error::ApiError;
 pub use extract::{
     JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
@@ -65,6 +67,12 @@ pub struct ServerConfig {
     /// be reading or holding at once; a payload request that would go past it is answered
     /// `503 payload_budget_exhausted` before its body is read (the runner retries a 503).
     pub payload_in_flight_bytes: usize,
+    /// How often the database watcher asks the current host whether it is still a primary (and
+    /// at once after a request met a database failure); app/database.rs.
+    pub database_check_interval: Duration,
+    /// How long connecting to one host of the database URL may take when the server looks for
+    /// the primary (the URL's `connect_timeout` overrides it).
+    pub database_connect_timeout: Duration,
 }
 
 /// The default bound of payload bytes in flight: 256 MiB (four bodies at the 64 MiB limit).
@@ -86,6 +94,8 @@ impl Default for ServerConfig {
             attempt_quota_bytes: Some(DEFAULT_ATTEMPT_QUOTA_BYTES),
             schema: leasewright_impl::DEFAULT_SCHEMA.to_owned(),
             payload_in_flight_bytes: DEFAULT_PAYLOAD_IN_FLIGHT_BYTES,
+            database_check_interval: Duration::from_secs(1),
+            database_connect_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -96,6 +106,8 @@ struct Inner {
     operator_token_sha256: [u8; 32],
     metrics: Metrics,
     source_limits: Limits,
+    /// The database the server follows (`None`: a state made over a store by a test).
+    database: Option<Arc<database::Database>>,
 }
 
 /// The shared state of the handlers.
@@ -173,12 +185,23 @@ impl AppState {
         operator_token: &str,
         source_limits: Limits,
     ) -> Self {
+        Self::with_database(store, manual_clock, operator_token, source_limits, None)
+    }
+
+    fn with_database(
+        store: Store,
+        manual_clock: Option<ManualClock>,
+        operator_token: &str,
+        source_limits: Limits,
+        database: Option<Arc<database::Database>>,
+    ) -> Self {
         AppState(Arc::new(Inner {
             store,
             manual_clock,
             operator_token_sha256: digest32(operator_token.as_bytes()),
             metrics: Metrics::default(),
             source_limits,
+            database,
         }))
     }
 
@@ -303,6 +326,10 @@ pub fn router_with_budget(
         .method_not_allowed_fallback(health::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            database::gate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             health::track,
         ))
         .with_state(state)
@@ -317,6 +344,7 @@ pub struct Server {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -334,6 +362,9 @@ impl Server {
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(sweeper) = self.sweeper.take() {
             sweeper.abort();
+        }
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
         }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -358,6 +389,9 @@ impl Drop for Server {
         if let Some(sweeper) = self.sweeper.take() {
             sweeper.abort();
         }
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
+        }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
@@ -376,8 +410,11 @@ pub async fn start(
         Some(manual) => Arc::new(manual.clone()),
         None => Arc::new(leasewright_impl::SystemClock),
     };
-    let store = Store::connect(
-        database_url,
+    // The primary among the URL's hosts (a standby alone is refused), every session durable.
+    let (database, pool) = database::connect(database_url, &config).await?;
+    leasewright_impl::schema::create_schema(&pool, &config.schema).await?;
+    let store = Store::from_pool(
+        pool,
         clock,
         leasewright_impl::StoreConfig {
             lease_ttl,
@@ -395,11 +432,12 @@ pub async fn start(
         Some(token) => token.clone(),
         None => random_token("lwop_")?,
     };
-    let state = AppState::new(
+    let state = AppState::with_database(
         store,
         manual_clock.clone(),
         &operator_token,
         config.source_limits,
+        Some(database.clone()),
     );
     let app = router_with_budget(
         state.clone(),
@@ -414,6 +452,7 @@ pub async fn start(
     }));
     let sweeper = config.sweep_interval.map(|interval| {
         let state = state.clone();
+        let database = database.clone();
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -421,10 +460,14 @@ pub async fn start(
                 ticker.tick().await;
                 if let Err(error) = state.sweep().await {
                     tracing::warn!(code = %error.code, "expiry sweep failed");
+                    if error.code == error::DATABASE_UNAVAILABLE {
+                        database.failed();
+                    }
                 }
             }
         })
     });
+    let watcher = Some(tokio::spawn(database::watch_primary(state.clone())));
     Ok(Server {
         addr,
         state,
@@ -433,5 +476,6 @@ pub async fn start(
         shutdown: Some(shutdown),
         task: Some(task),
         sweeper,
+        watcher,
     })
 }
