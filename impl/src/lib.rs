@@ -7,6 +7,7 @@
 
 mod clock;
 pub mod database;
+pub mod epoch;
 mod error;
 #[cfg(feature = "mutants")]
 pub mod mutants;
