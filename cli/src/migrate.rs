@@ -1,6 +1,8 @@
 //! `leasewright migrate`: apply the migrations (the protocol's, impl/migrations, then the
 //! server's, server/migrations) to one schema of a database, and say which it applied; or, with
-//! `--status`, list every migration and whether the schema has it.
+//! `--status`, list every migration and whether the schema has it. `--advance-epoch`: the
+//! operator's step after a restore that kept the WAL timeline (docs/protocol.md, "What the protocol
+//! needs from its database").
 
 use clap::Args;
 
@@ -18,6 +20,13 @@ pub struct MigrateArgs {
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
     json: bool,
+    /// After the migrations, raise the epoch to one above every epoch the database has seen
+    /// (its epochs table, the high 32 bits of every fence and slot token). Run it once after a
+    /// logical restore (pg_dump / pg_restore) or a file-level copy started without archive
+    /// recovery, before any server serves the database: those keep or reset the WAL timeline,
+    /// so the epoch would not rise by itself.
+    #[arg(long, conflicts_with = "status")]
+    advance_epoch: bool,
 }
 
 pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
@@ -33,6 +42,14 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
         } else {
             leasewright_server::app::migrate(url, &args.schema).await?
         };
+        let advanced = if args.advance_epoch {
+            let pool = leasewright_server::app::schema_pool(url, &args.schema).await?;
+            let advanced = leasewright_impl::epoch::advance_epoch(&pool).await;
+            pool.close().await;
+            Some(advanced?)
+        } else {
+            None
+        };
         let status = leasewright_server::app::migration_status(url, &args.schema).await?;
         if args.json {
             let migrations: Vec<serde_json::Value> = status
@@ -46,11 +63,15 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
                     })
                 })
                 .collect();
-            crate::output::print_json(&serde_json::json!({
+            let mut doc = serde_json::json!({
                 "schema": args.schema,
                 "applied_now": applied_now,
                 "migrations": migrations,
-            }))?;
+            });
+            if let Some(a) = advanced {
+                doc["epoch"] = serde_json::json!({"before": a.before, "after": a.after});
+            }
+            crate::output::print_json(&doc)?;
         } else {
             for m in &status {
                 let mark = if applied_now.contains(&m.version) {
@@ -68,6 +89,14 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
                     args.schema,
                     applied_now.len(),
                     status.len()
+                );
+            }
+            if let Some(a) = advanced {
+                println!(
+                    "epoch {} -> {}: every fence and slot token issued from now on is above \
+                     every one the database has seen; the first claim starts the wait for \
+                     the earlier epoch's leases",
+                    a.before, a.after
                 );
             }
         }

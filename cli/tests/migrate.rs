@@ -213,3 +213,53 @@ fn bench_keeps_its_tables_in_the_schema_it_is_given() {
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("division by zero"), "{err}");
 }
+
+/// `migrate --advance-epoch` (docs/protocol.md §12): the operator's step after a restore that kept
+/// the WAL timeline raises the epoch above every one the database has seen, each run once more;
+/// the next claim then waits and issues tokens in the new epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_advance_epoch_raises_the_epoch_the_next_claims_tokens_carry() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let (code, doc, err) = migrate(db.url(), &["--advance-epoch"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (&doc["epoch"]["before"], &doc["epoch"]["after"]),
+        (&0.into(), &1.into())
+    );
+    let (code, doc, err) = migrate(db.url(), &["--advance-epoch"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        (&doc["epoch"]["before"], &doc["epoch"]["after"]),
+        (&1.into(), &2.into())
+    );
+    let (code, _, err) = migrate(db.url(), &["--advance-epoch", "--status"]);
+    assert_eq!(
+        code, 2,
+        "--status applies nothing, so it cannot advance the epoch: {err}"
+    );
+
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .expect("a store");
+    let project = store.create_project("p").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    store
+        .submit_job(project, NewJob::new("rev", "digest", "true"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(runner, None).await.unwrap(),
+        Verdict::Rejected(Reason::NoQueuedJob),
+        "the new epoch's wait"
+    );
+    clock.advance(chrono::Duration::seconds(30));
+    match store.claim(runner, None).await.unwrap() {
+        Verdict::Accepted(lease) => {
+            assert_eq!(lease.tuple.fence, (2 << 32) + 1);
+            assert_eq!(lease.slot_token, (2 << 32) + 1);
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -416,3 +416,119 @@ async fn an_overwritten_outcome_is_a_replaced_outcome() {
     let report = run_audit(url).await;
     assert_caught(&report, Kind::ReplacedOutcome, f.passed, "job ");
 }
+
+/// A ledger across an epoch change (docs/audit.md, "A database that forgot commits"): the raised
+/// epoch (the operator's `advance_epoch`, as a promotion would), a job left running from epoch 0,
+/// a job retried across the change (its fence jumps to 2^32 + 1) and a job first claimed in epoch
+/// 1. Returns the database, the job left running and the job first claimed in epoch 1.
+async fn across_an_epoch() -> (TestDatabase, JobId, JobId) {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let config = StoreConfig {
+        lease_ttl: std::time::Duration::from_secs(TTL_SECONDS as u64),
+        ..StoreConfig::default()
+    };
+    let store = db
+        .store(Arc::new(clock.clone()), config)
+        .await
+        .expect("a store");
+    let project = store.create_project("epochs").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r1").await.unwrap();
+    let claim = |v: Verdict<Lease>| match v {
+        Verdict::Accepted(lease) => lease.tuple,
+        other => panic!("claim: {other:?}"),
+    };
+    let running = store
+        .submit_job(project, NewJob::new("rev", "digest", "running"))
+        .await
+        .unwrap();
+    let retried = store
+        .submit_job(project, NewJob::new("rev", "digest", "retried"))
+        .await
+        .unwrap();
+    assert_eq!(claim(store.claim(runner, None).await.unwrap()).job, running);
+    assert_eq!(claim(store.claim(runner, None).await.unwrap()).job, retried);
+    clock.advance(Duration::seconds(TTL_SECONDS));
+    store.sweep_expired().await.unwrap();
+    // The sweep made both uncertain; `running` is left so, `retried` is retried.
+    let verdict = store
+        .reconcile(project, retried, Finding::Stopped, Decision::Retry)
+        .await
+        .unwrap();
+    assert_eq!(verdict, Verdict::Accepted(()));
+    let later = store
+        .submit_job(project, NewJob::new("rev", "digest", "later"))
+        .await
+        .unwrap();
+    leasewright_impl::epoch::advance_epoch(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(runner, None).await.unwrap(),
+        Verdict::Rejected(Reason::NoQueuedJob),
+        "the new epoch's wait"
+    );
+    clock.advance(Duration::seconds(TTL_SECONDS));
+    let again = claim(store.claim(runner, None).await.unwrap());
+    assert_eq!((again.job, again.fence), (retried, (1 << 32) + 1));
+    let first = claim(store.claim(runner, None).await.unwrap());
+    assert_eq!((first.job, first.fence), (later, (1 << 32) + 1));
+    store
+        .report_result(&first, Outcome::Passed, "d", None)
+        .await
+        .unwrap();
+    (db, running, later)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_across_an_epoch_audits_clean_and_shows_the_boundary_and_the_job_across_it() {
+    let (db, running, _) = across_an_epoch().await;
+    let report = run_audit(db.url()).await;
+    assert!(report.is_clean(), "{:#?}", report.violations);
+    let epochs: Vec<(i64, bool, bool, usize)> = report
+        .epochs
+        .iter()
+        .map(|e| (e.epoch, e.recorded, e.began_at.is_some(), e.claims))
+        .collect();
+    // Epoch 0 from the start (two claims), epoch 1 begun at its first claim (two claims).
+    assert_eq!(epochs, vec![(0, true, false, 2), (1, true, true, 2)]);
+    let across: Vec<(uuid::Uuid, &str, i64, i64)> = report
+        .across_epochs
+        .iter()
+        .map(|a| (a.job, a.state.as_str(), a.claimed_in, a.latest))
+        .collect();
+    assert_eq!(across, vec![(running.0, "uncertain", 0, 1)]);
+    let text = report.render(&Default::default());
+    assert!(
+        text.contains("epochs: 0 (from the start, 2 claims), 1 (began "),
+        "{text}"
+    );
+    assert!(text.contains("across an epoch: job "), "{text}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["across_epochs"][0]["claimed_in"], 0);
+    assert_eq!(json["epochs"][1]["epoch"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_that_jumps_other_than_to_a_later_epochs_first_is_a_fence_order_violation() {
+    let (db, _, later) = across_an_epoch().await;
+    let url = db.url();
+    let fence = (1_i64 << 32) + 2;
+    sql(
+        url,
+        &[
+            format!(
+                "UPDATE attempts SET fence = {fence} WHERE job_id = '{}'",
+                later.0
+            ),
+            format!("UPDATE jobs SET fence = {fence} WHERE id = '{}'", later.0),
+            format!(
+                "UPDATE observations SET named_fence = {fence} WHERE named_job_id = '{}'",
+                later.0
+            ),
+        ],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(&report, Kind::FenceOrder, later, "attempt ");
+}

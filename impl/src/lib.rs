@@ -7,6 +7,7 @@
 
 mod clock;
 pub mod database;
+pub mod epoch;
 mod error;
 pub mod hosts;
 #[cfg(feature = "mutants")]

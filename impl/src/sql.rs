@@ -61,6 +61,10 @@ statements! {
     JOB_INSERT = "job_insert";
     JOB_LOCK = "job_lock";
     CLAIM = "claim";
+    CLAIM_EPOCH = "claim_epoch";
+    LEASE_POLICY_RECORD = "lease_policy_record";
+    EPOCH_SELECT_CURRENT = "epoch_select_current";
+    EPOCH_ADVANCE = "epoch_advance";
     JOB_PICK_EARLIEST_QUEUED_WITH_FREE_TARGET = "job_pick_earliest_queued_with_free_target";
     TARGET_RESERVE_IF_FREE = "target_reserve_if_free";
     JOB_START_IF_QUEUED = "job_start_if_queued";
@@ -108,13 +112,13 @@ statements! {
     DATABASE_SELECT_REPLICATION = "database_select_replication";
 }
 
-/// The source of migration 0011, which defines the server-side function `claim` as it is now (the
+/// The source of migration 0012, which defines the server-side function `claim` as it is now (the
 /// statement `claim` calls it; 0007 defined it first, 0008 added its target columns, 0009 the
-/// reservation in the slot row).
+/// reservation in the slot row, 0011 the pick that locks the head first, 0012 the epoch).
 #[cfg(any(test, feature = "mutants"))]
 pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/migrations/0011_claim_locks_the_head_first.sql"
+    "/migrations/0012_epochs.sql"
 ));
 
 /// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in

@@ -795,6 +795,10 @@ async fn run_job(
                 .env("LEASEWRIGHT_TARGET_KIND", &lease.target_kind)
                 .env("LEASEWRIGHT_SLOT_TOKEN", lease.slot_token.to_string())
                 .env(
+                    "LEASEWRIGHT_EPOCH",
+                    leasewright_impl::epoch::epoch_of(lease.slot_token).to_string(),
+                )
+                .env(
                     "LEASEWRIGHT_TARGET_URL",
                     format!(
                         "{}/v1/targets/{}/deploy",

@@ -10,6 +10,8 @@
 pub mod read;
 pub mod replay;
 
+use chrono::{DateTime, Utc};
+use leasewright_impl::epoch::epoch_of;
 use serde::Serialize;
 use sqlx::Connection as _;
 use std::collections::HashMap;
@@ -77,6 +79,35 @@ pub struct Violation {
     pub steps: Vec<String>,
 }
 
+/// One epoch the ledger shows (docs/protocol.md §2, "Epochs"): in the `epochs` table, or in the
+/// high 32 bits of a claim's fence or slot token.
+#[derive(Clone, Debug, Serialize)]
+pub struct EpochSeen {
+    pub epoch: i64,
+    /// When its first claim came (`None`: not in the `epochs` table, or the epoch current when
+    /// migration 0012 ran, recorded as '-infinity').
+    pub began_at: Option<DateTime<Utc>>,
+    /// Whether the `epochs` table has it.
+    pub recorded: bool,
+    /// The audited claims (attempts) issued in it.
+    pub claims: usize,
+}
+
+/// An attempt claimed in an epoch before the latest one that is still `active` or `uncertain`:
+/// its job ran across an epoch boundary (a failover or restore happened while it held its lease).
+#[derive(Clone, Debug, Serialize)]
+pub struct AcrossEpoch {
+    pub job: Uuid,
+    pub project: Uuid,
+    pub attempt: Uuid,
+    /// The attempt's state now.
+    pub state: String,
+    /// The epoch of its claim (of its fence and slot token).
+    pub claimed_in: i64,
+    /// The latest epoch the ledger shows.
+    pub latest: i64,
+}
+
 /// What to audit.
 #[derive(Clone, Debug, Default)]
 pub struct AuditOptions {
@@ -109,6 +140,12 @@ pub struct AuditReport {
     /// The largest ledger sequence value read: `--since` it next time.
     pub watermark: i64,
     pub violations: Vec<Violation>,
+    /// The epochs the ledger shows, lowest first (docs/audit.md, "A database that forgot
+    /// commits").
+    pub epochs: Vec<EpochSeen>,
+    /// Audited attempts claimed in an earlier epoch than the latest and still active or
+    /// uncertain.
+    pub across_epochs: Vec<AcrossEpoch>,
 }
 
 impl AuditReport {
@@ -145,6 +182,38 @@ impl AuditReport {
         }
         for (job, why) in &self.unauditable {
             let _ = writeln!(out, "not audited: job {job}: {why}");
+        }
+        if self.epochs.len() > 1 || !self.across_epochs.is_empty() {
+            let epochs: Vec<String> = self
+                .epochs
+                .iter()
+                .map(|e| {
+                    let began = match (e.recorded, e.began_at) {
+                        (true, Some(at)) => format!("began {}", at.to_rfc3339()),
+                        (true, None) => "from the start".to_string(),
+                        (false, _) => "not in the epochs table".to_string(),
+                    };
+                    format!("{} ({began}, {} claims)", e.epoch, e.claims)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "epochs: {} (an epoch boundary is a failover or restore: commits before it may \
+                 have been forgotten, docs/audit.md)",
+                epochs.join(", ")
+            );
+        }
+        for a in &self.across_epochs {
+            let project = projects
+                .get(&a.project)
+                .cloned()
+                .unwrap_or_else(|| a.project.to_string());
+            let _ = writeln!(
+                out,
+                "across an epoch: job {} (project {project}) attempt {} claimed in epoch {}, {} \
+                 at epoch {}",
+                a.job, a.attempt, a.claimed_in, a.state, a.latest
+            );
         }
         let _ = writeln!(
             out,
@@ -255,10 +324,29 @@ pub async fn audit(
         records_per_second: 0.0,
         watermark: options.since.unwrap_or(0),
         violations: Vec::new(),
+        epochs: Vec::new(),
+        across_epochs: Vec::new(),
     };
+    let recorded_epochs = read::epochs(&mut conn).await?;
+    let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
+    let mut still_leased = Vec::new();
     let mut reservations = Vec::new();
     for chunk in ids.chunks(options.batch.max(1)) {
         for jl in read::ledgers(&mut conn, chunk).await? {
+            for a in &jl.attempts {
+                let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
+                *claims_per_epoch.entry(claimed_in).or_default() += 1;
+                if a.state == "active" || a.state == "uncertain" {
+                    still_leased.push(AcrossEpoch {
+                        job: jl.job.id,
+                        project: jl.job.project,
+                        attempt: a.id,
+                        state: a.state.clone(),
+                        claimed_in,
+                        latest: 0,
+                    });
+                }
+            }
             report.jobs += 1;
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
@@ -276,6 +364,8 @@ pub async fn audit(
         });
     }
     report.violations.extend(slot_overlaps(reservations));
+    (report.epochs, report.across_epochs) =
+        epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
     for o in read::orphan_observations(&mut conn, options.since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {
@@ -310,6 +400,44 @@ pub async fn audit(
     report.seconds = started.elapsed().as_secs_f64();
     report.records_per_second = report.records as f64 / report.seconds.max(1e-9);
     Ok((report, projects))
+}
+
+/// The epochs seen (in the `epochs` table and in the claims' tokens) and, of the attempts still
+/// active or uncertain, those claimed before the latest epoch.
+fn epoch_boundaries(
+    recorded: &[(i64, Option<DateTime<Utc>>)],
+    claims: &std::collections::BTreeMap<i64, usize>,
+    still_leased: Vec<AcrossEpoch>,
+) -> (Vec<EpochSeen>, Vec<AcrossEpoch>) {
+    let mut seen: std::collections::BTreeMap<i64, EpochSeen> = claims
+        .iter()
+        .map(|(&epoch, &claims)| {
+            let seen = EpochSeen {
+                epoch,
+                began_at: None,
+                recorded: false,
+                claims,
+            };
+            (epoch, seen)
+        })
+        .collect();
+    for &(epoch, began_at) in recorded {
+        let entry = seen.entry(epoch).or_insert(EpochSeen {
+            epoch,
+            began_at: None,
+            recorded: false,
+            claims: 0,
+        });
+        entry.recorded = true;
+        entry.began_at = began_at;
+    }
+    let latest = seen.keys().next_back().copied().unwrap_or(0);
+    let across = still_leased
+        .into_iter()
+        .filter(|a| a.claimed_in < latest)
+        .map(|a| AcrossEpoch { latest, ..a })
+        .collect();
+    (seen.into_values().collect(), across)
 }
 
 /// Invariant 14 across jobs: the reservations of one target slot, in ledger order, never overlap.

@@ -437,3 +437,24 @@ pub async fn orphan_observations(
         .map(|r| observation_row(r).map(|(_, row)| row))
         .collect()
 }
+
+/// The `epochs` table (impl migration 0012): every epoch a claim has seen, with when its first
+/// claim came (`None`: '-infinity', the epoch current when the migration ran). Empty on a schema
+/// from before 0012.
+pub async fn epochs(conn: &mut PgConnection) -> Result<Vec<(i64, Option<Time>)>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('epochs') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "SELECT epoch, CASE WHEN isfinite(began_at) THEN began_at END AS began_at \
+         FROM epochs ORDER BY epoch",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get("epoch")?, r.try_get("began_at")?)))
+        .collect()
+}

@@ -14,6 +14,7 @@
 use super::read::{AttemptRow, JobLedger, ObservationRow};
 use super::{Kind, Violation};
 use chrono::{DateTime, Duration, Utc};
+use leasewright_impl::epoch::{epoch_of, generation_of};
 use leasewright_model as model;
 use model::{Action, AttemptState, Expected, JobState, MessageKind, Reason};
 use sha2::{Digest, Sha256};
@@ -200,6 +201,14 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
 
 type Step = Result<(), Box<Violation>>;
 
+/// Whether a claim's fence `next` may follow the job's last fence `last` (0: none): it is
+/// `greatest(last + 1, epoch * 2^32 + 1)` for the claim's epoch, which is never below `last`'s
+/// (docs/protocol.md §2, "Epochs"): `last + 1` within an epoch, the first fence of a later one
+/// otherwise.
+pub fn fence_follows(last: i64, next: i64) -> bool {
+    next == last + 1 || (epoch_of(next) > epoch_of(last) && generation_of(next) == 1)
+}
+
 /// The model a recorded job is replayed on (here and by the history checker): one job, `runners`
 /// runners, no outsider, unbounded attempts; only its verdict and effect functions are used,
 /// with time set from the ledger before each step.
@@ -318,14 +327,21 @@ impl Replay<'_> {
         }
         self.apply(action);
         let index = self.state.attempts.len() - 1;
-        let model_fence = self.state.attempts[index].fence;
-        if index != i || i64::from(model_fence) != a.fence {
+        // The model's fences are 1, 2, 3, ...; the implementation's are the job's last fence + 1,
+        // or the first of a later epoch (docs/protocol.md §2, "Epochs").
+        let last = if i == 0 {
+            0
+        } else {
+            self.jl.attempts[i - 1].fence
+        };
+        if index != i || !fence_follows(last, a.fence) {
+            let expected = last + 1;
             return Err(self.violation(
                 Kind::FenceOrder,
                 record,
                 format!(
                     "fence {} at the job's claim number {}: fences are the job's last fence + 1 \
-                     (expected {model_fence})",
+                     (expected {expected}), or the first of a later epoch (epoch * 2^32 + 1)",
                     a.fence,
                     i + 1
                 ),
@@ -702,10 +718,19 @@ impl Replay<'_> {
                 job.state, mj.state
             ));
         }
-        if job.fence != i64::from(mj.fence) {
+        // The model's fence k is the fence of the job's k-th claim.
+        let ledger_fence = match mj.fence {
+            0 => 0,
+            k => self
+                .jl
+                .attempts
+                .get(usize::from(k) - 1)
+                .map_or(i64::from(k), |a| a.fence),
+        };
+        if job.fence != ledger_fence {
             differences.push(format!(
                 "fence {} (the ledger leads to {})",
-                job.fence, mj.fence
+                job.fence, ledger_fence
             ));
         }
         if job.current_attempt != current {

@@ -20,7 +20,9 @@ pub(crate) const CLAIM_BEGIN: &str = "BEGIN; SET LOCAL plan_cache_mode = force_c
 impl Store {
     /// Rule R1 `claim`: the earliest-submitted queued job of the runner's project whose target
     /// slot is free (reserved by no job of any project), under a new attempt with
-    /// `fence = job.fence + 1`; the claim reserves the slot and issues the attempt's slot token.
+    /// `fence = greatest(job.fence + 1, epoch * 2^32 + 1)`; the claim reserves the slot and issues
+    /// the attempt's slot token (likewise above the epoch's base). While claims wait after an
+    /// epoch change it takes nothing and answers `no_queued_job` (docs/protocol.md §2, "Epochs").
     pub async fn claim(
         &self,
         runner: RunnerId,
@@ -59,7 +61,7 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // A call of the server-side function `claim` (migrations 0007 to 0011), prepared once per
+        // A call of the server-side function `claim` (migrations 0007 to 0012), prepared once per
         // connection: the function keeps the plan of its statement for the session, made with
         // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
         // claim's plan"), so a claim is not planned again.
@@ -110,6 +112,17 @@ impl Store {
         let Some(project) = self.runner_project(&mut tx, runner).await? else {
             return Ok(Verdict::Rejected(Reason::UnknownRunner));
         };
+        // The epoch the claim issues its tokens in; none while claims wait after an epoch change
+        // (docs/protocol.md §2, "Epochs"): then nothing is claimed, as by the statement above.
+        let epoch: Option<i64> = sqlx::query_scalar(self.sql(sql::CLAIM_EPOCH))
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+        let Some(epoch) = epoch else {
+            // The first claim of a new epoch records its start: commit it.
+            tx.commit().await?;
+            return Ok(Verdict::Rejected(Reason::NoQueuedJob));
+        };
         let mut leases = Vec::new();
         let mut skipped: Vec<Uuid> = Vec::new();
         while leases.len() < k {
@@ -131,6 +144,7 @@ impl Store {
                 .bind(job)
                 .bind(attempt.0)
                 .bind(now)
+                .bind(epoch)
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some(slot_token) = slot_token else {
@@ -140,6 +154,7 @@ impl Store {
             let started = sqlx::query(self.sql(sql::JOB_START_IF_QUEUED))
                 .bind(job)
                 .bind(attempt.0)
+                .bind(epoch)
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or(Error::Invariant("a picked queued job was not queued"))?;
@@ -188,6 +203,89 @@ impl Store {
 mod tests {
     use crate::sql;
     use sqlx::{Connection, PgConnection};
+
+    /// The job-by-job path (what answers when the claim's one statement took nothing) waits after
+    /// an epoch change as the statement does, then issues its fence and slot token above the
+    /// epoch's base, and within the epoch goes on from its counters.
+    #[tokio::test]
+    async fn the_job_by_job_claim_waits_after_an_epoch_change_and_issues_tokens_in_the_new_epoch() {
+        use crate::types::*;
+        let database = crate::database::TestDatabase::create()
+            .await
+            .expect("a test database");
+        let clock = crate::ManualClock::at_fixed_start();
+        let store = database
+            .store(
+                std::sync::Arc::new(clock.clone()),
+                crate::StoreConfig::default(),
+            )
+            .await
+            .expect("a store");
+        let project = store.create_project("epochs").await.expect("a project");
+        let (runner, _) = store
+            .create_runner(project, "runner")
+            .await
+            .expect("a runner");
+        let mut job = NewJob::new("r", "d", "true");
+        job.target = Some("prod".to_string());
+        let first = store.submit_job(project, job.clone()).await.expect("a job");
+        let lease = match store.claim_past_taken_slots(runner, 1, store.now()).await {
+            Ok(Verdict::Accepted(mut leases)) => leases.pop().expect("a lease"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (lease.tuple.job, lease.tuple.fence, lease.slot_token),
+            (first, 1, 1)
+        );
+        let verdict = store
+            .report_result(&lease.tuple, Outcome::Passed, "d", None)
+            .await
+            .expect("result");
+        assert_eq!(verdict, Verdict::Accepted(()));
+        let second = store.submit_job(project, job).await.expect("a job");
+
+        crate::epoch::advance_epoch(store.pool())
+            .await
+            .expect("advance");
+        let waiting = store
+            .claim_past_taken_slots(runner, 1, store.now())
+            .await
+            .expect("claim");
+        assert_eq!(waiting, Verdict::Rejected(Reason::NoQueuedJob));
+        clock.advance(chrono::Duration::seconds(30) - chrono::Duration::microseconds(1));
+        let waiting = store
+            .claim_past_taken_slots(runner, 1, store.now())
+            .await
+            .expect("claim");
+        assert_eq!(waiting, Verdict::Rejected(Reason::NoQueuedJob));
+        clock.advance(chrono::Duration::microseconds(1));
+        let lease = match store.claim_past_taken_slots(runner, 1, store.now()).await {
+            Ok(Verdict::Accepted(mut leases)) => leases.pop().expect("a lease"),
+            other => panic!("{other:?}"),
+        };
+        let base = 1_i64 << 32;
+        assert_eq!(
+            (lease.tuple.job, lease.tuple.fence, lease.slot_token),
+            (second, base + 1, base + 1)
+        );
+        // Within the epoch the counters go on (greatest(counter + 1, base + 1) is counter + 1).
+        store.sweep_expired().await.expect("sweep");
+        clock.advance(chrono::Duration::seconds(30));
+        store.sweep_expired().await.expect("sweep");
+        let verdict = store
+            .reconcile(project, second, Finding::Stopped, Decision::Retry)
+            .await
+            .expect("reconcile");
+        assert_eq!(verdict, Verdict::Accepted(()));
+        let lease = match store.claim_past_taken_slots(runner, 1, store.now()).await {
+            Ok(Verdict::Accepted(mut leases)) => leases.pop().expect("a lease"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (lease.tuple.job, lease.tuple.fence, lease.slot_token),
+            (second, base + 2, base + 2)
+        );
+    }
 
     /// The plan the function `claim` caches in a session set up by `session` (empty: as the store
     /// runs it): its one statement, read from the installed function, prepared under the

@@ -151,6 +151,16 @@ impl Store {
         if lease_ttl <= chrono::Duration::zero() {
             return Err(Error::InvalidArgument("lease_ttl must be positive"));
         }
+        // The database keeps the largest lease ttl any store granted leases with: after an epoch
+        // change claims wait that long, so that every lease the forgotten commits granted has
+        // expired (docs/protocol.md §2, "Epochs").
+        let ttl_micros = lease_ttl
+            .num_microseconds()
+            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
+        sqlx::query(crate::sql::LEASE_POLICY_RECORD.issue())
+            .bind(ttl_micros)
+            .execute(&pool)
+            .await?;
         Ok(Store {
             pool,
             clock,
@@ -162,8 +172,10 @@ impl Store {
         })
     }
 
-    /// The same database and pool with another clock and lease ttl (no migrations are run): for
-    /// callers that replay many independent histories on one database, each with its own time.
+    /// The same database and pool with another clock and lease ttl (no migrations are run, and the
+    /// ttl is not recorded as the database's lease policy: the wait after an epoch change covers
+    /// only the ttls of stores made by [`Store::connect`] or [`Store::from_pool`]): for callers
+    /// that replay many independent histories on one database, each with its own time.
     pub fn with_clock(&self, clock: Arc<dyn Clock>, lease_ttl: Duration) -> Result<Store, Error> {
         let lease_ttl = chrono::Duration::from_std(lease_ttl)
             .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;

@@ -1,0 +1,28 @@
+-- name: epoch_advance
+-- The operator's step after a logical restore (pg_dump / pg_restore into a new cluster, which starts
+-- at timeline 1 again) or any restore that kept the timeline (docs/protocol.md "What the protocol
+-- needs from its database"): raise the epoch to one above every epoch the database has seen, in its
+-- `epochs` table and in the high 32 bits of every fence and slot token it holds, and above the
+-- current one, by raising `epoch_offset`. The next claim then starts the new epoch's wait. Reads
+-- every job, attempt and slot (an operator's step, never on a request path).
+-- Returns the epoch before and after.
+WITH before AS MATERIALIZED (
+    SELECT current_epoch() AS epoch
+), seen AS MATERIALIZED (
+    SELECT greatest(
+        (SELECT epoch FROM before),
+        (SELECT max(epoch) FROM epochs),
+        (SELECT max(fence) >> 32 FROM jobs),
+        (SELECT max(fence) >> 32 FROM attempts),
+        (SELECT max(slot_token) >> 32 FROM attempts),
+        (SELECT max(slot_token) >> 32 FROM target_slots),
+        (SELECT max(highest_slot_token) >> 32 FROM targets)) AS epoch
+), advanced AS (
+    INSERT INTO epoch_offset (id, epoch_offset)
+    SELECT true, coalesce((SELECT o.epoch_offset FROM epoch_offset AS o WHERE o.id), 0)
+        + (SELECT epoch FROM seen) + 1 - (SELECT epoch FROM before)
+    ON CONFLICT (id) DO UPDATE SET epoch_offset = EXCLUDED.epoch_offset
+    RETURNING epoch_offset
+)
+SELECT (SELECT epoch FROM before) AS before, (SELECT epoch FROM seen) + 1 AS after,
+    (SELECT epoch_offset FROM advanced) AS epoch_offset
