@@ -19,16 +19,16 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// Jobs of the checked project.
-    #[arg(long, default_value_t = Config::default().jobs)]
+    #[arg(long, default_value_t = Config::default().jobs, value_parser = clap::value_parser!(u8).range(1..))]
     jobs: u8,
     /// Runners of that project (an outsider runner of another project is added too).
-    #[arg(long, default_value_t = Config::default().runners)]
+    #[arg(long, default_value_t = Config::default().runners, value_parser = clap::value_parser!(u8).range(1..))]
     runners: u8,
     /// Attempts per job at most.
-    #[arg(long = "attempts", default_value_t = Config::default().attempts_per_job)]
+    #[arg(long = "attempts", default_value_t = Config::default().attempts_per_job, value_parser = clap::value_parser!(u8).range(1..))]
     attempts_per_job: u8,
     /// Lease TTL in ticks.
-    #[arg(long = "ttl", default_value_t = Config::default().lease_ttl)]
+    #[arg(long = "ttl", default_value_t = Config::default().lease_ttl, value_parser = clap::value_parser!(u8).range(1..))]
     lease_ttl: u8,
     /// Runner clock skew: messages carry runner time 0..=SKEW.
     #[arg(long = "skew", default_value_t = Config::default().max_skew)]
@@ -59,8 +59,8 @@ pub struct CheckArgs {
     /// Check a named set of configurations instead of one (`ci`: what CI runs).
     #[arg(long, value_enum)]
     profile: Option<Profile>,
-    /// Checker threads.
-    #[arg(long, default_value_t = 2)]
+    /// Checker threads (1 or more).
+    #[arg(long, default_value_t = 2, value_parser = crate::output::at_least_one)]
     threads: usize,
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]

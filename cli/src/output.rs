@@ -25,3 +25,13 @@ pub enum LogFormat {
     /// One JSON object per line (timestamp, level, target, fields), for log collectors.
     Json,
 }
+
+/// A count where zero makes no sense (`check --threads`, `runner --max-jobs`, `conform --steps`,
+/// ...): 1 or more, else clap refuses it with exit 2.
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(error.to_string()),
+    }
+}

@@ -21,8 +21,8 @@ pub struct RunnerArgs {
     /// A file holding the runner's token (default: $LEASEWRIGHT_RUNNER_TOKEN).
     #[arg(long, conflicts_with = "token")]
     token_file: Option<PathBuf>,
-    /// How many jobs at once.
-    #[arg(long, default_value_t = 1)]
+    /// How many jobs at once (1 or more).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     capacity: u32,
     /// Where the per-lease workspaces are created (default: a directory under the temp dir).
     #[arg(long)]
@@ -30,15 +30,15 @@ pub struct RunnerArgs {
     /// The base URL of the deployment targets given to commands (default: --server).
     #[arg(long)]
     target_url: Option<String>,
-    /// Exit after this many jobs.
-    #[arg(long)]
+    /// Exit after this many jobs (1 or more).
+    #[arg(long, value_parser = crate::output::at_least_one)]
     max_jobs: Option<usize>,
     /// Milliseconds to wait after a claim that found no work; the wait doubles (with jitter) after
     /// each further empty claim, up to --max-poll-interval-ms.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     poll_interval_ms: u64,
     /// The longest wait between claims when there is no work, in milliseconds.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     max_poll_interval_ms: u64,
 }
 
@@ -64,6 +64,10 @@ pub fn run(args: RunnerArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    if let Err(error) = leasewright_server::client::check_base_url(&args.server) {
+        eprintln!("leasewright runner: {error}");
+        return Ok(2);
+    }
     let options = RunnerOptions {
         server: args.server,
         token,

@@ -16,8 +16,27 @@ pub struct Sources<'a> {
     pub env: &'a str,
 }
 
+/// A secret file must be readable by its owner alone, as ssh insists of a private key: one that
+/// group or others may read (any of the mode bits 0o077) is refused, with the command that fixes
+/// it. The mode is the file's, through any symbolic link.
+fn refuse_shared_file(what: &str, path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let metadata = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {what} from {}: {e}", path.display()))?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "{} holds {what} but group or others may access it (mode {mode:04o}); make it readable by its owner only: chmod 600 {}",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// The secret, or `None` when no source gives one. A file's content is taken without its
-/// surrounding whitespace (a trailing newline); an empty secret is an error.
+/// surrounding whitespace (a trailing newline); an empty secret is an error, and so is a file that
+/// group or others may access ([`refuse_shared_file`]).
 pub fn read(sources: Sources<'_>) -> anyhow::Result<Option<String>> {
     let Sources {
         what,
@@ -28,6 +47,7 @@ pub fn read(sources: Sources<'_>) -> anyhow::Result<Option<String>> {
     let value = if let Some(value) = flag {
         Some(value)
     } else if let Some(path) = file {
+        refuse_shared_file(what, path)?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read {what} from {}: {e}", path.display()))?;
         Some(text.trim().to_owned())

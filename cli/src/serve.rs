@@ -20,10 +20,15 @@ pub struct ServeArgs {
     /// Without either, a throwaway cluster is started and removed at exit, with all its data.
     #[arg(long, value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
-    /// The PostgreSQL schema our tables live in (created if missing; every connection's
-    /// search_path).
+    /// The PostgreSQL schema our tables live in (created and migrated if missing, unless
+    /// --no-migrate; every connection's search_path).
     #[arg(long, value_name = "NAME", default_value = leasewright_impl::DEFAULT_SCHEMA, value_parser = crate::db::parse_schema)]
     schema: String,
+    /// Apply no migration and create nothing: the schema's owner ran `leasewright migrate`
+    /// (docs/roles.md); a schema that lacks a migration is refused with exit 2. Without it an
+    /// up-to-date schema gets no DDL either.
+    #[arg(long)]
+    no_migrate: bool,
     /// Address to listen on (port 0: any free port; the chosen one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -42,20 +47,20 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "operator_token")]
     operator_token_file: Option<PathBuf>,
     /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     sweep_interval_ms: u64,
     /// How long a client may take to send a request's headers (also how long an idle kept-alive
     /// connection stays open), in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     header_read_timeout_ms: u64,
     /// How long a request body may send nothing before the request is refused (408), in ms.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     body_read_timeout_ms: u64,
     /// The longest one request may take, headers to answer, in milliseconds.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
     /// The most connections open at once (never more than the open-file limit leaves room for).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = crate::output::at_least_one)]
     max_connections: usize,
     /// The most bytes one attempt may store in logs, artifacts and cache entries (0: no quota);
     /// past it a write is refused `413 quota_exceeded`.
@@ -144,6 +149,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             .unwrap_or(usize::MAX),
         schema: args.schema,
         database_connections: args.database_connections,
+        migrate: !args.no_migrate,
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)
@@ -190,12 +196,30 @@ enum OpCommand {
         #[arg(long, default_value = "unfenced")]
         target_kind: String,
     },
+    /// Print one page of the project's jobs in submission order (JSON: `{"jobs": [...],
+    /// "next"?}`; pass `next` as --after for the page after it).
+    Jobs {
+        project: uuid::Uuid,
+        /// Only the jobs in this state (queued, running, cancelling, uncertain, passed, failed,
+        /// cancelled, aborted).
+        #[arg(long, value_parser = ["queued", "running", "cancelling", "uncertain", "passed", "failed", "cancelled", "aborted"])]
+        state: Option<String>,
+        /// At most this many jobs (1 to 1000; default: the server's, 100).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1000))]
+        limit: Option<i64>,
+        /// The cursor of the page to print: a previous page's `next`.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        after: Option<i64>,
+    },
     /// Print a job (JSON); with --wait, wait until it is terminal or uncertain.
     Job {
         project: uuid::Uuid,
         job: uuid::Uuid,
         #[arg(long)]
         wait: bool,
+        /// With --wait: give up after this many seconds, print the job as it stands and exit 1.
+        #[arg(long, requires = "wait", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: Option<u64>,
     },
     /// Print the log of the job's current (or latest) attempt.
     Logs {
@@ -208,7 +232,8 @@ enum OpCommand {
         job: uuid::Uuid,
         name: String,
     },
-    /// Print the job's attempts and observations (JSON; every page).
+    /// Print the job's attempts and observations as one JSON document (`{"attempts": [...],
+    /// "observations": [...]}`; every page).
     Ledger {
         project: uuid::Uuid,
         job: uuid::Uuid,
@@ -299,14 +324,43 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 );
                 text(&format!("{}\n", submitted.job));
             }
-            OpCommand::Job { project, job, wait } => {
-                let mut body = client.job(project, job).await?;
-                while wait
-                    && !matches!(
-                        body.state.as_str(),
+            OpCommand::Jobs {
+                project,
+                state,
+                limit,
+                after,
+            } => {
+                json(
+                    &client
+                        .jobs_page(project, state.as_deref(), after, limit)
+                        .await?,
+                );
+            }
+            OpCommand::Job {
+                project,
+                job,
+                wait,
+                timeout,
+            } => {
+                let deadline =
+                    timeout.map(|secs| tokio::time::Instant::now() + Duration::from_secs(secs));
+                let settled = |state: &str| {
+                    matches!(
+                        state,
                         "passed" | "failed" | "cancelled" | "aborted" | "uncertain"
                     )
-                {
+                };
+                let mut body = client.job(project, job).await?;
+                while wait && !settled(&body.state) {
+                    if deadline.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                        json(&body);
+                        eprintln!(
+                            "leasewright op: the job is still {} after {} s (--timeout)",
+                            body.state,
+                            timeout.unwrap_or_default()
+                        );
+                        return Ok(1);
+                    }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     body = client.job(project, job).await?;
                 }
@@ -319,8 +373,10 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 write_stdout(&client.artifact(project, job, &name).await?);
             }
             OpCommand::Ledger { project, job } => {
-                json(&client.attempts(project, job).await?);
-                json(&client.observations(project, job).await?);
+                json(&serde_json::json!({
+                    "attempts": client.attempts(project, job).await?,
+                    "observations": client.observations(project, job).await?,
+                }));
             }
             OpCommand::SecurityLog { project } => {
                 json(&client.security_log(project).await?);

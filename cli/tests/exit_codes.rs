@@ -312,3 +312,209 @@ fn check_writes_junit_and_its_json_has_a_schema_version() {
     let report = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit that parses");
     assert!(report.failures >= 1, "{xml}");
 }
+
+/// Issue 30: `check --threads 0`, `runner --max-jobs 0`, `conform --steps 0` and other counts
+/// where zero makes no sense were accepted silently. Each is bad usage now: exit 2 naming the
+/// flag.
+#[test]
+fn zero_where_zero_makes_no_sense_is_exit_2() {
+    let job = "00000000-0000-0000-0000-000000000001";
+    for args in [
+        &["check", "--threads", "0"][..],
+        &["check", "--jobs", "0"],
+        &["check", "--runners", "0"],
+        &["check", "--attempts", "0"],
+        &["check", "--ttl", "0"],
+        &["conform", "--steps", "0"],
+        &["conform", "--walk-len", "0"],
+        &["conform", "--suite", "proptest", "--cases", "0"],
+        &[
+            "runner",
+            "--server",
+            "http://127.0.0.1:9",
+            "--max-jobs",
+            "0",
+        ],
+        &[
+            "runner",
+            "--server",
+            "http://127.0.0.1:9",
+            "--capacity",
+            "0",
+        ],
+        &[
+            "runner",
+            "--server",
+            "http://127.0.0.1:9",
+            "--poll-interval-ms",
+            "0",
+        ],
+        &["serve", "--max-connections", "0"],
+        &["serve", "--sweep-interval-ms", "0"],
+        &["serve", "--request-timeout-ms", "0"],
+        &["serve", "--database-connections", "0"],
+        &["op", "jobs", job, "--limit", "0"],
+        &["op", "job", job, job, "--wait", "--timeout", "0"],
+    ] {
+        let flag = args[args.len() - 2];
+        let (code, _, err, _) = leasewright(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("'0'"),
+            "{args:?} does not name {flag}: {err}"
+        );
+        assert!(
+            !err.contains("throwaway"),
+            "{args:?} started a cluster: {err}"
+        );
+    }
+}
+
+/// A token file with `mode`, holding a token.
+fn token_file(dir: &std::path::Path, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(format!("token-{mode:o}"));
+    std::fs::write(&path, "t\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// Issue 30: token files that everyone could read (0644, 0666) were read without a word; ssh
+/// refuses such keys. Now `--token-file` and `--operator-token-file` refuse a file group or others
+/// may access (any of 0o077), with exit 2 and the command that fixes it; 0600 and 0400 pass.
+#[test]
+fn token_files_others_may_read_are_refused_with_how_to_fix_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for mode in [0o644, 0o666, 0o640, 0o604, 0o660, 0o700 | 0o010] {
+        let file = token_file(dir.path(), mode);
+        let file = file.to_str().unwrap();
+        for args in [
+            &[
+                "op",
+                "--server",
+                "http://127.0.0.1:9",
+                "--operator-token-file",
+                file,
+                "project",
+                "p",
+            ][..],
+            &[
+                "runner",
+                "--server",
+                "http://127.0.0.1:9",
+                "--token-file",
+                file,
+            ],
+            &[
+                "serve",
+                "--operator-token-file",
+                file,
+                "--database-url",
+                REFUSED_DB,
+            ],
+        ] {
+            let (code, _, err, _) = leasewright(args);
+            assert_eq!(code, 2, "{mode:o} {args:?}: {err}");
+            assert!(
+                err.contains(&format!("chmod 600 {file}")) && err.contains("group or others"),
+                "{mode:o} {args:?}: {err}"
+            );
+        }
+    }
+    for mode in [0o600, 0o400] {
+        let file = token_file(dir.path(), mode);
+        let file = file.to_str().unwrap();
+        // Past the token: op tried the server, runner checked its URL, serve the database.
+        for (args, next) in [
+            (
+                &[
+                    "op",
+                    "--server",
+                    "http://127.0.0.1:9",
+                    "--operator-token-file",
+                    file,
+                    "project",
+                    "p",
+                ][..],
+                "connection refused",
+            ),
+            (
+                &["runner", "--server", "not-a-url", "--token-file", file],
+                "invalid server URL",
+            ),
+            (
+                &[
+                    "serve",
+                    "--operator-token-file",
+                    file,
+                    "--database-url",
+                    REFUSED_DB,
+                ],
+                "cannot connect to PostgreSQL",
+            ),
+        ] {
+            let (code, _, err, _) = leasewright(args);
+            assert_eq!(code, 2, "{mode:o} {args:?}: {err}");
+            assert!(!err.contains("chmod"), "{mode:o} {args:?}: {err}");
+            assert!(err.contains(next), "{mode:o} {args:?}: {err}");
+        }
+    }
+}
+
+/// Issue 30: `op` and `runner` hid the cause of network errors (`--server not-a-url` answered
+/// "builder error"). Now an invalid URL says so (exit 2, before any request), and a refused
+/// connection or a failed TLS handshake is named with the URL.
+#[test]
+fn server_urls_and_network_errors_name_their_cause() {
+    let op = |server: &str| {
+        let (code, _, err, _) = leasewright(&[
+            "op",
+            "--server",
+            server,
+            "--operator-token",
+            "t",
+            "project",
+            "p",
+        ]);
+        (code, err)
+    };
+    for bad in [
+        "not-a-url",
+        "ftp://127.0.0.1:9",
+        "http://",
+        "127.0.0.1:8080",
+    ] {
+        let (code, err) = op(bad);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("invalid server URL"), "{bad}: {err}");
+        assert!(!err.contains("builder error"), "{bad}: {err}");
+        let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+            .args(["runner", "--server", bad])
+            .env("LEASEWRIGHT_RUNNER_TOKEN", "t")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "runner {bad}: {err}");
+        assert!(err.contains("invalid server URL"), "runner {bad}: {err}");
+    }
+    let (code, err) = op("http://127.0.0.1:9");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("connection refused") && err.contains("http://127.0.0.1:9/"),
+        "{err}"
+    );
+    // https to a server that speaks plain HTTP: the TLS handshake fails, and says so.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            use std::io::Write as _;
+            if let Ok(mut stream) = stream {
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+            }
+        }
+    });
+    let (code, err) = op(&format!("https://127.0.0.1:{port}"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("TLS"), "{err}");
+}

@@ -159,6 +159,9 @@ fn tokens_come_from_a_file_or_the_environment_and_stay_off_the_command_line() {
     // op: the operator token from a file, then from the environment.
     let token_file = dir.path().join("operator-token");
     std::fs::write(&token_file, format!("{OPERATOR}\n")).unwrap();
+    // Readable by its owner only: a token file others may read is refused (exit_codes.rs).
+    let owner_only = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+    std::fs::set_permissions(&token_file, owner_only).unwrap();
     let from_file = leasewright()
         .args(["op", "--server", &url, "--operator-token-file"])
         .arg(&token_file)

@@ -263,3 +263,106 @@ async fn migrate_advance_epoch_raises_the_epoch_the_next_claims_tokens_carry() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Every relation in `schema` (catalog, whatever the privileges).
+async fn relations(url: &str, schema: &str) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let names = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'v', 'S') ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    names
+}
+
+/// Issue 30: `migrate --schema information_schema` installed every table there, and migrating
+/// into a schema holding another application's tables failed leaving `_sqlx_migrations` behind.
+/// Now both are refused with exit 2 and a message, before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_refuses_system_schemas_and_other_applications_schemas_before_writing() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let sqlx_tables = || async {
+        let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_class WHERE relname = '_sqlx_migrations'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        pool.close().await;
+        n
+    };
+    for system in [
+        "information_schema",
+        "pg_catalog",
+        "pg_toast",
+        "pg_temp_1",
+        "pg_anything",
+    ] {
+        let (code, _, err) = migrate(db.url(), &["--schema", system]);
+        assert_eq!(code, 2, "{system}: {err}");
+        assert!(err.contains("system schema"), "{system}: {err}");
+    }
+    assert_eq!(sqlx_tables().await, 0);
+
+    // Another application's schema: its tables without any sqlx history, and one with a sqlx
+    // history that is not ours; and public holding another application's table.
+    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+    for sql in [
+        "CREATE SCHEMA billing",
+        "CREATE TABLE billing.accounts (id int PRIMARY KEY)",
+        "CREATE TABLE billing.invoices (id int PRIMARY KEY)",
+        "CREATE SCHEMA shop",
+        "CREATE TABLE shop._sqlx_migrations (version bigint PRIMARY KEY, description text NOT NULL, \
+         installed_on timestamptz NOT NULL DEFAULT now(), success boolean NOT NULL, \
+         checksum bytea NOT NULL, execution_time bigint NOT NULL)",
+        "INSERT INTO shop._sqlx_migrations VALUES (1, 'users', now(), true, '\\x00', 1)",
+        "CREATE TABLE shop.users (id int PRIMARY KEY)",
+        "CREATE TABLE public.legacy (id int)",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+    for (schema, theirs) in [
+        ("billing", vec!["accounts", "invoices"]),
+        ("shop", vec!["_sqlx_migrations", "users"]),
+        ("public", vec!["legacy"]),
+    ] {
+        let (code, _, err) = migrate(db.url(), &["--schema", schema]);
+        assert_eq!(code, 2, "{schema}: {err}");
+        assert!(
+            err.contains(&format!(
+                "the schema {schema} holds tables leasewright did not create"
+            )),
+            "{schema}: {err}"
+        );
+        assert!(err.contains(theirs[theirs.len() - 1]), "{schema}: {err}");
+        let left: Vec<String> = relations(db.url(), schema)
+            .await
+            .into_iter()
+            .filter(|r| !r.ends_with("_pkey"))
+            .collect();
+        assert_eq!(left, theirs, "{schema}: something was written");
+    }
+    // Only the one table the shop application made itself.
+    assert_eq!(sqlx_tables().await, 1);
+    // And a server refuses such a schema too, before writing.
+    let store = Store::connect(
+        db.url(),
+        Arc::new(ManualClock::at_fixed_start()),
+        StoreConfig {
+            schema: "billing".into(),
+            ..StoreConfig::default()
+        },
+    )
+    .await;
+    let error = store.expect_err("a server on another application's schema");
+    assert!(error.to_string().contains("did not create"), "{error}");
+    assert_eq!(sqlx_tables().await, 1);
+    // A schema of ours that exists and is empty (made by a DBA for the owner) is fine.
+    let (code, _, err) = migrate(db.url(), &["--schema", "tenant_c"]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -39,6 +39,10 @@ pub enum Error {
         /// The quota, in bytes.
         quota: i64,
     },
+    /// The schema cannot be used as it is: it holds another application's tables, or (without
+    /// migrating) it lacks migrations. The message is ours and says what to do.
+    #[error("{0}")]
+    Schema(String),
     /// The caller passed an argument no message can carry.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),

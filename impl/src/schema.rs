@@ -14,9 +14,23 @@ pub const DEFAULT_SCHEMA: &str = "leasewright";
 /// The protocol's migrations (impl/migrations).
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
+/// Whether `name` is one of PostgreSQL's own schemas (`pg_catalog`, `pg_toast`, `pg_temp_N`,
+/// any `pg_` name, which PostgreSQL reserves, and `information_schema`): never a place for our
+/// tables.
+pub fn is_system_schema(name: &str) -> bool {
+    name.starts_with("pg_") || name == "information_schema"
+}
+
 /// `name` if it is a schema name we accept: 1 to 63 bytes of `a`–`z`, `0`–`9` and `_`, not
-/// starting with a digit, and not a `pg_` name (no quoting is ever needed).
+/// starting with a digit (no quoting is ever needed), and not a system schema
+/// ([`is_system_schema`]).
 pub fn schema_name(name: &str) -> Result<&str, Error> {
+    if is_system_schema(name) {
+        return Err(Error::InvalidArgument(
+            "a system schema (pg_catalog, information_schema, pg_toast, pg_temp*, any pg_ name) \
+             cannot hold our tables: name another schema",
+        ));
+    }
     let valid = !name.is_empty()
         && name.len() <= 63
         && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -57,9 +71,24 @@ pub struct MigrationStatus {
     pub applied: bool,
 }
 
+/// Whether `schema` exists (a catalog read: any role may do it).
+pub async fn schema_exists(pool: &PgPool, schema: &str) -> Result<bool, Error> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(schema)
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// Create `schema` if it is missing (the pool's connections must select it: [`connect_options`]).
+/// A schema that exists is left alone without any DDL, so a role without `CREATE` on the
+/// database (docs/roles.md) passes here once the owner made it.
 pub async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), Error> {
     let schema = schema_name(schema)?;
+    if schema_exists(pool, schema).await? {
+        return Ok(());
+    }
     // Concurrent `CREATE SCHEMA IF NOT EXISTS` can race on the catalog: serialize them.
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('leasewright schema ' || $1, 0))")
@@ -76,7 +105,17 @@ pub async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), Error> {
 /// Apply `migrators`, in order, in the pool's schema; returns the versions applied now. Several
 /// migrators share the one `_sqlx_migrations` table (their versions must be disjoint): each
 /// ignores the others' rows.
+///
+/// A schema that is up to date ([`up_to_date`]) is left alone: no statement that needs more
+/// than reading is run (sqlx's migrator would run `CREATE TABLE IF NOT EXISTS _sqlx_migrations`,
+/// which needs `CREATE` on the schema), so a data-only role may start a server on a schema the
+/// owner migrated. Otherwise a schema that holds tables we did not create
+/// ([`refuse_foreign_schema`]) is refused before anything is written.
 pub async fn migrate(pool: &PgPool, migrators: &[&Migrator]) -> Result<Vec<i64>, Error> {
+    if up_to_date(pool, migrators).await? {
+        return Ok(Vec::new());
+    }
+    refuse_foreign_schema(pool).await?;
     let before = applied_versions(pool).await?;
     for migrator in migrators {
         let mut migrator = Migrator {
@@ -105,17 +144,97 @@ pub async fn status(pool: &PgPool, migrators: &[&Migrator]) -> Result<Vec<Migrat
         .collect())
 }
 
+/// Whether every migration of `migrators` is applied in the pool's schema, successfully and
+/// with the checksum it has here (what sqlx's migrator would check before doing nothing). Rows
+/// of versions we do not know (a newer leasewright's) are no reason to migrate. Reads only.
+pub async fn up_to_date(pool: &PgPool, migrators: &[&Migrator]) -> Result<bool, Error> {
+    let mut conn = pool.acquire().await?;
+    if !has_migrations_table(&mut conn).await? {
+        return Ok(false);
+    }
+    let rows: Vec<(i64, Vec<u8>, bool)> =
+        sqlx::query_as("SELECT version, checksum, success FROM _sqlx_migrations")
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(migrators
+        .iter()
+        .flat_map(|m| m.iter())
+        .filter(|m| !m.migration_type.is_down_migration())
+        .all(|m| {
+            rows.iter().any(|(version, checksum, success)| {
+                *version == m.version && *success && checksum.as_slice() == &*m.checksum
+            })
+        }))
+}
+
+/// Refuse (with [`Error::Schema`]) a schema that holds tables, views or sequences that no
+/// leasewright migration made: ones that are there while `_sqlx_migrations` is missing, or whose
+/// `_sqlx_migrations` lacks our first migration (another application's sqlx history). Called
+/// before anything is written, so a refused schema is left exactly as it was (no
+/// `_sqlx_migrations` of ours left behind). Reads only the catalog.
+pub async fn refuse_foreign_schema(pool: &PgPool) -> Result<(), Error> {
+    let mut conn = pool.acquire().await?;
+    let schema: Option<String> = sqlx::query_scalar("SELECT current_schema()::text")
+        .fetch_one(&mut *conn)
+        .await?;
+    let Some(schema) = schema else {
+        return Ok(()); // no schema yet: nothing in it
+    };
+    let others: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') \
+         AND c.relname <> '_sqlx_migrations' ORDER BY 1",
+    )
+    .bind(&schema)
+    .fetch_all(&mut *conn)
+    .await?;
+    if others.is_empty() {
+        return Ok(());
+    }
+    let ours = match MIGRATOR.iter().next() {
+        Some(first) if has_migrations_table(&mut conn).await? => {
+            sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM _sqlx_migrations WHERE version = $1 \
+                 AND checksum = $2)",
+            )
+            .bind(first.version)
+            .bind(&*first.checksum)
+            .fetch_one(&mut *conn)
+            .await?
+        }
+        _ => false,
+    };
+    if ours {
+        return Ok(());
+    }
+    let shown: Vec<&str> = others.iter().take(5).map(String::as_str).collect();
+    let more = if others.len() > shown.len() {
+        format!(" and {} more", others.len() - shown.len())
+    } else {
+        String::new()
+    };
+    Err(Error::Schema(format!(
+        "the schema {schema} holds tables leasewright did not create ({}{more}): nothing was \
+         written; name a schema of its own (--schema NAME)",
+        shown.join(", ")
+    )))
+}
+
+/// Whether the pool's schema has sqlx's `_sqlx_migrations` table (catalog read).
+async fn has_migrations_table(conn: &mut sqlx::PgConnection) -> Result<bool, Error> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = current_schema() AND c.relname = '_sqlx_migrations')",
+    )
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
 /// The versions `_sqlx_migrations` of the pool's schema records as applied (none if the table
 /// does not exist yet).
 async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, Error> {
     let mut conn = pool.acquire().await?;
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
-         WHERE table_schema = current_schema() AND table_name = '_sqlx_migrations')",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if !exists {
+    if !has_migrations_table(&mut conn).await? {
         return Ok(Vec::new());
     }
     Ok(conn
@@ -132,7 +251,7 @@ mod tests {
 
     #[test]
     fn schema_names_need_no_quoting() {
-        for good in ["leasewright", "lw_2", "_x", "public"] {
+        for good in ["leasewright", "lw_2", "_x", "public", "information_schema2"] {
             assert!(schema_name(good).is_ok(), "{good}");
         }
         for bad in [
@@ -140,6 +259,10 @@ mod tests {
             "Leasewright",
             "2x",
             "pg_temp",
+            "pg_catalog",
+            "pg_toast",
+            "pg_temp_3",
+            "information_schema",
             "a-b",
             "a;drop",
             "a b",

@@ -15,9 +15,13 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 /// Why a call did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// No answer: the server could not be reached, or the connection broke.
+    /// No answer: the server could not be reached, or the connection broke (the message names
+    /// the cause: connection refused, TLS, timeout, ...).
     #[error("network: {0}")]
     Network(String),
+    /// The server's base URL is not an `http://` or `https://` URL with a host.
+    #[error("{0}")]
+    InvalidUrl(String),
     /// A protocol rejection (409) with the spec's reason code.
     #[error("rejected: {code}")]
     Rejected {
@@ -46,7 +50,7 @@ impl CallError {
         match self {
             CallError::Network(_) => true,
             CallError::Http { status, .. } => matches!(status, 408 | 429 | 500..=599),
-            CallError::Rejected { .. } => false,
+            CallError::Rejected { .. } | CallError::InvalidUrl(_) => false,
         }
     }
 
@@ -69,7 +73,77 @@ impl CallError {
 
 #[allow(clippy::needless_pass_by_value)] // used as `map_err(network)`
 fn network(error: reqwest::Error) -> CallError {
-    CallError::Network(error.to_string())
+    CallError::Network(describe(&error))
+}
+
+/// A reqwest error with its cause named: reqwest's own text ("error sending request for url")
+/// hides it in the error's source chain, which is walked here: what failed (cannot connect, TLS,
+/// timed out, ...), the URL, then every cause down to the operating system's.
+pub fn describe(error: &reqwest::Error) -> String {
+    let mut causes: Vec<String> = Vec::new();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        // hyper and hyper-util repeat their inner error in their own text: keep each once.
+        if !causes.iter().any(|seen| seen.contains(&text)) {
+            causes.push(text);
+        }
+        source = cause.source();
+    }
+    let detail = if causes.is_empty() {
+        error.to_string()
+    } else {
+        causes.join(": ")
+    };
+    let lower = detail.to_lowercase();
+    let tls = [
+        "tls",
+        "certificate",
+        "handshake",
+        "corrupt message",
+        "alert",
+    ]
+    .iter()
+    .any(|word| lower.contains(word));
+    let what = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() && tls {
+        "TLS failed"
+    } else if error.is_connect() && lower.contains("refused") {
+        "connection refused"
+    } else if error.is_connect() {
+        "cannot connect"
+    } else if error.is_builder() {
+        "invalid request"
+    } else if error.is_decode() || error.is_body() {
+        "cannot read the answer"
+    } else {
+        "request failed"
+    };
+    match error.url() {
+        Some(url) => format!("{what} ({url}): {detail}"),
+        None => format!("{what}: {detail}"),
+    }
+}
+
+/// `base` if it is an `http://` or `https://` URL with a host, else why not.
+pub fn check_base_url(base: &str) -> Result<(), CallError> {
+    let invalid = |why: &str| {
+        CallError::InvalidUrl(format!(
+            "invalid server URL {base:?}: {why} (expected http://HOST:PORT or https://HOST:PORT)"
+        ))
+    };
+    let url = reqwest::Url::parse(base).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(&format!(
+            "the scheme {:?} is not http or https",
+            url.scheme()
+        )));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    Ok(())
 }
 
 /// The longest `Retry-After` taken at its word: a larger value is read as this.
@@ -177,6 +251,7 @@ impl std::fmt::Debug for Http {
 impl Http {
     /// A client of `base` (e.g. `http://127.0.0.1:8080`) with bearer `token`.
     pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CallError> {
+        check_base_url(base)?;
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -539,6 +614,23 @@ impl OperatorClient {
         }
     }
 
+    /// One page of the project's jobs in submission order: at most `limit` (the server's
+    /// default without one) after the cursor `after`, only those in `state` when given.
+    pub async fn jobs_page(
+        &self,
+        project: Uuid,
+        state: Option<&str>,
+        after: Option<i64>,
+        limit: Option<i64>,
+    ) -> Result<JobList, CallError> {
+        let mut path = page_path(&format!("/v1/projects/{project}/jobs"), after, limit);
+        if let Some(state) = state {
+            let separator = if path.contains('?') { '&' } else { '?' };
+            path = format!("{path}{separator}state={}", path_segment(state));
+        }
+        self.http.get(&path).await
+    }
+
     pub async fn job(&self, project: Uuid, job: Uuid) -> Result<JobBody, CallError> {
         self.http
             .get(&format!("/v1/projects/{project}/jobs/{job}"))
@@ -713,8 +805,7 @@ fn page_path(path: &str, after: Option<i64>, limit: Option<i64>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::CallError;
-    use std::time::Duration;
+    use super::*;
 
     fn http(status: u16, retry_after: Option<u64>) -> CallError {
         CallError::Http {
@@ -744,5 +835,46 @@ mod tests {
             Some(Duration::from_secs(2))
         );
         assert_eq!(rejected.retry_after(), None);
+    }
+
+    #[test]
+    fn only_http_and_https_urls_with_a_host_are_server_urls() {
+        for good in [
+            "http://127.0.0.1:8080",
+            "https://ci.example.com",
+            "http://h/",
+        ] {
+            assert!(check_base_url(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "not-a-url",
+            "127.0.0.1:8080",
+            "ftp://h",
+            "http://",
+            "unix:/x",
+            "",
+        ] {
+            let error = check_base_url(bad).expect_err(bad).to_string();
+            assert!(error.starts_with("invalid server URL"), "{bad}: {error}");
+        }
+    }
+
+    /// A server that accepts the connection and never answers: the error says it timed out
+    /// (reqwest's own text says only "error sending request for url").
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_named_a_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                open.push(stream);
+            }
+        });
+        let http = Http::new(&base, "t", Duration::from_millis(300)).unwrap();
+        let error = http.get_bytes("/healthz").await.unwrap_err().to_string();
+        assert!(error.contains("timed out"), "{error}");
+        assert!(error.contains(&base), "{error}");
+        held.abort();
     }
 }

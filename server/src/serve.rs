@@ -27,6 +27,9 @@ pub struct ServeOptions {
     /// The size of the database connection pool (what this replica may hold of the server's
     /// `max_connections`; several replicas share one database).
     pub database_connections: u32,
+    /// Apply pending migrations at start (`false`: `--no-migrate`, refuse a schema that lacks
+    /// one).
+    pub migrate: bool,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -92,6 +95,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         payload_in_flight_bytes: options.payload_in_flight_bytes,
         schema: options.schema.clone(),
         max_connections: options.database_connections,
+        migrate: options.migrate,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;

@@ -145,13 +145,13 @@ pub struct ConformArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Random-walk steps in all (20% with two jobs, 10% on each other target kind).
-    #[arg(long, default_value_t = 15_000)]
+    #[arg(long, default_value_t = 15_000, value_parser = crate::output::at_least_one)]
     steps: usize,
     /// Steps per random walk (for `--suite proptest`: the longest generated trace).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = crate::output::at_least_one)]
     walk_len: usize,
     /// `--suite proptest`: how many traces proptest generates and replays.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     cases: u32,
     /// Where divergent traces are saved (ITF JSON).
     #[arg(long, default_value = "traces")]

@@ -129,6 +129,44 @@ impl Store {
         Self::from_pool(pool, clock, config).await
     }
 
+    /// Like [`Store::connect`], but on a schema its owner migrated ahead of time
+    /// (`leasewright migrate`; `serve --no-migrate`): creates nothing and applies nothing, so the
+    /// role needs no more than the data-only grants of docs/roles.md. A schema that is missing or
+    /// lacks a migration is an [`Error::Schema`] saying to run `leasewright migrate`.
+    pub async fn connect_migrated(
+        database_url: &str,
+        clock: Arc<dyn Clock>,
+        config: StoreConfig,
+    ) -> Result<Store, Error> {
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_with(crate::schema::connect_options(
+                database_url,
+                &config.schema,
+            )?)
+            .await?;
+        Self::from_migrated_pool(pool, clock, config).await
+    }
+
+    /// [`Store::connect_migrated`] over an existing pool whose connections select the schema: a
+    /// schema that is missing or lacks a migration is an [`Error::Schema`].
+    pub async fn from_migrated_pool(
+        pool: PgPool,
+        clock: Arc<dyn Clock>,
+        config: StoreConfig,
+    ) -> Result<Store, Error> {
+        if !crate::schema::up_to_date(&pool, &[&MIGRATOR]).await? {
+            pool.close().await;
+            return Err(Error::Schema(format!(
+                "the schema {0} is missing or lacks migrations, and this server does not migrate \
+                 (--no-migrate): run `leasewright migrate --schema {0}` as the schema's owner",
+                config.schema
+            )));
+        }
+        Self::over_pool(pool, clock, &config).await
+    }
+
     /// A store over an existing pool, whose connections select the schema
     /// ([`crate::schema::connect_options`]; created as `config.schema` when the pool's
     /// `search_path` names no existing schema); applies the migrations there.
@@ -146,6 +184,15 @@ impl Store {
             crate::schema::create_schema(&pool, &config.schema).await?;
         }
         crate::schema::migrate(&pool, &[&MIGRATOR]).await?;
+        Self::over_pool(pool, clock, &config).await
+    }
+
+    /// The store over a pool whose schema is ready.
+    async fn over_pool(
+        pool: PgPool,
+        clock: Arc<dyn Clock>,
+        config: &StoreConfig,
+    ) -> Result<Store, Error> {
         let lease_ttl = chrono::Duration::from_std(config.lease_ttl)
             .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
         if lease_ttl <= chrono::Duration::zero() {

@@ -269,13 +269,26 @@ fn page<T>(mut rows: Vec<T>, limit: i64, cursor: impl Fn(&T) -> i64) -> (Vec<T>,
     (rows, next)
 }
 
+/// `?limit=&after=&state=` of `GET .../jobs`: a page ([`PageQuery`]) of the jobs in one state.
+#[derive(Deserialize)]
+pub(super) struct JobsQuery {
+    limit: Option<i64>,
+    after: Option<i64>,
+    state: Option<String>,
+}
+
 /// The project's jobs.
 #[utoipa::path(
     get,
     path = "/v1/projects/{project}/jobs",
     tag = "operator",
     security(("operator_token" = [])),
-    params(("project" = Uuid, Path, description = "the project id")),
+    params(
+        ("project" = Uuid, Path, description = "the project id"),
+        ("state" = Option<String>, Query, description = "only the jobs in this state (`queued`, `running`, `cancelling`, `uncertain`, `passed`, `failed`, `cancelled`, `aborted`)"),
+        ("limit" = Option<i64>, Query, description = "at most this many jobs (1 to 1000, default 100)"),
+        ("after" = Option<i64>, Query, description = "the cursor: a previous page's `next`")
+    ),
     responses(
         (status = 200, description = "the project's jobs in submission order", body = JobList),
         (status = 404, description = "`unknown_project`", body = ErrorBody)
@@ -285,17 +298,29 @@ pub(super) async fn list_jobs(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments(project): Segments<String>,
-    QueryParams(query): QueryParams<PageQuery>,
+    QueryParams(query): QueryParams<JobsQuery>,
 ) -> ApiResult {
-    let (after, limit) = query.bounds()?;
+    let (after, limit) = PageQuery {
+        limit: query.limit,
+        after: query.after,
+    }
+    .bounds()?;
+    let job_state = match query.state.as_deref() {
+        None => None,
+        Some(code) => Some(
+            leasewright_impl::JobState::from_code(code)
+                .ok_or_else(|| ApiError::bad_request("state is not a job state"))?,
+        ),
+    };
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     let rows: Vec<(Uuid, i64)> = sqlx::query_as(
         "SELECT id, submitted_seq FROM jobs WHERE project_id = $1 AND submitted_seq > $2 \
-         ORDER BY submitted_seq LIMIT $3",
+         AND ($4::text IS NULL OR state = $4) ORDER BY submitted_seq LIMIT $3",
     )
     .bind(project.0)
     .bind(after)
     .bind(limit + 1)
+    .bind(job_state.map(|s| s.as_str()))
     .fetch_all(state.0.store.pool())
     .await
     .map_err(db_error)?;

@@ -73,6 +73,10 @@ pub struct ServerConfig {
     /// How long connecting to one host of the database URL may take when the server looks for
     /// the primary (the URL's `connect_timeout` overrides it).
     pub database_connect_timeout: Duration,
+    /// Whether the server applies pending migrations at start (`serve --no-migrate`: no, and
+    /// it refuses to start on a schema that lacks one). Either way an up-to-date schema gets no
+    /// DDL, so a data-only role (docs/roles.md) can serve it.
+    pub migrate: bool,
 }
 
 /// The default bound of payload bytes in flight: 256 MiB (four bodies at the 64 MiB limit).
@@ -96,6 +100,7 @@ impl Default for ServerConfig {
             payload_in_flight_bytes: DEFAULT_PAYLOAD_IN_FLIGHT_BYTES,
             database_check_interval: Duration::from_secs(1),
             database_connect_timeout: Duration::from_secs(5),
+            migrate: true,
         }
     }
 }
@@ -142,36 +147,54 @@ pub async fn schema_pool(
     database_url: &str,
     schema: &str,
 ) -> Result<sqlx::PgPool, leasewright_impl::Error> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
+    let pool = reading_pool(database_url, schema).await?;
+    leasewright_impl::schema::create_schema(&pool, schema).await?;
+    Ok(pool)
+}
+
+/// A pool of one connection on `database_url` selecting `schema`, which may not exist.
+async fn reading_pool(
+    database_url: &str,
+    schema: &str,
+) -> Result<sqlx::PgPool, leasewright_impl::Error> {
+    Ok(sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect_with(leasewright_impl::schema::connect_options(
             database_url,
             schema,
         )?)
-        .await?;
-    leasewright_impl::schema::create_schema(&pool, schema).await?;
-    Ok(pool)
+        .await?)
 }
 
 /// `leasewright migrate`: apply every migration to `schema` of `database_url`; the versions
-/// applied now (none when the schema was up to date).
+/// applied now (none when the schema was up to date). A schema that holds another
+/// application's tables is refused before anything is written
+/// ([`leasewright_impl::schema::refuse_foreign_schema`]); an up-to-date one gets no DDL.
 pub async fn migrate(
     database_url: &str,
     schema: &str,
 ) -> Result<Vec<i64>, leasewright_impl::Error> {
-    let pool = schema_pool(database_url, schema).await?;
+    let pool = reading_pool(database_url, schema).await?;
+    let ready = leasewright_impl::schema::up_to_date(&pool, &migrators()).await;
+    if !matches!(ready, Ok(true)) {
+        if let Err(error) = leasewright_impl::schema::refuse_foreign_schema(&pool).await {
+            pool.close().await;
+            return Err(error);
+        }
+        leasewright_impl::schema::create_schema(&pool, schema).await?;
+    }
     let applied = leasewright_impl::schema::migrate(&pool, &migrators()).await;
     pool.close().await;
     applied
 }
 
-/// `leasewright migrate --status`: every migration and whether `schema` has it (nothing is
-/// changed, except that the schema is created if missing).
+/// `leasewright migrate --status`: every migration and whether `schema` has it. Reads only (a
+/// missing schema has every migration pending), so any role that may connect can ask.
 pub async fn migration_status(
     database_url: &str,
     schema: &str,
 ) -> Result<Vec<leasewright_impl::schema::MigrationStatus>, leasewright_impl::Error> {
-    let pool = schema_pool(database_url, schema).await?;
+    let pool = reading_pool(database_url, schema).await?;
     let status = leasewright_impl::schema::status(&pool, &migrators()).await;
     pool.close().await;
     status
@@ -412,22 +435,32 @@ pub async fn start(
     };
     // The primary among the URL's hosts (a standby alone is refused), every session durable.
     let (database, pool) = database::connect(database_url, &config).await?;
-    leasewright_impl::schema::create_schema(&pool, &config.schema).await?;
-    let store = Store::from_pool(
-        pool,
-        clock,
-        leasewright_impl::StoreConfig {
-            lease_ttl,
-            max_connections: config.max_connections,
-            schema: config.schema.clone(),
-            ..Default::default()
-        },
-    )
-    .await?
+    let store_config = leasewright_impl::StoreConfig {
+        lease_ttl,
+        max_connections: config.max_connections,
+        schema: config.schema.clone(),
+        ..Default::default()
+    };
+    let store = if config.migrate {
+        // Creates the schema only when it is missing: an up-to-date schema gets no DDL.
+        leasewright_impl::schema::create_schema(&pool, &config.schema).await?;
+        let store = Store::from_pool(pool, clock, store_config).await?;
+        ensure_schema(&store)
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the server's tables: {}", e.message))?;
+        store
+    } else {
+        let store = Store::from_migrated_pool(pool, clock, store_config).await?;
+        if !leasewright_impl::schema::up_to_date(store.pool(), &[&SERVER_MIGRATOR]).await? {
+            anyhow::bail!(
+                "the schema {0} lacks the server's migrations, and this server does not migrate \
+                 (--no-migrate): run `leasewright migrate --schema {0}` as the schema's owner",
+                config.schema
+            );
+        }
+        store
+    }
     .with_attempt_quota(config.attempt_quota_bytes);
-    ensure_schema(&store)
-        .await
-        .map_err(|e| anyhow::anyhow!("creating the server's tables: {}", e.message))?;
     let operator_token = match &config.operator_token {
         Some(token) => token.clone(),
         None => random_token("lwop_")?,

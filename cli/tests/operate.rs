@@ -1,0 +1,166 @@
+//! What an operator expects of `leasewright op` (issue 30): `op jobs` filtered by state and
+//! paginated, `op job --wait --timeout`, one JSON document per command.
+
+use leasewright_impl::database::TestDatabase;
+use leasewright_server::app::{self, Server, ServerConfig};
+use leasewright_server::client::{OperatorClient, RunnerClient};
+use leasewright_server::source::{build_snapshot, SourceFile};
+use leasewright_server::wire::SubmitJobRequest;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const OPERATOR: &str = "operator-secret";
+
+async fn start_server() -> (TestDatabase, Server) {
+    let db = TestDatabase::create().await.expect("test database");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = ServerConfig {
+        operator_token: Some(OPERATOR.into()),
+        sweep_interval: None,
+        ..ServerConfig::default()
+    };
+    let server = app::start(db.url(), Duration::from_secs(30), listener, config)
+        .await
+        .expect("server");
+    (db, server)
+}
+
+fn submit_request() -> SubmitJobRequest {
+    use base64::Engine as _;
+    let snapshot = build_snapshot(vec![SourceFile {
+        path: "run.sh".into(),
+        mode: 0o755,
+        content: b"echo hi\n".to_vec(),
+    }])
+    .unwrap();
+    SubmitJobRequest {
+        command: "sh run.sh".into(),
+        source_revision: "rev-1".into(),
+        source_archive_base64: base64::engine::general_purpose::STANDARD.encode(&snapshot.archive),
+        artifacts: vec![],
+        target: None,
+        target_kind: None,
+    }
+}
+
+/// `op ARGS` against `url`: (exit code, stdout, stderr).
+fn op(url: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["op", "--server", url])
+        .args(args)
+        .env("LEASEWRIGHT_OPERATOR_TOKEN", OPERATOR)
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs leasewright op");
+    (
+        out.status.code().expect("an exit code"),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// The whole of `stdout` as one JSON document (two documents, or none, fail).
+fn one_document(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not one JSON document ({e}): {stdout}"))
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["jobs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("jobs in {page}"))
+        .iter()
+        .map(|j| j["job"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn op_lists_jobs_by_state_page_by_page_and_prints_one_document_per_command() {
+    let (_db, server) = start_server().await;
+    let url = server.url();
+    let operator = OperatorClient::new(&url, OPERATOR).unwrap();
+    let project = operator.create_project("p").await.unwrap();
+    let token = operator.create_runner(project, "r").await.unwrap().token;
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(
+            operator
+                .submit(project, &submit_request())
+                .await
+                .unwrap()
+                .job
+                .to_string(),
+        );
+    }
+    // The first job runs to `passed`; the other two stay queued.
+    let runner = RunnerClient::new(&url, &token, Duration::from_secs(30)).unwrap();
+    let lease = runner.claim(1).await.unwrap().remove(0);
+    assert_eq!(lease.job.to_string(), jobs[0]);
+    runner
+        .result(&lease.tuple(None), "passed", "d")
+        .await
+        .unwrap();
+    let project = project.to_string();
+
+    let (code, out, err) = op(&url, &["jobs", &project]);
+    assert_eq!(code, 0, "{err}");
+    let all = one_document(&out);
+    assert_eq!(ids(&all), jobs);
+    assert!(all.get("next").is_none(), "{all}");
+
+    // Pages of two: the cursor of the first page gives the rest.
+    let (code, out, err) = op(&url, &["jobs", &project, "--limit", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let first = one_document(&out);
+    assert_eq!(ids(&first), jobs[..2]);
+    let next = first["next"].as_i64().expect("a next cursor").to_string();
+    let (code, out, err) = op(&url, &["jobs", &project, "--limit", "2", "--after", &next]);
+    assert_eq!(code, 0, "{err}");
+    let second = one_document(&out);
+    assert_eq!(ids(&second), jobs[2..]);
+    assert!(second.get("next").is_none(), "{second}");
+
+    // By state.
+    let (_, out, _) = op(&url, &["jobs", &project, "--state", "queued"]);
+    assert_eq!(ids(&one_document(&out)), jobs[1..]);
+    let (_, out, _) = op(&url, &["jobs", &project, "--state", "passed"]);
+    assert_eq!(ids(&one_document(&out)), jobs[..1]);
+    let (_, out, _) = op(&url, &["jobs", &project, "--state", "uncertain"]);
+    assert_eq!(ids(&one_document(&out)), Vec::<String>::new());
+    let (code, _, err) = op(&url, &["jobs", &project, "--state", "sideways"]);
+    assert_eq!(code, 2, "{err}");
+
+    // The ledger: one document with both the attempts and the observations.
+    let (code, out, err) = op(&url, &["ledger", &project, &jobs[0]]);
+    assert_eq!(code, 0, "{err}");
+    let ledger = one_document(&out);
+    assert_eq!(ledger["attempts"].as_array().unwrap().len(), 1, "{ledger}");
+    assert!(
+        ledger["observations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["kind"] == "result"),
+        "{ledger}"
+    );
+
+    // --wait --timeout: a job that settles is printed with exit 0; one that does not within the
+    // timeout is printed as it stands, with exit 1 and a line saying so.
+    let (code, out, err) = op(
+        &url,
+        &["job", &project, &jobs[0], "--wait", "--timeout", "5"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(one_document(&out)["state"], "passed");
+    let (code, out, err) = op(
+        &url,
+        &["job", &project, &jobs[1], "--wait", "--timeout", "1"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(one_document(&out)["state"], "queued");
+    assert!(err.contains("still queued after 1 s"), "{err}");
+    // --timeout without --wait is bad usage.
+    let (code, _, err) = op(&url, &["job", &project, &jobs[1], "--timeout", "1"]);
+    assert_eq!(code, 2, "{err}");
+    server.stop().await.unwrap();
+}
