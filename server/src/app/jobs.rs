@@ -35,7 +35,7 @@ use uuid::Uuid;
         (status = 200, description = "the same Idempotency-Key and request again: the first job", body = SubmitJobResponse),
         (status = 404, description = "`unknown_project`", body = ErrorBody),
         (status = 409, description = "`idempotency_key_reused` or `target_kind_mismatch`", body = ErrorBody),
-        (status = 422, description = "`invalid_source`: the archive breaks the extraction rules", body = ErrorBody)
+        (status = 422, description = "`invalid_source`: the archive breaks the extraction rules; `error.rule` names the rule, `error.path` the offending entry", body = ErrorBody)
     )
 )]
 pub(super) async fn submit_job(
@@ -82,13 +82,7 @@ pub(super) async fn submit_job(
     })
     .await
     .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "task failed"))?
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_source",
-            e.to_string(),
-        )
-    })?;
+    .map_err(|e| ApiError::invalid_source(&e))?;
     // One transaction: the blob, the job, its spec and its idempotency key are stored together
     // or not at all, so a claim never sees a job without its source and a crash leaves no half.
     let mut tx = state.0.store.pool().begin().await.map_err(db_error)?;
