@@ -43,7 +43,7 @@ pub(super) async fn submit_job(
     _: OperatorAuth,
     Segments(project): Segments<String>,
     headers: axum::http::HeaderMap,
-    JsonBody(body): JsonBody<SubmitJobRequest>,
+    JsonBody(mut body): JsonBody<SubmitJobRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     let idempotency_key = match headers.get("idempotency-key") {
@@ -73,12 +73,16 @@ pub(super) async fn submit_job(
     if let Some(target) = &body.target {
         identifier(target, "target")?;
     }
-    let archive = decode(&body.source_archive_base64)?;
+    // Each form of the source is let go once the next is made, so a submission holds at most two
+    // of them at once (docs/http.md, memory).
+    let archive = decode(&std::mem::take(&mut body.source_archive_base64))?;
     let limits = state.0.source_limits;
-    // Re-read under the extraction rules and re-snapshot deterministically: what is stored is
+    // Re-read under the submission rules and re-snapshot deterministically: what is stored is
     // always a canonical snapshot, whatever the client sent.
     let snapshot = tokio::task::spawn_blocking(move || {
-        source::read_archive(&archive, limits).and_then(source::build_snapshot)
+        let files = source::read_archive(&archive, limits);
+        drop(archive);
+        files.and_then(source::build_snapshot)
     })
     .await
     .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "task failed"))?
