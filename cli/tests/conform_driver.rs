@@ -32,10 +32,21 @@ fn conform(args: &[&str], traces: &Path) -> (i32, String, String) {
 fn the_python_example_passes_the_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let (code, out, err) = conform(
-        &["--driver-cmd", &example(), "--suite", "scenarios", "--json"],
+        &[
+            "--driver-cmd",
+            &example(),
+            "--suite",
+            "scenarios",
+            "--json",
+            "--skip",
+            "shared-slots",
+        ],
         dir.path(),
     );
     assert_eq!(code, 0, "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["left_out"]["shared-slots"], 3, "{doc}");
+    assert_eq!(doc["left_out_unskipped"], serde_json::json!([]), "{doc}");
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["driver"], "driver-cmd (python-example)", "{doc}");
     assert_eq!(doc["divergences"], 0);
@@ -49,6 +60,45 @@ fn the_python_example_passes_the_scenarios() {
         ),
         "{err}"
     );
+}
+
+/// A driver that leaves out a class of traces the suite asked for fails the run with exit 3 and
+/// names the class, unless the user names it with `--skip` (docs/ci.md).
+#[test]
+fn a_driver_that_leaves_out_a_class_not_skipped_is_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = conform(
+        &["--driver-cmd", &example(), "--suite", "scenarios", "--json"],
+        dir.path(),
+    );
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains(
+            "error: incomplete: this driver left out traces the suite asked for: shared-slots (3 \
+             traces)"
+        ) && err.contains("--skip shared-slots"),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["divergences"], 0, "{doc}");
+    assert_eq!(
+        doc["left_out_unskipped"],
+        serde_json::json!(["shared-slots"]),
+        "{doc}"
+    );
+    // Skipping another class does not excuse this one.
+    let (code, _, err) = conform(
+        &[
+            "--driver-cmd",
+            &example(),
+            "--suite",
+            "scenarios",
+            "--skip",
+            "side-effects",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 3, "{err}");
 }
 
 #[test]

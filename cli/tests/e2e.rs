@@ -38,7 +38,7 @@ async fn start_server() -> (TestDatabase, Server) {
         sweep_interval: None,
         ..ServerConfig::default()
     };
-    // Heartbeats every second (a third of the lease); the manual clock decides expiry.
+    // Heartbeats every half second (a sixth of the lease); the manual clock decides expiry.
     let server = app::start(db.url(), Duration::from_secs(3), listener, config)
         .await
         .expect("server");

@@ -7,6 +7,15 @@
 //! command and report what it observed (kept by the server as a late observation). After a
 //! network loss it rejoins with its original tuple and obeys the instruction (`continue`,
 //! `cancel`, `stop`).
+//!
+//! It rides out an outage of the control plane or its database (docs/http.md, "The runner"):
+//! heartbeats go out every sixth of the lease TTL, and a heartbeat that gets no decision is
+//! retried with backoff (honouring `Retry-After`) for as long as the lease can still be valid by
+//! the runner's own conservative reckoning: the TTL measured from when the last accepted claim
+//! or heartbeat was *sent*, on the runner's monotonic clock (never the runner's wall clock
+//! against the server's). Log chunks, artifacts and the result are kept and retried until the
+//! server decides them, the result even past that reckoning (an identical committed result is
+//! `acknowledged`; a late one is kept as evidence).
 
 use crate::client::{CallError, RunnerClient};
 use crate::source::{self, Limits};
@@ -20,6 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::time::Instant;
 
 /// How the agent behaves. Its `Debug` never shows the token.
 #[derive(Clone)]
@@ -95,11 +105,17 @@ struct JobContext {
     stop_tx: watch::Sender<Option<Stop>>,
     /// `false` after a network error, until a rejoin answers.
     connected_tx: watch::Sender<bool>,
-    /// Set once the result is being reported: no more heartbeats (a rejoin after a network
-    /// failure still happens).
+    /// Set once the result is being reported: a heartbeat's rejection then stops the
+    /// heartbeats quietly (the result's own answer decides; a result that commits ends the
+    /// lease, and a heartbeat racing it is told `job_finished`).
     reporting: AtomicBool,
     /// Held while a rejoin is in flight: the job's tasks rejoin once, not each on its own.
     rejoining: tokio::sync::Mutex<()>,
+    /// The runner's conservative reckoning of the lease's end: when the last accepted claim or
+    /// heartbeat was sent, plus the TTL. The server granted `its receipt time + TTL`, and it
+    /// received the request after it was sent, so the lease cannot end before this instant
+    /// (monotonic time on the runner alone: the server's clock stays the authority).
+    lease_end: Mutex<Instant>,
 }
 
 /// Exponential backoff with jitter (backon): steps of `first` doubling up to `longest`, each wait
@@ -116,6 +132,27 @@ fn backoff(first: Duration, longest: Duration) -> ExponentialBuilder {
 /// The waits between retries of a message about a lease: 100 ms doubling up to 5 s.
 fn delivery_backoff() -> ExponentialBuilder {
     backoff(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// How often a lease of `ttl` is renewed: every sixth of it (5 s for the default 30 s), so that
+/// a heartbeat that gets no decision leaves five more intervals of retries before the lease can
+/// end.
+pub fn heartbeat_interval(ttl: Duration) -> Duration {
+    (ttl / 6).max(Duration::from_millis(50))
+}
+
+/// The waits between retries of a heartbeat: 100 ms (less for very short leases) doubling up to
+/// the heartbeat interval.
+fn heartbeat_backoff(ttl: Duration) -> ExponentialBuilder {
+    let interval = heartbeat_interval(ttl);
+    backoff(Duration::from_millis(100).min(interval / 4), interval)
+}
+
+/// The wait before the next retry: the backoff's, or longer when the answer said `Retry-After`.
+fn honour_retry_after(error: &CallError, backoff: Duration) -> Duration {
+    error
+        .retry_after()
+        .map_or(backoff, |asked| asked.max(backoff))
 }
 
 impl JobContext {
@@ -159,34 +196,70 @@ impl JobContext {
     }
 
     /// After lost contact: rejoin with the original tuple and obey (`continue`, `cancel`, or
-    /// `stop`). Nothing when connected, or when the rejoin itself gets no decision (the lease
-    /// stays disconnected and the next call tries again).
-    async fn rejoin_if_disconnected(&self) {
+    /// `stop`). Nothing when connected. When the rejoin itself gets no decision the lease stays
+    /// disconnected (the next call tries again) and its error is returned.
+    async fn rejoin_if_disconnected(&self) -> Result<(), CallError> {
+        self.rejoin_within(None).await
+    }
+
+    /// [`JobContext::rejoin_if_disconnected`], the rejoin taking at most `timeout` when given.
+    async fn rejoin_within(&self, timeout: Option<Duration>) -> Result<(), CallError> {
         let _one_at_a_time = self.rejoining.lock().await;
         if *self.connected_tx.borrow() {
-            return;
+            return Ok(());
         }
-        match self.client.rejoin(&self.tuple()).await {
+        let client = match timeout {
+            Some(timeout) => self.client.within(timeout),
+            None => self.client.clone(),
+        };
+        match client.rejoin(&self.tuple()).await {
             Ok(answer) => {
                 tracing::info!(job = %self.lease.job, instruction = %answer.instruction, "rejoined");
                 if answer.instruction == "cancel" {
                     self.stop(Stop::Cancel);
                 }
                 self.connected_tx.send_replace(true);
+                Ok(())
             }
             Err(CallError::Rejected { code, .. }) => {
                 tracing::warn!(job = %self.lease.job, %code, "rejoin answered stop");
                 self.stop(Stop::Revoked(code));
                 self.connected_tx.send_replace(true);
+                Ok(())
             }
-            Err(error) => self.on_error("rejoin", &error),
+            Err(error) => {
+                self.on_error("rejoin", &error);
+                Err(error)
+            }
         }
     }
 
-    /// Send a message about the lease until the server decides it: a transient failure is
-    /// retried (every runner message is idempotent: the same tuple and content again is
-    /// `acknowledged` if the first one committed) after a backoff with jitter and a rejoin. The
-    /// answer, or the error that is a decision (a rejection, another 4xx).
+    /// The lease was renewed by a request sent at `sent`.
+    fn renewed(&self, sent: Instant) {
+        let ttl = Duration::from_millis(self.lease.lease_ttl_ms);
+        let mut end = self
+            .lease_end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *end = (*end).max(sent + ttl);
+    }
+
+    /// How long the lease can still be valid by the runner's conservative reckoning.
+    fn lease_left(&self) -> Duration {
+        self.lease_end
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Send a message about the lease until the server decides it: a transient failure (no
+    /// answer, a timeout, `5xx`, `408`, `429`) is retried (every runner message is idempotent:
+    /// the same tuple and content again is `acknowledged` if the first one committed) after a
+    /// backoff with jitter, or the answer's `Retry-After` if longer, and a rejoin. There is no
+    /// deadline: log chunks, artifacts and the result are delivered after an outage however long
+    /// (the result even after the lease ran out: it is then acknowledged if it committed, or
+    /// kept as a late observation). The answer, or the error that is a decision (a rejection,
+    /// another 4xx).
     async fn deliver<T, F, Fut>(&self, what: &str, call: F) -> Result<T, CallError>
     where
         F: Fn(TupleBody) -> Fut,
@@ -194,11 +267,13 @@ impl JobContext {
     {
         let call = &call;
         (|| async move {
-            self.rejoin_if_disconnected().await;
+            // The rejoin's own failure changes nothing here: the call goes out and decides.
+            let _ = self.rejoin_if_disconnected().await;
             call(self.tuple()).await
         })
         .retry(delivery_backoff())
         .when(CallError::is_transient)
+        .adjust(|error, wait| wait.map(|wait| honour_retry_after(error, wait)))
         .notify(|error, _| self.on_error(what, error))
         .await
         .inspect_err(|error| self.on_error(what, error))
@@ -334,6 +409,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             None => free,
         }
         .min(crate::app::MAX_CLAIM_CAPACITY);
+        let claim_sent = Instant::now();
         match client.claim(want).await {
             Ok(leases) if !leases.is_empty() => {
                 idle = idle_backoff.build();
@@ -351,7 +427,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
                     let finished = finished.clone();
                     let results = results.clone();
                     tasks.spawn(async move {
-                        run_job(&config, job_client, &results, &run_id, lease).await;
+                        run_job(&config, job_client, &results, &run_id, lease, claim_sent).await;
                         finished.fetch_add(1, Ordering::SeqCst);
                         drop(slot);
                     });
@@ -458,7 +534,16 @@ async fn upload_logs(
     }
 }
 
-async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::Receiver<bool>) {
+/// Renew the lease every `heartbeat_interval` until the job is done or its lease revoked.
+async fn heartbeats(
+    ctx: Arc<JobContext>,
+    request_timeout: Duration,
+    mut done: watch::Receiver<bool>,
+) {
+    let ttl = Duration::from_millis(ctx.lease.lease_ttl_ms);
+    let interval = heartbeat_interval(ttl);
+    // One attempt never outlasts a third of the lease, so a hung request leaves time to retry.
+    let timeout = request_timeout.min(ttl / 3).max(Duration::from_millis(50));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -467,25 +552,73 @@ async fn heartbeats(ctx: Arc<JobContext>, interval: Duration, mut done: watch::R
         if *done.borrow() || matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
             return;
         }
-        let connected = *ctx.connected_tx.borrow();
-        if connected && ctx.reporting.load(Ordering::SeqCst) {
-            continue;
+        if !renew(&ctx, ttl, timeout, &mut done).await {
+            return;
         }
-        if connected {
-            match ctx.client.heartbeat(&ctx.tuple()).await {
-                Ok(answer) => {
-                    if answer.cancel_requested {
-                        ctx.stop(Stop::Cancel);
+    }
+}
+
+/// One renewal: after lost contact a rejoin first (obeyed), then the heartbeat. What gets no
+/// decision is retried with backoff, honouring `Retry-After`, while the lease can still be valid
+/// by the runner's reckoning; past it, the next interval tries again (the server decides). Whether
+/// the heartbeats go on (`false`: the lease was revoked, or the job is done).
+async fn renew(
+    ctx: &JobContext,
+    ttl: Duration,
+    timeout: Duration,
+    done: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut waits = heartbeat_backoff(ttl).build();
+    loop {
+        let error = match ctx.rejoin_within(Some(timeout)).await {
+            // No decision on the rejoin (already noted): retry below.
+            Err(error) => error,
+            Ok(()) if matches!(ctx.stopped(), Some(Stop::Revoked(_))) => return false,
+            Ok(()) => {
+                let sent = Instant::now();
+                match ctx.client.within(timeout).heartbeat(&ctx.tuple()).await {
+                    Ok(answer) => {
+                        ctx.renewed(sent);
+                        if answer.cancel_requested {
+                            ctx.stop(Stop::Cancel);
+                        }
+                        return true;
+                    }
+                    Err(error) if !error.is_transient() && ctx.reporting.load(Ordering::SeqCst) => {
+                        // The result's own answer decides (a committed result ends the lease).
+                        tracing::debug!(job = %ctx.lease.job, %error, "heartbeat while reporting");
+                        return false;
+                    }
+                    Err(error) => {
+                        ctx.on_error("heartbeat", &error);
+                        if !error.is_transient() {
+                            // A rejection stops the work at once; another 4xx is not retried.
+                            return !matches!(ctx.stopped(), Some(Stop::Revoked(_)));
+                        }
+                        error
                     }
                 }
-                Err(error) => ctx.on_error("heartbeat", &error),
             }
+        };
+        // Retry while the lease can still be valid; the last retry goes out before its end.
+        let left = ctx.lease_left();
+        let wait = honour_retry_after(&error, waits.next().unwrap_or(ttl));
+        let wait = if wait < left {
+            wait
         } else {
-            // Back after lost contact: rejoin with the original tuple and obey.
-            ctx.rejoin_if_disconnected().await;
-            if matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
-                return;
+            let margin = heartbeat_interval(ttl) / 10;
+            if left <= margin {
+                tracing::warn!(job = %ctx.lease.job, "the lease may have ended: no decision from the control plane within it");
+                return true;
             }
+            left - margin
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = done.changed() => return false,
+        }
+        if *done.borrow() {
+            return false;
         }
     }
 }
@@ -586,8 +719,10 @@ async fn run_job(
     results: &ResultSender,
     run_id: &str,
     lease: LeaseBody,
+    claim_sent: Instant,
 ) {
     let (stop_tx, mut stop_rx) = watch::channel(None);
+    let lease_end = claim_sent + Duration::from_millis(lease.lease_ttl_ms);
     let (connected_tx, _) = watch::channel(true);
     let ctx = Arc::new(JobContext {
         client,
@@ -596,6 +731,7 @@ async fn run_job(
         connected_tx,
         reporting: AtomicBool::new(false),
         rejoining: tokio::sync::Mutex::new(()),
+        lease_end: Mutex::new(lease_end),
     });
     let lease = &ctx.lease;
     // The workspace is keyed by (run, job, lease).
@@ -616,8 +752,7 @@ async fn run_job(
     };
     let uploader = tokio::spawn(upload_logs(ctx.clone(), log_rx, queued));
     let (done_tx, done_rx) = watch::channel(false);
-    let interval = Duration::from_millis((lease.lease_ttl_ms / 3).max(100));
-    let heartbeat = tokio::spawn(heartbeats(ctx.clone(), interval, done_rx));
+    let heartbeat = tokio::spawn(heartbeats(ctx.clone(), config.request_timeout, done_rx));
 
     sink.line(&format!(
         "job {} attempt {} fence {} slot {} token {} source {} ({})",
@@ -803,5 +938,31 @@ async fn run_job(
     .await;
     if !matches!(removed, Ok(Ok(()))) {
         tracing::warn!(job = %lease.job, "could not remove the job's workspace");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_every_sixth_of_the_lease_and_a_retry_after_only_lengthens_a_wait() {
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(30)),
+            Duration::from_secs(5)
+        );
+        let unavailable = |seconds: Option<u64>| CallError::Http {
+            status: 503,
+            code: "database_unavailable".into(),
+            message: String::new(),
+            retry_after: seconds.map(Duration::from_secs),
+        };
+        let backoff = Duration::from_millis(300);
+        assert_eq!(honour_retry_after(&unavailable(None), backoff), backoff);
+        assert_eq!(
+            honour_retry_after(&unavailable(Some(2)), backoff),
+            Duration::from_secs(2)
+        );
+        assert_eq!(honour_retry_after(&unavailable(Some(0)), backoff), backoff);
     }
 }

@@ -30,18 +30,31 @@ pub enum CallError {
         status: u16,
         code: String,
         message: String,
+        /// The answer's `Retry-After`, when it gave one in seconds (an HTTP date is ignored: it
+        /// would compare the runner's clock with the server's).
+        retry_after: Option<Duration>,
     },
 }
 
 impl CallError {
-    /// Whether the call may succeed if sent again: no answer, or an answer that says the
-    /// server could not decide now (`503`: the database is unavailable or the request timed
-    /// out; `502`/`504` from a proxy; `408`; `429`). The outcome of such a call is unknown.
+    /// Whether the call may succeed if sent again: no answer (refused or reset connection, a
+    /// timeout), or an answer that says the server did not decide now: any `5xx` (`503`: the
+    /// database is unavailable or the request timed out; `500`: the server failed, possibly
+    /// after committing; `502`/`504` from a proxy), `408`, `429`. The outcome of such a call is
+    /// unknown. Every other `4xx` is a decision and is not retried.
     pub fn is_transient(&self) -> bool {
         match self {
             CallError::Network(_) => true,
-            CallError::Http { status, .. } => matches!(status, 408 | 429 | 502 | 503 | 504),
+            CallError::Http { status, .. } => matches!(status, 408 | 429 | 500..=599),
             CallError::Rejected { .. } => false,
+        }
+    }
+
+    /// How long the server asked to be left alone (`Retry-After` in seconds), if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CallError::Http { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 
@@ -59,11 +72,20 @@ fn network(error: reqwest::Error) -> CallError {
     CallError::Network(error.to_string())
 }
 
+/// The longest `Retry-After` taken at its word: a larger value is read as this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 async fn check(response: reqwest::Response) -> Result<reqwest::Response, CallError> {
     let status = response.status();
     if status.is_success() {
         return Ok(response);
     }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(|seconds| Duration::from_secs(seconds).min(MAX_RETRY_AFTER));
     let bytes = response.bytes().await.map_err(network)?;
     match serde_json::from_slice::<ErrorBody>(&bytes) {
         Ok(body) if body.verdict.as_deref() == Some("rejected") => Err(CallError::Rejected {
@@ -74,11 +96,13 @@ async fn check(response: reqwest::Response) -> Result<reqwest::Response, CallErr
             status: status.as_u16(),
             code: body.error.code,
             message: body.error.message,
+            retry_after,
         }),
         Err(_) => Err(CallError::Http {
             status: status.as_u16(),
             code: "unknown".into(),
             message: String::from_utf8_lossy(&bytes).into_owned(),
+            retry_after,
         }),
     }
 }
@@ -106,6 +130,8 @@ pub struct Http {
     token: String,
     /// Sent with every request as `Leasewright-Test-Time` when set (test mode only).
     test_time: Option<TestTime>,
+    /// Each request's timeout, when shorter than the client's own ([`Http::within`]).
+    timeout: Option<Duration>,
 }
 
 /// A replay's own time, shared by the clients of one trace and sent with each of their requests
@@ -161,6 +187,7 @@ impl Http {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             test_time: None,
+            timeout: None,
         })
     }
 
@@ -171,6 +198,7 @@ impl Http {
             base: self.base.clone(),
             token: token.to_owned(),
             test_time: self.test_time.clone(),
+            timeout: self.timeout,
         }
     }
 
@@ -183,9 +211,22 @@ impl Http {
         }
     }
 
-    /// The request with its bearer token and, when set, its test time.
+    /// The same client (and connection pool) giving each request at most `timeout` (never more
+    /// than the client's own timeout).
+    pub fn within(&self, timeout: Duration) -> Self {
+        Self {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// The request with its bearer token, its timeout when set and, when set, its test time.
     fn with_headers(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         let request = request.bearer_auth(&self.token);
+        let request = match self.timeout {
+            Some(timeout) => request.timeout(timeout),
+            None => request,
+        };
         match self.test_time.as_ref().and_then(TestTime::get) {
             Some(at) => request.header(
                 crate::wire::TEST_TIME_HEADER,
@@ -269,6 +310,13 @@ impl RunnerClient {
         Ok(Self {
             http: Http::new(base, token, timeout)?,
         })
+    }
+
+    /// The same client (and connection pool) giving each request at most `timeout`.
+    pub fn within(&self, timeout: Duration) -> Self {
+        Self {
+            http: self.http.within(timeout),
+        }
     }
 
     /// `claim`: the leases granted (empty when `no_queued_job`).
@@ -576,6 +624,7 @@ impl OperatorClient {
                 status: 400,
                 code: "bad_request".into(),
                 message: "an artifact name cannot be . or ..".into(),
+                retry_after: None,
             });
         }
         let name = path_segment(name);
@@ -659,5 +708,41 @@ fn page_path(path: &str, after: Option<i64>, limit: Option<i64>) -> String {
         path.to_owned()
     } else {
         format!("{path}?{}", query.join("&"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallError;
+    use std::time::Duration;
+
+    fn http(status: u16, retry_after: Option<u64>) -> CallError {
+        CallError::Http {
+            status,
+            code: "x".into(),
+            message: String::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn no_answer_any_5xx_408_and_429_are_retried_and_decisions_are_not() {
+        assert!(CallError::Network("reset".into()).is_transient());
+        for status in [408, 429, 500, 502, 503, 504, 599] {
+            assert!(http(status, None).is_transient(), "{status}");
+        }
+        for status in [400, 401, 404, 409, 413, 415, 422] {
+            assert!(!http(status, None).is_transient(), "{status}");
+        }
+        let rejected = CallError::Rejected {
+            code: "lease_expired".into(),
+            instruction: None,
+        };
+        assert!(!rejected.is_transient());
+        assert_eq!(
+            http(503, Some(2)).retry_after(),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(rejected.retry_after(), None);
     }
 }

@@ -36,7 +36,7 @@ pub struct LeaseBody {
     pub lease_id: Uuid,
     pub fence: i64,
     pub lease_expiry: DateTime<Utc>,
-    /// The server's lease time-to-live, in milliseconds (heartbeat at a third of it).
+    /// The server's lease time-to-live, in milliseconds (the runner heartbeats every sixth of it).
     pub lease_ttl_ms: u64,
     pub source_revision: String,
     /// The manifest digest of the source identity.

@@ -52,6 +52,56 @@ pub enum SuiteName {
     All,
 }
 
+/// A class of traces a driver may be unable to replay (`--skip`), one per [`LeftOut`] reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SkipClass {
+    /// Several jobs on one target slot.
+    SharedSlots,
+    /// The outsider project's own jobs.
+    OutsiderJobs,
+    /// The side effects of R8.
+    SideEffects,
+    /// Probes naming a runner, job or attempt no one created.
+    UnknownIds,
+}
+
+impl SkipClass {
+    /// The reason a driver gives for leaving out a trace of this class.
+    fn reason(self) -> LeftOut {
+        match self {
+            SkipClass::SharedSlots => LeftOut::SharedSlot,
+            SkipClass::OutsiderJobs => LeftOut::OutsiderJobs,
+            SkipClass::SideEffects => LeftOut::SideEffects,
+            SkipClass::UnknownIds => LeftOut::UnknownIdentity,
+        }
+    }
+
+    /// The class of traces left out for `reason` (its `--skip` value).
+    pub(crate) fn of(reason: LeftOut) -> SkipClass {
+        [
+            SkipClass::SharedSlots,
+            SkipClass::OutsiderJobs,
+            SkipClass::SideEffects,
+            SkipClass::UnknownIds,
+        ]
+        .into_iter()
+        .find(|class| class.reason() == reason)
+        .expect("every reason has a class")
+    }
+
+    /// The `--skip` value of this class.
+    pub(crate) fn name(self) -> String {
+        self.to_possible_value()
+            .expect("no class is hidden")
+            .get_name()
+            .to_owned()
+    }
+}
+
+/// Exit code of a run whose driver left out traces of a class the user did not `--skip`: the
+/// suite asked for them and they were not replayed (docs/ci.md).
+pub const EXIT_INCOMPLETE: i32 = 3;
+
 #[derive(Args, Debug)]
 pub struct ConformArgs {
     /// The PostgreSQL to run against. Default: $DATABASE_URL (which keeps the password off the
@@ -116,6 +166,10 @@ pub struct ConformArgs {
     /// like any other), for example `--mutant ConflictOverwrites`; names in docs/conformance.md.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["mutants", "http"])]
     mutant: Option<String>,
+    /// A class of traces the driver may leave out without failing the run (repeat for several).
+    /// A driver that leaves out a class not named here fails the run with exit 3 (docs/ci.md).
+    #[arg(long = "skip", value_enum, value_name = "CLASS")]
+    skip: Vec<SkipClass>,
     /// Run only shard I of N (I from 1).
     #[arg(long, default_value = "1/1")]
     shard: Shard,

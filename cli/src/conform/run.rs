@@ -88,8 +88,19 @@ pub(super) async fn run_suite<D: SuiteDriver>(
         statements: &statements,
         not_compared: &driver.not_compared(),
     };
+    let unskipped: Vec<(SkipClass, usize)> = left_out
+        .iter()
+        .map(|(why, n)| (SkipClass::of(*why), *n))
+        .filter(|(class, _)| !args.skip.contains(class))
+        .collect();
     if args.json {
-        let doc = summary.to_json(&driver.name());
+        let mut doc = summary.to_json(&driver.name());
+        doc["left_out"] = left_out
+            .iter()
+            .map(|(why, n)| (SkipClass::of(*why).name(), serde_json::Value::from(*n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        doc["left_out_unskipped"] = unskipped.iter().map(|(class, _)| class.name()).collect();
         crate::output::print_json(&doc)?;
     } else {
         print!("{}", summary.render(&driver.heading()));
@@ -106,6 +117,23 @@ pub(super) async fn run_suite<D: SuiteDriver>(
     if let Some(failure) = property.as_ref().and_then(|p| p.failure.as_ref()) {
         report_property_failure(args, driver.as_ref(), &property_model, failure)?;
         return Ok(1);
+    }
+    if !unskipped.is_empty() {
+        let classes: Vec<String> = unskipped
+            .iter()
+            .map(|(class, n)| format!("{} ({n} traces)", class.name()))
+            .collect();
+        let flags: Vec<String> = unskipped
+            .iter()
+            .map(|(class, _)| format!("--skip {}", class.name()))
+            .collect();
+        eprintln!(
+            "error: incomplete: this driver left out traces the suite asked for: {}; the run \
+             proves nothing about them. To accept that, name them: {}",
+            classes.join(", "),
+            flags.join(" ")
+        );
+        return Ok(EXIT_INCOMPLETE);
     }
     Ok(0)
 }

@@ -133,6 +133,74 @@ pub fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// A TCP proxy between the server and PostgreSQL that can make the database unreachable: every
+/// open connection cut, every new one closed at once (so each call in flight and each new one
+/// fails: `503 database_unavailable`).
+pub struct DatabaseProxy {
+    pub addr: std::net::SocketAddr,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl DatabaseProxy {
+    pub async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accept = {
+            let (down, links) = (down.clone(), links.clone());
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if down.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let upstream = upstream.clone();
+                    let link = tokio::spawn(async move {
+                        if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    links.lock().unwrap().push(link.abort_handle());
+                }
+            })
+        };
+        Self {
+            addr,
+            down,
+            links,
+            _accept: accept,
+        }
+    }
+
+    /// The database unreachable until [`DatabaseProxy::up`].
+    pub fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    pub fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `url` (`postgres://user@host:port/db`) split into the address and the URL through `via`.
+pub fn proxied_url(url: &str, via: std::net::SocketAddr) -> (String, String) {
+    let scheme_end = url.find("://").unwrap() + 3;
+    let authority_start = url[scheme_end..]
+        .find('@')
+        .map_or(scheme_end, |at| scheme_end + at + 1);
+    let authority_end = authority_start + url[authority_start..].find('/').unwrap();
+    let upstream = url[authority_start..authority_end].to_owned();
+    let proxied = format!("{}{via}{}", &url[..authority_start], &url[authority_end..]);
+    (upstream, proxied)
+}
+
 // -------------------------------------------------------------------------------------------
 // Every route of the router (server/src/app/mod.rs), with what it takes. server/tests/bad_input.rs
 // checks that this table is exactly the router's routes and docs/http.md's.
