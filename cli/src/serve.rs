@@ -177,21 +177,37 @@ enum OpCommand {
     Project { name: String },
     /// Create a runner of a project; prints its token (shown once).
     Runner { project: uuid::Uuid, name: String },
-    /// Submit a job with a directory as its source; prints the job id.
+    /// Submit a job with a git revision (`--git`) or a directory (`--dir`) as its source; prints
+    /// the job id.
+    #[command(group(clap::ArgGroup::new("source").required(true).args(["git", "dir"])))]
     Submit {
         project: uuid::Uuid,
-        /// The source directory (snapshotted deterministically; .git is left out).
-        #[arg(long)]
-        dir: PathBuf,
+        /// The source: `git archive` of this revision (a commit, branch, tag, `HEAD`...) of the
+        /// repository (--repo), recording the revision's commit id as the job's source revision.
+        /// Only what the commit tracks is sent (no ignored or untracked files, no .git).
+        #[arg(long, value_name = "REV")]
+        git: Option<String>,
+        /// The repository of --git (default: the current directory).
+        #[arg(long, value_name = "DIR", requires = "git")]
+        repo: Option<PathBuf>,
+        /// The source: every regular file under this directory, except its top-level .git
+        /// (.gitignore is not read: build outputs are sent too; prefer --git in a repository).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
         /// The shell command.
         #[arg(long)]
         command: String,
-        /// The git revision (default: `git rev-parse HEAD` in the directory, else `unversioned`).
-        #[arg(long)]
+        /// The source revision recorded with --dir (default: `git rev-parse HEAD` in the
+        /// directory, else `unversioned`).
+        #[arg(long, conflicts_with = "git")]
         revision: Option<String>,
         /// A file (relative to the source) to upload as an artifact; repeatable.
         #[arg(long = "artifact")]
         artifacts: Vec<String>,
+        /// The target slot the job deploys to (default: its own slot, named by the job id); one
+        /// global namespace: a slot shared by jobs of several projects has one kind.
+        #[arg(long, value_name = "SLOT")]
+        target: Option<String>,
         /// fenced, idempotent or unfenced.
         #[arg(long, default_value = "unfenced")]
         target_kind: String,
@@ -257,6 +273,46 @@ enum OpCommand {
     },
 }
 
+/// `git -C repo ARGS`: its stdout, or an error with git's own message.
+fn git(repo: &std::path::Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|error| anyhow::anyhow!("cannot run git: {error}"))?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "git {} in {} failed: {}",
+            args.join(" "),
+            repo.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output.stdout)
+}
+
+/// The commit id of `rev` in `repo`, and `git archive --format=tar.gz` of that commit.
+fn git_source(repo: &std::path::Path, rev: &str) -> anyhow::Result<(String, Vec<u8>)> {
+    if rev.is_empty() || rev.starts_with('-') {
+        anyhow::bail!("--git {rev:?} is not a revision");
+    }
+    let commit = git(
+        repo,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{rev}^{{commit}}"),
+        ],
+    )
+    .map_err(|_| anyhow::anyhow!("--git {rev:?} names no commit in {}", repo.display()))?;
+    let commit = String::from_utf8(commit)?.trim().to_owned();
+    let archive = git(repo, &["archive", "--format=tar.gz", &commit])?;
+    Ok((commit, archive))
+}
+
 fn git_revision(dir: &std::path::Path) -> String {
     std::process::Command::new("git")
         .arg("-C")
@@ -301,20 +357,42 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
             )),
             OpCommand::Submit {
                 project,
+                git: rev,
+                repo,
                 dir,
                 command,
                 revision,
                 artifacts,
+                target,
                 target_kind,
             } => {
-                let snapshot = leasewright_server::source::snapshot_dir(&dir)?;
+                let (source_revision, archive) = match (rev, dir) {
+                    (Some(rev), _) => {
+                        match git_source(repo.as_deref().unwrap_or(std::path::Path::new(".")), &rev)
+                        {
+                            Ok(source) => source,
+                            Err(error) => {
+                                eprintln!("leasewright op submit: {error:#}");
+                                return Ok(2);
+                            }
+                        }
+                    }
+                    (None, Some(dir)) => {
+                        let snapshot = leasewright_server::source::snapshot_dir(&dir)?;
+                        (
+                            revision.unwrap_or_else(|| git_revision(&dir)),
+                            snapshot.archive,
+                        )
+                    }
+                    (None, None) => unreachable!("clap requires --git or --dir"),
+                };
                 let request = SubmitJobRequest {
                     command,
-                    source_revision: revision.unwrap_or_else(|| git_revision(&dir)),
+                    source_revision,
                     source_archive_base64: base64::engine::general_purpose::STANDARD
-                        .encode(&snapshot.archive),
+                        .encode(&archive),
                     artifacts,
-                    target: None,
+                    target,
                     target_kind: Some(target_kind),
                 };
                 let submitted = client.submit(project, &request).await?;

@@ -1006,3 +1006,170 @@ async fn a_runner_that_reconnects_before_its_lease_expired_is_told_to_continue_a
     assert_eq!(body.fence, 1);
     assert!(logs(&f, job_id).await.contains("done"));
 }
+
+/// `git -C dir ARGS` (no user or system configuration), its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .expect("git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `leasewright op ARGS` against `url`: its exit code, stdout and stderr.
+fn op_status(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["op", "--server", url, "--operator-token", OPERATOR])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("leasewright op");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Issue 30's "done when": a repository snapshot made with `git archive` runs end to end through
+/// `op submit --git` and a real runner; only what the commit holds is sent (not an uncommitted
+/// edit, an untracked or an ignored file), its commit id is the source revision, and `--target`
+/// names the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_revision_submitted_with_op_submit_git_runs_on_a_runner() {
+    let (_db, server) = start_server().await;
+    let f = fixture(&server).await;
+    let repo = tempfile::tempdir().unwrap();
+    let long = format!("docs/{}.txt", "n".repeat(196)); // a PAX `path` record in git archive
+    std::fs::create_dir_all(repo.path().join("docs")).unwrap();
+    std::fs::write(repo.path().join(&long), "long name\n").unwrap();
+    std::fs::write(
+        repo.path().join("build.sh"),
+        "echo committed build; cat docs/n*; \
+         test ! -e untracked.txt && test ! -e build.log && echo clean > out.txt\n",
+    )
+    .unwrap();
+    std::fs::write(repo.path().join(".gitignore"), "*.log\n").unwrap();
+    git(repo.path(), &["init", "-q"]);
+    git(repo.path(), &["add", "."]);
+    git(repo.path(), &["commit", "-q", "-m", "first"]);
+    let commit = git(repo.path(), &["rev-parse", "HEAD"]).trim().to_owned();
+    // The work tree moves on: none of this is the revision.
+    std::fs::write(repo.path().join("build.sh"), "echo uncommitted; exit 1\n").unwrap();
+    std::fs::write(repo.path().join("untracked.txt"), "u").unwrap();
+    std::fs::write(repo.path().join("build.log"), "ignored").unwrap();
+
+    let url = server.url();
+    let project = f.project.to_string();
+    let repo_dir = repo.path().to_str().unwrap().to_owned();
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let (url, project, repo_dir) = (url.clone(), project.clone(), repo_dir.clone());
+        move || {
+            op_status(
+                &url,
+                &[
+                    "submit",
+                    &project,
+                    "--git",
+                    "HEAD",
+                    "--repo",
+                    &repo_dir,
+                    "--command",
+                    "sh build.sh",
+                    "--artifact",
+                    "out.txt",
+                    "--target",
+                    "shared-slot",
+                ],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    let job_id: Uuid = out.trim().parse().unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let mut runner = runner_process(&url, &f.token, work.path(), &["--max-jobs", "1"]);
+    let status =
+        tokio::task::spawn_blocking(move || wait_exit(&mut runner.0, Duration::from_secs(60)))
+            .await
+            .unwrap();
+    assert!(status.success());
+    let body = job(&f, job_id).await;
+    assert_eq!(body.state, "passed", "{}", logs(&f, job_id).await);
+    assert_eq!(body.source_revision, commit);
+    assert_eq!(body.target, "shared-slot");
+    let log = logs(&f, job_id).await;
+    assert!(log.contains("committed build"), "{log}");
+    assert!(log.contains("long name"), "{log}");
+    assert!(!log.contains("uncommitted"), "{log}");
+    assert_eq!(
+        f.operator
+            .artifact(f.project, job_id, "out.txt")
+            .await
+            .unwrap(),
+        b"clean\n"
+    );
+
+    // What no runner could extract is refused at submission, naming the path; a revision that
+    // is no commit is a usage error. Both exit 2 and submit nothing.
+    std::os::unix::fs::symlink("build.sh", repo.path().join("link.sh")).unwrap();
+    git(repo.path(), &["add", "link.sh"]);
+    git(repo.path(), &["commit", "-q", "-m", "a link"]);
+    let (code, _, err) = tokio::task::spawn_blocking({
+        let (url, project, repo_dir) = (url.clone(), project.clone(), repo_dir.clone());
+        move || {
+            op_status(
+                &url,
+                &[
+                    "submit",
+                    &project,
+                    "--git",
+                    "HEAD",
+                    "--repo",
+                    &repo_dir,
+                    "--command",
+                    "true",
+                ],
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("invalid_source") && err.contains("link.sh"),
+        "{err}"
+    );
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        op_status(
+            &url,
+            &[
+                "submit",
+                &project,
+                "--git",
+                "no-such-rev",
+                "--repo",
+                &repo_dir,
+                "--command",
+                "true",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no-such-rev"), "{err}");
+    assert_eq!(f.operator.jobs(f.project).await.unwrap().len(), 1);
+}

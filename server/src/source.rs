@@ -6,31 +6,56 @@
 //! its **manifest digest** is the SHA-256 over the sorted `(path, mode, file sha256)` lines (see
 //! [`manifest_digest`]). The job's source identity is (git revision, manifest digest).
 //!
-//! Extraction is bounded: only regular files and directories, relative paths without `..`, no
-//! links of any kind, no device files, no duplicate paths, limits on file count, file size and
-//! total size. Nothing is ever written outside the destination directory.
+//! Reading an archive (a submission, or a runner's extraction) is bounded and refuses anything a
+//! runner could not extract: only regular files and directories, relative paths without `..`,
+//! names of at most [`MAX_NAME_BYTES`] and paths of at most [`MAX_PATH_BYTES`] bytes, UTF-8
+//! without NUL, no links of any kind, no device files, no duplicate paths, no path that is a file
+//! and a directory at once (`a` and `a/b`), limits on file count, content size and the size of the
+//! decompressed stream. PAX headers (global and per file) and GNU long names are metadata, not
+//! files. A gzip member's trailer (CRC-32 and length) is verified and nothing may follow it.
+//! Nothing is ever written outside the destination directory.
 
-use flate2::read::GzDecoder;
+use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::{Compression, GzBuilder};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Component, Path, PathBuf};
+
+/// The longest name (one path component) a source file may have, in bytes: Linux's `NAME_MAX`.
+pub const MAX_NAME_BYTES: usize = 255;
+/// The longest path (relative to the workspace) a source file may have, in bytes: Linux's
+/// `PATH_MAX`.
+pub const MAX_PATH_BYTES: usize = 4096;
 
 /// Why a tree or an archive was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("archive entry {0:?} has an absolute path or leaves the workspace")]
     EscapingPath(String),
+    #[error("archive entry {0:?} has a name that is not UTF-8 or holds a NUL byte")]
+    UnsupportedName(String),
+    #[error("archive entry {0:?} has a name longer than {MAX_NAME_BYTES} bytes")]
+    NameTooLong(String),
+    #[error("archive entry {0:?} has a path longer than {MAX_PATH_BYTES} bytes")]
+    PathTooLong(String),
     #[error("archive entry {0:?} is a link or a special file; only regular files and directories are allowed")]
     ForbiddenEntryType(String),
     #[error("archive entry {0:?} appears twice")]
     DuplicatePath(String),
+    #[error(
+        "archive entry {path:?} collides with {other:?}: a path cannot be a file and a directory"
+    )]
+    PathConflict { path: String, other: String },
     #[error("the archive has more than {0} files")]
     TooManyFiles(usize),
     #[error("the archive's content is larger than {0} bytes")]
     TooLarge(u64),
+    #[error("the archive expands to more than {0} bytes")]
+    ExpandsTooLarge(u64),
+    #[error("the gzip stream is corrupt: {0}")]
+    CorruptGzip(String),
     #[error("the archive's blob digest is {actual}, the leased source names {expected}")]
     BlobDigestMismatch { expected: String, actual: String },
     #[error("the extracted manifest digest is {actual}, the leased source identity is {expected}")]
@@ -45,18 +70,78 @@ pub enum SourceError {
     Io(#[from] std::io::Error),
 }
 
+impl SourceError {
+    /// The stable name of the extraction rule an archive broke (docs/http.md, `invalid_source`).
+    pub fn rule(&self) -> &'static str {
+        match self {
+            SourceError::EscapingPath(_) => "unsafe_path",
+            SourceError::UnsupportedName(_) | SourceError::NonUtf8Path(_) => "unsupported_name",
+            SourceError::NameTooLong(_) => "name_too_long",
+            SourceError::PathTooLong(_) => "path_too_long",
+            SourceError::ForbiddenEntryType(_) | SourceError::UnsupportedFile(_) => {
+                "forbidden_entry"
+            }
+            SourceError::DuplicatePath(_) => "duplicate_path",
+            SourceError::PathConflict { .. } => "path_conflict",
+            SourceError::TooManyFiles(_) => "too_many_files",
+            SourceError::TooLarge(_) => "too_large",
+            SourceError::ExpandsTooLarge(_) => "expands_too_large",
+            SourceError::CorruptGzip(_) => "corrupt_gzip",
+            SourceError::BlobDigestMismatch { .. } | SourceError::ManifestDigestMismatch { .. } => {
+                "digest_mismatch"
+            }
+            SourceError::Malformed(_) | SourceError::Io(_) => "malformed",
+        }
+    }
+
+    /// The offending path, when the refusal is about one entry.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            SourceError::EscapingPath(path)
+            | SourceError::UnsupportedName(path)
+            | SourceError::NameTooLong(path)
+            | SourceError::PathTooLong(path)
+            | SourceError::ForbiddenEntryType(path)
+            | SourceError::DuplicatePath(path)
+            | SourceError::PathConflict { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+}
+
 /// Limits of an extraction.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_files: usize,
+    /// The most bytes the files' contents may add up to (as their headers announce them).
     pub max_total_bytes: u64,
+    /// The most bytes the decompressed tar stream may have (headers, PAX records, long names,
+    /// padding and contents): reading stops there.
+    pub max_expanded_bytes: u64,
 }
 
+const MIB: u64 = 1024 * 1024;
+
 impl Default for Limits {
+    /// A runner's limits: 10 000 files, 256 MiB of content, 320 MiB expanded (room for the
+    /// headers and long names of a snapshot of 10 000 files the server accepted).
     fn default() -> Self {
         Self {
             max_files: 10_000,
-            max_total_bytes: 256 * 1024 * 1024,
+            max_total_bytes: 256 * MIB,
+            max_expanded_bytes: 320 * MIB,
+        }
+    }
+}
+
+impl Limits {
+    /// A submission's limits (the server holds a submission in memory while it re-snapshots
+    /// it): 10 000 files, and 64 MiB decompressed, contents and metadata together.
+    pub const fn submission() -> Self {
+        Self {
+            max_files: 10_000,
+            max_total_bytes: 64 * MIB,
+            max_expanded_bytes: 64 * MIB,
         }
     }
 }
@@ -191,85 +276,325 @@ pub fn snapshot_dir(root: &Path) -> Result<Snapshot, SourceError> {
     build_snapshot(files)
 }
 
-/// The checked relative path of an archive entry.
+/// What consumes a file's content while an archive is read: given the path, the normalized mode,
+/// the size and the content, it answers the content's SHA-256.
+type Sink<'a> = dyn FnMut(&str, u32, u64, &mut dyn Read) -> Result<String, SourceError> + 'a;
+
+/// The files an archive holds: path → (mode, SHA-256 of the content).
+type Manifest = BTreeMap<String, (u32, String)>;
+
+/// `raw` as shown in an error: lossy UTF-8, cut after [`MAX_PATH_BYTES`] bytes.
+fn shown(raw: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(&raw[..raw.len().min(MAX_PATH_BYTES)]).into_owned();
+    if raw.len() > MAX_PATH_BYTES {
+        text.push('…');
+    }
+    text
+}
+
+/// The checked relative path of an archive entry, normalized (`./a//b/` is `a/b`); empty for the
+/// root itself (`./`).
 fn checked_path(raw: &[u8]) -> Result<String, SourceError> {
-    let shown = String::from_utf8_lossy(raw).into_owned();
-    let text = std::str::from_utf8(raw).map_err(|_| SourceError::EscapingPath(shown.clone()))?;
-    let path = Path::new(text);
+    if raw.contains(&0) {
+        return Err(SourceError::UnsupportedName(shown(raw)));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| SourceError::UnsupportedName(shown(raw)))?;
     let mut parts = Vec::new();
-    for component in path.components() {
+    for component in Path::new(text).components() {
         match component {
-            Component::Normal(part) => parts.push(
-                part.to_str()
-                    .ok_or_else(|| SourceError::EscapingPath(shown.clone()))?,
-            ),
+            Component::Normal(part) => {
+                let part = part
+                    .to_str()
+                    .ok_or_else(|| SourceError::UnsupportedName(shown(raw)))?;
+                if part.len() > MAX_NAME_BYTES {
+                    return Err(SourceError::NameTooLong(shown(raw)));
+                }
+                parts.push(part);
+            }
             Component::CurDir => {}
             Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(SourceError::EscapingPath(shown))
+                return Err(SourceError::EscapingPath(shown(raw)))
             }
         }
     }
-    if parts.is_empty() {
-        return Err(SourceError::EscapingPath(shown));
+    let path = parts.join("/");
+    if path.len() > MAX_PATH_BYTES {
+        return Err(SourceError::PathTooLong(shown(raw)));
     }
-    Ok(parts.join("/"))
+    Ok(path)
 }
 
-/// What one bounded pass over an archive found. Directories are implied by file paths.
-fn read_entries<R: Read>(
-    reader: R,
+/// The paths an archive has claimed so far: a path is a file or a directory, never both, and a
+/// file is never claimed twice.
+#[derive(Default)]
+struct Claims {
+    files: Manifest,
+    /// Directories: those with an entry of their own and the parents of every claimed path.
+    dirs: BTreeSet<String>,
+}
+
+impl Claims {
+    /// Claim `path` as a file (`is_dir` false) or a directory.
+    fn claim(&mut self, path: &str, is_dir: bool) -> Result<(), SourceError> {
+        let conflict = |other: &str| SourceError::PathConflict {
+            path: path.to_owned(),
+            other: other.to_owned(),
+        };
+        if self.files.contains_key(path) {
+            return Err(if is_dir {
+                conflict(path)
+            } else {
+                SourceError::DuplicatePath(path.to_owned())
+            });
+        }
+        if !is_dir && self.dirs.contains(path) {
+            return Err(conflict(path));
+        }
+        let parents = path.match_indices('/').map(|(i, _)| &path[..i]);
+        for parent in parents.clone() {
+            if self.files.contains_key(parent) {
+                return Err(conflict(parent));
+            }
+        }
+        for parent in parents {
+            if !self.dirs.contains(parent) {
+                self.dirs.insert(parent.to_owned());
+            }
+        }
+        if is_dir {
+            self.dirs.insert(path.to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The decompressed stream of an archive: gzip (one member) or a plain tar.
+enum Decoded<R: BufRead> {
+    Gzip(GzDecoder<R>),
+    Plain(R),
+}
+
+impl<R: BufRead> Read for Decoded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Decoded::Gzip(decoder) => decoder.read(buf),
+            Decoded::Plain(reader) => reader.read(buf),
+        }
+    }
+}
+
+/// A reader that stops with an error past `limit` bytes (it reads at most one byte more, to
+/// tell a stream of exactly `limit` bytes from a longer one), and remembers why it failed.
+struct Bounded<R> {
+    inner: R,
+    /// Bytes read so far (never more than `limit`).
+    read: u64,
+    limit: u64,
+    exceeded: bool,
+    /// The first error of `inner`.
+    failed: Option<String>,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.exceeded {
+            return Err(std::io::Error::other("the archive expands past its limit"));
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let room = self.limit - self.read;
+        let want = usize::try_from(room).map_or(buf.len(), |room| buf.len().min(room.max(1)));
+        match self.inner.read(&mut buf[..want]) {
+            Ok(n) if n > 0 && room == 0 => {
+                self.exceeded = true;
+                Err(std::io::Error::other("the archive expands past its limit"))
+            }
+            Ok(n) => {
+                self.read += n as u64;
+                Ok(n)
+            }
+            Err(error) => {
+                if error.kind() != std::io::ErrorKind::Interrupted && self.failed.is_none() {
+                    self.failed = Some(error.to_string());
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(malformed)`
+fn malformed(error: std::io::Error) -> SourceError {
+    SourceError::Malformed(error.to_string())
+}
+
+/// PAX keywords that would change what an entry is (its name, its size, a sparse map): in a
+/// global header they would apply to every later entry, which our reader does not do, so an
+/// archive holding them there is refused rather than read differently from `tar`.
+fn changes_entries(key: &[u8]) -> bool {
+    matches!(key, b"path" | b"linkpath" | b"size") || key.starts_with(b"GNU.sparse")
+}
+
+/// The entries of the tar stream `stream`, checked; `sink` consumes each file's content and
+/// answers its SHA-256 (it is given the path, the normalized mode and the size). Directories are implied by file paths.
+fn read_tar<R: Read>(
+    stream: R,
     limits: Limits,
-    mut sink: impl FnMut(&str, u32, &mut dyn Read) -> Result<String, SourceError>,
-) -> Result<BTreeMap<String, (u32, String)>, SourceError> {
-    let mut archive = tar::Archive::new(GzDecoder::new(reader));
-    let mut seen: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    sink: &mut Sink<'_>,
+) -> Result<Manifest, SourceError> {
+    let mut archive = tar::Archive::new(stream);
+    let mut claims = Claims::default();
     let mut total: u64 = 0;
-    let entries = archive
-        .entries()
-        .map_err(|e| SourceError::Malformed(e.to_string()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| SourceError::Malformed(e.to_string()))?;
-        let raw_path = entry.path_bytes().into_owned();
-        let path = checked_path(&raw_path)?;
-        match entry.header().entry_type() {
-            tar::EntryType::Directory => continue,
+    for entry in archive.entries().map_err(malformed)? {
+        let mut entry = entry.map_err(malformed)?;
+        let entry_type = entry.header().entry_type();
+        if entry_type == tar::EntryType::XGlobalHeader {
+            // Metadata for the whole archive (`git archive` puts the commit id in `comment`).
+            let mut records = Vec::new();
+            entry.read_to_end(&mut records).map_err(malformed)?;
+            for record in tar::PaxExtensions::new(&records) {
+                let record = record.map_err(malformed)?;
+                if changes_entries(record.key_bytes()) {
+                    return Err(SourceError::Malformed(format!(
+                        "a global PAX header sets {:?} for every entry",
+                        String::from_utf8_lossy(record.key_bytes())
+                    )));
+                }
+            }
+            continue;
+        }
+        let path = checked_path(&entry.path_bytes())?;
+        if let Some(records) = entry.pax_extensions().map_err(malformed)? {
+            for record in records {
+                if record
+                    .map_err(malformed)?
+                    .key_bytes()
+                    .starts_with(b"GNU.sparse")
+                {
+                    return Err(SourceError::ForbiddenEntryType(path));
+                }
+            }
+        }
+        match entry_type {
+            tar::EntryType::Directory => {
+                if !path.is_empty() {
+                    claims.claim(&path, true)?;
+                }
+                continue;
+            }
             tar::EntryType::Regular | tar::EntryType::Continuous => {}
             _ => return Err(SourceError::ForbiddenEntryType(path)),
         }
-        if seen.contains_key(&path) {
-            return Err(SourceError::DuplicatePath(path));
+        if path.is_empty() {
+            return Err(SourceError::EscapingPath(shown(&entry.path_bytes())));
         }
-        if seen.len() >= limits.max_files {
+        claims.claim(&path, false)?;
+        if claims.files.len() >= limits.max_files {
             return Err(SourceError::TooManyFiles(limits.max_files));
         }
-        let size = entry
-            .header()
-            .size()
-            .map_err(|e| SourceError::Malformed(e.to_string()))?;
+        // The size after PAX records (`entry.size()`), not the header's field.
+        let size = entry.size();
         total = total.saturating_add(size);
         if total > limits.max_total_bytes {
             return Err(SourceError::TooLarge(limits.max_total_bytes));
         }
-        let mode = normalize_mode(
-            entry
-                .header()
-                .mode()
-                .map_err(|e| SourceError::Malformed(e.to_string()))?,
-        );
+        let mode = normalize_mode(entry.header().mode().map_err(malformed)?);
         // Never read more than the header announced (and the limit allows).
         let mut bounded = entry.take(size);
-        let sha = sink(&path, mode, &mut bounded)?;
-        seen.insert(path, (mode, sha));
+        let sha = sink(&path, mode, size, &mut bounded)?;
+        claims.files.insert(path, (mode, sha));
     }
-    Ok(seen)
+    Ok(claims.files)
+}
+
+/// What is left of the decompressed stream after the tar's end: zeros only (the end-of-archive
+/// blocks and the record padding `tar` and `git archive` write), read to its end so the gzip
+/// trailer is verified; and nothing after the gzip member.
+fn finish<R: BufRead>(stream: &mut Bounded<Decoded<R>>) -> Result<(), SourceError> {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut buffer).map_err(malformed)?;
+        if n == 0 {
+            break;
+        }
+        if buffer[..n].iter().any(|b| *b != 0) {
+            return Err(SourceError::Malformed(
+                "data after the end of the tar archive".into(),
+            ));
+        }
+    }
+    if let Decoded::Gzip(decoder) = &mut stream.inner {
+        if !decoder.get_mut().fill_buf().map_err(malformed)?.is_empty() {
+            return Err(SourceError::CorruptGzip(
+                "bytes after the end of the gzip member".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What one bounded pass over an archive (gzip-compressed or not) found, and how many
+/// decompressed bytes it read.
+fn read_entries_counted<R: BufRead>(
+    mut reader: R,
+    limits: Limits,
+    sink: &mut Sink<'_>,
+) -> (Result<Manifest, SourceError>, u64) {
+    let gzip = match reader.fill_buf() {
+        Ok([]) => {
+            return (
+                Err(SourceError::Malformed("the archive is empty".into())),
+                0,
+            )
+        }
+        Ok(head) => head.starts_with(&[0x1f, 0x8b]),
+        Err(error) => return (Err(error.into()), 0),
+    };
+    let mut stream = Bounded {
+        inner: if gzip {
+            Decoded::Gzip(GzDecoder::new(reader))
+        } else {
+            Decoded::Plain(reader)
+        },
+        read: 0,
+        limit: limits.max_expanded_bytes,
+        exceeded: false,
+        failed: None,
+    };
+    let result = read_tar(&mut stream, limits, sink).and_then(|files| {
+        finish(&mut stream)?;
+        Ok(files)
+    });
+    // A failure of the layers under the tar reader is what the tar reader saw as its error.
+    let result = result.map_err(|error| {
+        if stream.exceeded {
+            SourceError::ExpandsTooLarge(limits.max_expanded_bytes)
+        } else if let (true, Some(cause)) = (gzip, &stream.failed) {
+            SourceError::CorruptGzip(cause.clone())
+        } else {
+            error
+        }
+    });
+    (result, stream.read)
+}
+
+/// What one bounded pass over an archive found. Directories are implied by file paths.
+fn read_entries<R: BufRead>(
+    reader: R,
+    limits: Limits,
+    mut sink: impl FnMut(&str, u32, u64, &mut dyn Read) -> Result<String, SourceError>,
+) -> Result<Manifest, SourceError> {
+    read_entries_counted(reader, limits, &mut sink).0
 }
 
 /// Read an archive fully into memory under `limits` (used when a job is submitted): the files,
 /// ready for [`build_snapshot`].
 pub fn read_archive(bytes: &[u8], limits: Limits) -> Result<Vec<SourceFile>, SourceError> {
     let mut files = Vec::new();
-    read_entries(bytes, limits, |path, mode, reader| {
-        let mut content = Vec::new();
+    read_entries(bytes, limits, |path, mode, size, reader| {
+        // `size` is within the limits: no reallocation past it.
+        let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         reader.read_to_end(&mut content)?;
         let sha = sha256_hex(&content);
         files.push(SourceFile {
@@ -316,8 +641,8 @@ pub fn verify_and_extract(
         });
     }
     std::fs::create_dir_all(dest)?;
-    let file = std::fs::File::open(archive)?;
-    let seen = read_entries(file, limits, |path, mode, reader| {
+    let file = BufReader::new(std::fs::File::open(archive)?);
+    let seen = read_entries(file, limits, |path, mode, _, reader| {
         let target = dest.join(path);
         if let Some(parent) = target.parent() {
             // Every component was checked to be a normal name; no links are ever created, so
@@ -576,6 +901,7 @@ mod tests {
         let limits = Limits {
             max_files: 1,
             max_total_bytes: 1 << 20,
+            ..Limits::default()
         };
         assert!(matches!(
             read_archive(&snapshot.archive, limits),
@@ -584,6 +910,7 @@ mod tests {
         let limits = Limits {
             max_files: 10,
             max_total_bytes: 4,
+            ..Limits::default()
         };
         assert!(matches!(
             read_archive(&snapshot.archive, limits),
@@ -669,7 +996,6 @@ mod tests {
             (b"inside", tar::EntryType::Link, b"other"),
             (b"abs", tar::EntryType::Symlink, b"/etc/passwd"),
             (b"sparse", tar::EntryType::GNUSparse, b""),
-            (b"global", tar::EntryType::XGlobalHeader, b""),
         ] {
             let mut header = tar::Header::new_gnu();
             header.set_entry_type(entry_type);
@@ -695,6 +1021,21 @@ mod tests {
                 "{entry_type:?}: {error}"
             );
         }
+        // A global PAX header is metadata (issue 30: `git archive` starts with one), but one
+        // that would rename every entry is refused.
+        let error = extract(
+            &raw_archive(&[
+                (
+                    b"global",
+                    tar::EntryType::XGlobalHeader,
+                    b"17 path=/etc/evil\n",
+                    None,
+                ),
+                (b"innocent", tar::EntryType::Regular, b"x", None),
+            ]),
+            Limits::default(),
+        );
+        assert!(matches!(error, SourceError::Malformed(_)), "{error}");
         let error = extract(
             &raw_archive(&[(b"../d/", tar::EntryType::Directory, b"", None)]),
             Limits::default(),
@@ -704,7 +1045,7 @@ mod tests {
             &raw_archive(&[(b"a\xff", tar::EntryType::Regular, b"x", None)]),
             Limits::default(),
         );
-        assert!(matches!(error, SourceError::EscapingPath(_)), "{error}");
+        assert!(matches!(error, SourceError::UnsupportedName(_)), "{error}");
     }
 
     #[test]
@@ -786,6 +1127,119 @@ mod tests {
         assert!(matches!(
             extract(&archive, Limits::default()),
             SourceError::Malformed(_)
+        ));
+    }
+
+    /// A gzip of `head` followed by `zeros` zero bytes, written a block at a time.
+    fn gzip_with_zeros(head: &[u8], zeros: usize) -> Vec<u8> {
+        let mut encoder = GzBuilder::new().write(Vec::new(), Compression::best());
+        encoder.write_all(head).unwrap();
+        let block = [0u8; 4096];
+        for _ in 0..zeros / block.len() {
+            encoder.write_all(&block).unwrap();
+        }
+        encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn decompression_stops_at_the_expansion_limit() {
+        let limits = Limits {
+            max_expanded_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        // A one-file tar, then 16 MiB of zeros (what an end-of-archive padding looks like).
+        let snapshot = build_snapshot(files()).unwrap();
+        let mut tar_bytes = Vec::new();
+        GzDecoder::new(snapshot.archive.as_slice())
+            .read_to_end(&mut tar_bytes)
+            .unwrap();
+        let bomb = gzip_with_zeros(&tar_bytes, 16 << 20);
+        let (result, read) = read_entries_counted(bomb.as_slice(), limits, &mut |_, _, _, r| {
+            std::io::copy(r, &mut std::io::sink())?;
+            Ok(String::new())
+        });
+        assert!(
+            matches!(result, Err(SourceError::ExpandsTooLarge(n)) if n == 1 << 20),
+            "{result:?}"
+        );
+        // Read up to the limit, and not a byte past it.
+        assert!(read <= limits.max_expanded_bytes, "{read}");
+        assert!(read > limits.max_expanded_bytes - 64 * 1024, "{read}");
+        // The same tar with the zeros of a normal padding is read to its end.
+        let padded = gzip_with_zeros(&tar_bytes, 8192);
+        let (result, read) = read_entries_counted(padded.as_slice(), limits, &mut |_, _, _, r| {
+            std::io::copy(r, &mut std::io::sink())?;
+            Ok(String::new())
+        });
+        assert_eq!(result.unwrap().len(), 2);
+        assert_eq!(read, tar_bytes.len() as u64 + 8192);
+    }
+
+    #[test]
+    fn pax_and_gnu_metadata_are_not_files_but_what_changes_entries_is_refused() {
+        let global = |record: &'static [u8]| {
+            raw_archive(&[
+                (
+                    b"pax_global_header",
+                    tar::EntryType::XGlobalHeader,
+                    record,
+                    None,
+                ),
+                (b"run.sh", tar::EntryType::Regular, b"x", None),
+            ])
+        };
+        let got = read_archive(
+            &global(b"52 comment=0123456789012345678901234567890123456789\n"),
+            Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].path, "run.sh");
+        for record in [
+            &b"16 path=evil.sh\n"[..],
+            b"11 size=99\n",
+            b"15 linkpath=ab\n",
+        ] {
+            let error = read_archive(&global(record), Limits::default()).unwrap_err();
+            assert!(matches!(error, SourceError::Malformed(_)), "{error}");
+        }
+        // A PAX sparse file (format 1.0: a regular entry whose content is a sparse map).
+        let sparse = raw_archive(&[
+            (
+                b"pax",
+                tar::EntryType::XHeader,
+                b"22 GNU.sparse.major=1\n",
+                None,
+            ),
+            (b"holes", tar::EntryType::Regular, b"x", None),
+        ]);
+        let error = read_archive(&sparse, Limits::default()).unwrap_err();
+        assert!(
+            matches!(&error, SourceError::ForbiddenEntryType(p) if p == "holes"),
+            "{error}"
+        );
+        // The PAX size overrides the header's: the content is read at that size.
+        let sized = raw_archive(&[
+            (b"pax", tar::EntryType::XHeader, b"10 size=2\n", None),
+            (b"two", tar::EntryType::Regular, b"ab", Some(0)),
+        ]);
+        let got = read_archive(&sized, Limits::default()).unwrap();
+        assert_eq!(got[0].content, b"ab");
+        // A plain (not gzip-compressed) tar is read too.
+        let snapshot = build_snapshot(files()).unwrap();
+        let mut tar_bytes = Vec::new();
+        GzDecoder::new(snapshot.archive.as_slice())
+            .read_to_end(&mut tar_bytes)
+            .unwrap();
+        assert_eq!(
+            read_archive(&tar_bytes, Limits::default()).unwrap().len(),
+            2
+        );
+        // Non-zero bytes after the end of the archive are refused.
+        tar_bytes.extend_from_slice(b"more");
+        assert!(matches!(
+            read_archive(&tar_bytes, Limits::default()),
+            Err(SourceError::Malformed(_))
         ));
     }
 }

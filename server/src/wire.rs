@@ -414,6 +414,12 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
+    /// `invalid_source` only: the extraction rule the archive broke (docs/http.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `invalid_source` only: the offending entry's path, when the rule is about one entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// Raw bytes, not JSON (the source snapshot, an artifact): only its OpenAPI schema is used.

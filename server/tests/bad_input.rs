@@ -167,6 +167,7 @@ fn server_config() -> leasewright_server::app::ServerConfig {
     config.source_limits = leasewright_server::source::Limits {
         max_files: MAX_FILES,
         max_total_bytes: MAX_SOURCE_BYTES,
+        ..leasewright_server::source::Limits::submission()
     };
     config
 }

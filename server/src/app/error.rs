@@ -17,6 +17,8 @@ pub struct ApiError {
     pub(super) message: String,
     pub(super) rejected: bool,
     pub(super) instruction: Option<&'static str>,
+    /// `invalid_source`: the rule broken and the offending path.
+    pub(super) source_rule: Option<(&'static str, Option<String>)>,
 }
 
 impl ApiError {
@@ -27,6 +29,19 @@ impl ApiError {
             message: message.into(),
             rejected: false,
             instruction: None,
+            source_rule: None,
+        }
+    }
+
+    /// `422 invalid_source`: the archive breaks an extraction rule.
+    pub(super) fn invalid_source(error: &crate::source::SourceError) -> Self {
+        Self {
+            source_rule: Some((error.rule(), error.path().map(str::to_owned))),
+            ..Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_source",
+                error.to_string(),
+            )
         }
     }
 
@@ -37,6 +52,7 @@ impl ApiError {
             message: format!("rejected: {}", reason_message(reason)),
             rejected: true,
             instruction: None,
+            source_rule: None,
         }
     }
 
@@ -150,10 +166,15 @@ impl From<leasewright_impl::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let database_failed = self.code == DATABASE_UNAVAILABLE;
+        let (rule, path) = self
+            .source_rule
+            .map_or((None, None), |(rule, path)| (Some(rule.to_owned()), path));
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
                 message: self.message,
+                rule,
+                path,
             },
             verdict: self.rejected.then(|| "rejected".to_owned()),
             instruction: self.instruction.map(str::to_owned),

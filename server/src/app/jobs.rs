@@ -35,7 +35,7 @@ use uuid::Uuid;
         (status = 200, description = "the same Idempotency-Key and request again: the first job", body = SubmitJobResponse),
         (status = 404, description = "`unknown_project`", body = ErrorBody),
         (status = 409, description = "`idempotency_key_reused` or `target_kind_mismatch`", body = ErrorBody),
-        (status = 422, description = "`invalid_source`: the archive breaks the extraction rules", body = ErrorBody)
+        (status = 422, description = "`invalid_source`: the archive breaks the extraction rules; `error.rule` names the rule, `error.path` the offending entry", body = ErrorBody)
     )
 )]
 pub(super) async fn submit_job(
@@ -43,7 +43,7 @@ pub(super) async fn submit_job(
     _: OperatorAuth,
     Segments(project): Segments<String>,
     headers: axum::http::HeaderMap,
-    JsonBody(body): JsonBody<SubmitJobRequest>,
+    JsonBody(mut body): JsonBody<SubmitJobRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     let idempotency_key = match headers.get("idempotency-key") {
@@ -73,22 +73,20 @@ pub(super) async fn submit_job(
     if let Some(target) = &body.target {
         identifier(target, "target")?;
     }
-    let archive = decode(&body.source_archive_base64)?;
+    // Each form of the source is let go once the next is made, so a submission holds at most two
+    // of them at once (docs/http.md, memory).
+    let archive = decode(&std::mem::take(&mut body.source_archive_base64))?;
     let limits = state.0.source_limits;
-    // Re-read under the extraction rules and re-snapshot deterministically: what is stored is
+    // Re-read under the submission rules and re-snapshot deterministically: what is stored is
     // always a canonical snapshot, whatever the client sent.
     let snapshot = tokio::task::spawn_blocking(move || {
-        source::read_archive(&archive, limits).and_then(source::build_snapshot)
+        let files = source::read_archive(&archive, limits);
+        drop(archive);
+        files.and_then(source::build_snapshot)
     })
     .await
     .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "task failed"))?
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_source",
-            e.to_string(),
-        )
-    })?;
+    .map_err(|e| ApiError::invalid_source(&e))?;
     // One transaction: the blob, the job, its spec and its idempotency key are stored together
     // or not at all, so a claim never sees a job without its source and a crash leaves no half.
     let mut tx = state.0.store.pool().begin().await.map_err(db_error)?;

@@ -92,7 +92,7 @@ impl Default for ServerConfig {
             manual_clock: false,
             sweep_interval: Some(Duration::from_secs(1)),
             max_payload_bytes: 64 * 1024 * 1024,
-            source_limits: Limits::default(),
+            source_limits: Limits::submission(),
             connections: ConnectionLimits::default(),
             max_connections: leasewright_impl::StoreConfig::default().max_connections,
             attempt_quota_bytes: Some(DEFAULT_ATTEMPT_QUOTA_BYTES),
