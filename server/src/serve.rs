@@ -27,6 +27,10 @@ pub struct ServeOptions {
     /// The size of the database connection pool (what this replica may hold of the server's
     /// `max_connections`; several replicas share one database).
     pub database_connections: u32,
+    /// The most of the payload budget one project may hold (a fraction).
+    pub payload_project_share: f64,
+    /// `--retain-finished-jobs`: prune finished jobs periodically (`None`: never).
+    pub retention: Option<crate::app::Retention>,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -92,6 +96,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         payload_in_flight_bytes: options.payload_in_flight_bytes,
         schema: options.schema.clone(),
         max_connections: options.database_connections,
+        payload_project_share: options.payload_project_share,
+        retention: options.retention,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
