@@ -360,7 +360,7 @@ async fn an_unaudited_job_is_kept_unless_the_prune_is_told_and_then_it_is_counte
 /// claim that would wait for a prune fails instead of hanging.
 async fn impatient_store(w: &World, timeout: &'static str) -> Store {
     let options =
-        leasewright_impl::schema::connect_options(&w.db.url(), DEFAULT_SCHEMA).expect("options");
+        leasewright_impl::schema::connect_options(w.db.url(), DEFAULT_SCHEMA).expect("options");
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .after_connect(move |conn, _| {
@@ -409,7 +409,7 @@ async fn claims_proceed_while_a_prune_batch_holds_its_locks() {
     let first = w
         .store
         .prune_batch_in(
-            &mut *held,
+            &mut held,
             PrunePolicy {
                 batch: 2,
                 ..policy(cutoff, false)
