@@ -235,10 +235,15 @@ impl Fixture {
         // With HTTP servers each job also gets the server's spec row, as a submission over HTTP
         // writes it (the server's claim waits for it).
         let then = if self.servers.is_empty() && !self.job_specs {
-            "SELECT count(*) FROM loaded"
+            " SELECT count(*) FROM loaded"
         } else {
-            "INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)
-             SELECT id, 'bench-blob', '{}' FROM loaded"
+            // The spec names a source blob, which must exist (server/migrations/1002).
+            ", blob AS (
+               INSERT INTO server_source_blobs (sha256, manifest_digest, content, stored_at)
+               VALUES (repeat('0', 64), 'bench-digest', '', now())
+               ON CONFLICT (sha256) DO NOTHING)
+             INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)
+             SELECT id, repeat('0', 64), '{}' FROM loaded"
         };
         sqlx::query(&format!(
             "WITH new AS (

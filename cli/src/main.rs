@@ -9,6 +9,7 @@ mod conform;
 mod db;
 mod migrate;
 mod output;
+mod prune;
 mod runner;
 mod secret;
 mod serve;
@@ -45,6 +46,8 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Apply the migrations to a schema of DATABASE_URL and say which were applied (--status: list).
     Migrate(migrate::MigrateArgs),
+    /// Delete the finished jobs older than --older-than with everything they own, in small batches.
+    Prune(prune::PruneArgs),
 }
 
 /// Exit codes, the same for every subcommand: 0 success; 1 a protocol violation or a divergence
@@ -69,6 +72,7 @@ fn main() {
         Command::Stress(args) => stress::run(&args),
         Command::Audit(args) => audit::run(&args),
         Command::Migrate(args) => migrate::run(&args),
+        Command::Prune(args) => prune::run(&args),
     };
     let code = result.unwrap_or_else(|error| {
         eprintln!("error: {error:#}");

@@ -76,6 +76,33 @@ pub struct ServeArgs {
     /// `max_connections` (replicas on one database each hold their own pool).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     database_connections: u32,
+    /// The most of --payload-in-flight-bytes one project's requests may hold at once, a fraction
+    /// from 0.01 to 1: a project that floods the payload routes leaves the rest to the others.
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_PROJECT_SHARE,
+          value_parser = parse_share)]
+    payload_project_share: f64,
+    /// Prune the jobs that finished longer ago than this (`30d`, `12h`), with everything they
+    /// own, every --prune-interval; jobs whose ledgers are not audited are kept unless
+    /// --prune-unaudited (docs/http.md, "Retention"). Default: never.
+    #[arg(long, value_name = "AGE", value_parser = crate::prune::parse_age)]
+    retain_finished_jobs: Option<Duration>,
+    /// How often the retention's prune runs (`10m`, `1h`).
+    #[arg(long, value_name = "INTERVAL", default_value = "10m", value_parser = crate::prune::parse_age,
+          requires = "retain_finished_jobs")]
+    prune_interval: Duration,
+    /// Prune finished jobs past the retention even when their ledgers are not audited yet.
+    #[arg(long, requires = "retain_finished_jobs")]
+    prune_unaudited: bool,
+}
+
+/// `--payload-project-share`: a fraction from 0.01 to 1.
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.01..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!(
+            "{text:?} is not a fraction from 0.01 to 1 (0.5: half)"
+        )),
+    }
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -150,6 +177,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         schema: args.schema,
         database_connections: args.database_connections,
         migrate: !args.no_migrate,
+        payload_project_share: args.payload_project_share,
+        retention: args.retain_finished_jobs.map(|finished_jobs| {
+            leasewright_server::app::Retention {
+                finished_jobs,
+                unaudited: args.prune_unaudited,
+                interval: args.prune_interval,
+                batch: leasewright_server::app::DEFAULT_PRUNE_BATCH,
+            }
+        }),
     };
     runtime()?.block_on(serve::serve(options))?;
     Ok(0)

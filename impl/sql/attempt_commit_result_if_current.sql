@@ -8,6 +8,7 @@
 -- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 (late report,
 -- duplicate, conflict, ...) in a transaction of its own, never retrying this statement without
 -- its predicates. `committed` <> `finished` would be a bug (both follow from the locked job row).
+-- `claimed_at`: the committed attempt's claim time (the job's run, for the server's metrics).
 -- $1 runner, $2 job, $3 attempt, $4 lease id, $5 fence, $6 now (the lease is judged by it),
 -- $7 outcome, $8 result digest, $9 received at, $10 runner time, $11 payload sha256
 WITH job AS (
@@ -32,7 +33,7 @@ WITH job AS (
       AND $6 < a.lease_expiry -- guard: expiry
       AND ((j.state = 'running' AND $7 IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND $7 = 'cancelled'))
-    RETURNING a.id, a.job_id
+    RETURNING a.id, a.job_id, a.claimed_at
 ), finished AS (
     UPDATE jobs
     SET state = $7, outcome = $7, result_digest = $8, finished_at = $9
@@ -53,4 +54,5 @@ WITH job AS (
     SELECT $1, 'result', $2, $3, $4, $5, $3, $9, $10, 'accepted', $7, $11
     FROM finished
 )
-SELECT (SELECT count(*) FROM committed) AS committed, (SELECT count(*) FROM finished) AS finished
+SELECT (SELECT count(*) FROM committed) AS committed, (SELECT count(*) FROM finished) AS finished,
+    (SELECT claimed_at FROM committed) AS claimed_at

@@ -42,7 +42,7 @@ WITH item AS (
       AND $6 < a.lease_expiry -- guard: expiry
       AND ((j.state = 'running' AND i.outcome IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND i.outcome = 'cancelled'))
-    RETURNING a.id, a.job_id, i.outcome, i.result_digest
+    RETURNING a.id, a.job_id, a.claimed_at, i.outcome, i.result_digest
 ), finished AS (
     UPDATE jobs AS j
     SET state = c.outcome, outcome = c.outcome, result_digest = c.result_digest,
@@ -69,7 +69,7 @@ WITH item AS (
     JOIN finished AS f ON f.id = i.job
     ORDER BY i.position
 )
-SELECT i.position, f.id IS NOT NULL AS finished
+SELECT i.position, f.id IS NOT NULL AS finished, c.claimed_at
 FROM committed AS c
 JOIN item AS i ON i.job = c.job_id
 LEFT JOIN finished AS f ON f.id = c.job_id

@@ -110,6 +110,12 @@ statements! {
     TARGET_COUNT_APPLICATION = "target_count_application";
     TARGET_MUTATION_RECORD = "target_mutation_record";
     DATABASE_SELECT_REPLICATION = "database_select_replication";
+    AUDIT_WATERMARK_RECORD = "audit_watermark_record";
+    AUDIT_WATERMARK_SELECT = "audit_watermark_select";
+    JOB_LOCK_FINISHED_BEFORE = "job_lock_finished_before";
+    JOB_DELETE_WITH_LEDGER = "job_delete_with_ledger";
+    JOB_COUNT_FINISHED_BEFORE_UNAUDITED = "job_count_finished_before_unaudited";
+    JOB_COUNT_UNFINISHED_BY_PROJECT_AND_STATE = "job_count_unfinished_by_project_and_state";
 }
 
 /// The source of migration 0012, which defines the server-side function `claim` as it is now (the

@@ -709,6 +709,24 @@ mod cross_row {
         FROM jobs AS j JOIN attempts AS a ON a.id = j.current_attempt_id
         WHERE a.job_id <> j.id
         UNION ALL
+        SELECT 'job ' || j.id || ' names an attempt that does not exist as current'
+        FROM jobs AS j LEFT JOIN attempts AS a ON a.id = j.current_attempt_id
+        WHERE j.current_attempt_id IS NOT NULL AND a.id IS NULL
+        UNION ALL
+        SELECT 'a ' || t.kind || ' of job ' || t.job_id || ' names an attempt that does not exist'
+        FROM (SELECT 'reconciliation' AS kind, job_id, attempt_id FROM reconciliations
+              UNION ALL SELECT 'cancel', job_id, attempt_id FROM cancels
+              UNION ALL SELECT 'expiry sweep', job_id, attempt_id FROM expiry_sweeps) AS t
+        LEFT JOIN attempts AS a ON a.id = t.attempt_id
+        WHERE t.attempt_id IS NOT NULL AND a.id IS NULL
+        UNION ALL
+        SELECT 'a ' || t.kind || ' of job ' || t.job_id || ' names an attempt of another job'
+        FROM (SELECT 'reconciliation' AS kind, job_id, attempt_id FROM reconciliations
+              UNION ALL SELECT 'cancel', job_id, attempt_id FROM cancels
+              UNION ALL SELECT 'expiry sweep', job_id, attempt_id FROM expiry_sweeps) AS t
+        JOIN attempts AS a ON a.id = t.attempt_id
+        WHERE a.job_id <> t.job_id
+        UNION ALL
         SELECT 'the reservation of slot ' || s.slot || ' names a job that does not exist'
         FROM target_slots AS s LEFT JOIN jobs AS j ON j.id = s.holder_job_id
         WHERE s.holder_job_id IS NOT NULL AND j.id IS NULL
@@ -848,6 +866,42 @@ mod cross_row {
         assert!(found[0].contains("an attempt of another job"), "{found:?}");
     }
 
+    /// Since migration 0013 no foreign key refuses a current attempt, or the attempt of a
+    /// reconciliation, cancel or sweep, that does not exist, or one of another job: each is found.
+    #[tokio::test]
+    async fn a_reference_to_an_attempt_that_does_not_exist_or_of_another_job_is_found() {
+        let sabotages = [
+            (
+                "UPDATE jobs SET current_attempt_id = gen_random_uuid()
+                 WHERE id = (SELECT job_id FROM attempts ORDER BY ledger_seq LIMIT 1)",
+                "names an attempt that does not exist as current",
+            ),
+            (
+                "UPDATE reconciliations SET attempt_id = gen_random_uuid()
+                 WHERE id = (SELECT min(id) FROM reconciliations WHERE attempt_id IS NOT NULL)",
+                "a reconciliation of job",
+            ),
+            (
+                "UPDATE expiry_sweeps SET attempt_id = (
+                     SELECT a.id FROM attempts AS a WHERE a.job_id <> expiry_sweeps.job_id LIMIT 1)
+                 WHERE id = (SELECT min(id) FROM expiry_sweeps)",
+                "names an attempt of another job",
+            ),
+        ];
+        for (sabotage, expected) in sabotages {
+            let w = workload().await;
+            let changed = sqlx::query(sabotage)
+                .execute(w.store.pool())
+                .await
+                .expect("sabotage")
+                .rows_affected();
+            assert_eq!(changed, 1, "{sabotage}");
+            let found = strays(&w.store).await;
+            assert_eq!(found.len(), 1, "{sabotage}: {found:?}");
+            assert!(found[0].contains(expected), "{found:?}");
+        }
+    }
+
     /// A reservation held in another job's name, in another project's name, by another job's
     /// attempt or by an attempt that does not exist (none of which a foreign key refuses since
     /// migration 0009) is found.
@@ -912,7 +966,10 @@ mod attribution {
     /// Every attributed observation whose named job is not its attempt's job.
     const MISATTRIBUTED: &str = "
         SELECT o.id FROM observations AS o JOIN attempts AS a ON a.id = o.attempt_id
-        WHERE a.job_id <> o.named_job_id";
+        WHERE a.job_id <> o.named_job_id
+        UNION ALL
+        SELECT o.id FROM observations AS o LEFT JOIN attempts AS a ON a.id = o.attempt_id
+        WHERE o.attempt_id IS NOT NULL AND a.id IS NULL";
 
     async fn misattributed(store: &Store) -> Vec<i64> {
         sqlx::query_scalar(MISATTRIBUTED)
@@ -1002,6 +1059,22 @@ mod attribution {
             .await
             .expect("new ledger");
         assert_eq!(new.len(), 1, "{new:?}");
+    }
+
+    /// Since migration 0013 no foreign key refuses an attribution to an attempt that does not
+    /// exist: it is found.
+    #[tokio::test]
+    async fn an_observation_attributed_to_an_attempt_that_does_not_exist_is_found() {
+        let (w, first, _) = messages().await;
+        sqlx::query(
+            "UPDATE observations SET attempt_id = gen_random_uuid()
+             WHERE id = (SELECT min(id) FROM observations WHERE attempt_id = $1)",
+        )
+        .bind(first.tuple.attempt.0)
+        .execute(w.store.pool())
+        .await
+        .expect("sabotage");
+        assert_eq!(misattributed(&w.store).await.len(), 1);
     }
 
     /// The check above can fail: an attributed observation moved to another job is found.

@@ -1,5 +1,6 @@
-//! Prometheus metrics: a handful of counters, one gauge and one latency histogram, kept and
-//! written in the Prometheus text format (version 0.0.4) by `prometheus-client`.
+//! Prometheus metrics: a handful of counters, gauges (the queue depth per project and state read
+//! at scrape time) and latency histograms (per route, the claim's, a job's from claim to outcome),
+//! kept and written in the Prometheus text format (version 0.0.4) by `prometheus-client`.
 
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -13,6 +14,37 @@ use std::time::Duration;
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 const BUCKETS_SECONDS: [f64; 10] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+
+/// A job's run, claim to outcome: a second to a day.
+const JOB_BUCKETS_SECONDS: [f64; 12] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 10800.0, 43200.0, 86400.0,
+];
+
+/// The most projects the queue depth names one by one (the deepest first); the others are summed
+/// in the series without a `project` label value (`project=""`, a name no project can have).
+pub const MAX_DEPTH_PROJECTS: usize = 100;
+
+/// The states the queue depth counts: every state a job is not finished in.
+pub const DEPTH_STATES: [&str; 4] = ["queued", "running", "cancelling", "uncertain"];
+
+/// The outcome label of a claim: `leased` (one lease or more), `none` (no job to lease) or
+/// `error` (refused or failed).
+#[derive(Clone, Copy, Debug)]
+pub enum ClaimOutcome {
+    Leased,
+    None,
+    Error,
+}
+
+impl ClaimOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            ClaimOutcome::Leased => "leased",
+            ClaimOutcome::None => "none",
+            ClaimOutcome::Error => "error",
+        }
+    }
+}
 
 /// The label of an HTTP method: one of the standard methods, else `other`.
 fn method_label(method: &str) -> &'static str {
@@ -41,6 +73,26 @@ struct RouteLabels {
     route: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DepthLabels {
+    project: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClaimLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    outcome: &'static str,
+}
+
+fn job_histogram() -> Histogram {
+    Histogram::new(JOB_BUCKETS_SECONDS)
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new(BUCKETS_SECONDS)
 }
@@ -60,6 +112,12 @@ pub struct Metrics {
     database_synchronous_standbys: Gauge,
     database_epoch: Gauge,
     database_primary_changes: Counter,
+    queue_depth: Family<DepthLabels, Gauge>,
+    claim_latency: Family<ClaimLabels, Histogram>,
+    job_duration: Family<JobLabels, Histogram>,
+    pruned_jobs: Counter,
+    pruned_unaudited_jobs: Counter,
+    payload_in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -79,6 +137,16 @@ impl Default for Metrics {
         let database_synchronous_standbys = Gauge::default();
         let database_epoch = Gauge::default();
         let database_primary_changes = Counter::default();
+        let queue_depth = Family::<DepthLabels, Gauge>::default();
+        let claim_latency = Family::<ClaimLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let job_duration = Family::<JobLabels, Histogram>::new_with_constructor(
+            job_histogram as fn() -> Histogram,
+        );
+        let pruned_jobs = Counter::default();
+        let pruned_unaudited_jobs = Counter::default();
+        let payload_in_flight = Gauge::default();
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("leasewright_claims", "Accepted claims", claims.clone());
         registry.register(
@@ -132,8 +200,44 @@ impl Default for Metrics {
             "Times the server followed the primary to another host of its database URL",
             database_primary_changes.clone(),
         );
+        registry.register(
+            "leasewright_queue_depth",
+            "Jobs not finished, by project and state (read at scrape time)",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "leasewright_claim_duration_seconds",
+            "Server-side time of the claim route, by outcome",
+            claim_latency.clone(),
+        );
+        registry.register(
+            "leasewright_job_duration_seconds",
+            "A job's run from the claim of the attempt that finished it to its accepted result",
+            job_duration.clone(),
+        );
+        registry.register(
+            "leasewright_pruned_jobs",
+            "Finished jobs the retention pruned",
+            pruned_jobs.clone(),
+        );
+        registry.register(
+            "leasewright_pruned_unaudited_jobs",
+            "Of the pruned jobs, those whose ledgers were not audited",
+            pruned_unaudited_jobs.clone(),
+        );
+        registry.register(
+            "leasewright_payload_in_flight_bytes",
+            "Payload bytes the requests being received hold of the payload budget",
+            payload_in_flight.clone(),
+        );
         Self {
             registry,
+            payload_in_flight,
+            queue_depth,
+            claim_latency,
+            job_duration,
+            pruned_jobs,
+            pruned_unaudited_jobs,
             claims,
             leases_granted,
             rejections,
@@ -204,6 +308,70 @@ impl Metrics {
     /// The server followed the primary to another host.
     pub fn primary_change(&self) {
         self.database_primary_changes.inc();
+    }
+
+    /// One claim that took `elapsed` on the server.
+    pub fn claim_latency(&self, outcome: ClaimOutcome, elapsed: Duration) {
+        self.claim_latency
+            .get_or_create(&ClaimLabels {
+                outcome: outcome.as_str(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// An accepted result: the job ran `elapsed` from its attempt's claim. `outcome` is
+    /// `passed`, `failed` or `cancelled` (anything else is counted as `other`).
+    pub fn job_finished(&self, outcome: &str, elapsed: Duration) {
+        let outcome = ["passed", "failed", "cancelled"]
+            .into_iter()
+            .find(|known| *known == outcome)
+            .unwrap_or("other");
+        self.job_duration
+            .get_or_create(&JobLabels { outcome })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Payload bytes taken from (positive) or given back to (negative) the payload budget.
+    pub fn payload_in_flight(&self, bytes: i64) {
+        self.payload_in_flight.inc_by(bytes);
+    }
+
+    /// A prune's report.
+    pub fn prune(&self, report: &leasewright_impl::PruneReport) {
+        self.pruned_jobs.inc_by(report.jobs);
+        self.pruned_unaudited_jobs.inc_by(report.unaudited);
+    }
+
+    /// The queue depth read at scrape time: `(project, state, jobs)` rows. Every series is
+    /// replaced (a project whose jobs all finished disappears); states outside [`DEPTH_STATES`]
+    /// are ignored; past [`MAX_DEPTH_PROJECTS`] projects (the deepest kept) the rest are summed
+    /// under `project=""`.
+    pub fn set_queue_depth(&self, rows: &[(String, String, i64)]) {
+        let mut per_project: std::collections::BTreeMap<&str, i64> = Default::default();
+        for (project, _, jobs) in rows {
+            *per_project.entry(project.as_str()).or_default() += jobs;
+        }
+        let mut deepest: Vec<(&str, i64)> = per_project.into_iter().collect();
+        deepest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let named: std::collections::BTreeSet<&str> = deepest
+            .iter()
+            .take(MAX_DEPTH_PROJECTS)
+            .map(|(p, _)| *p)
+            .collect();
+        self.queue_depth.clear();
+        for (project, state, jobs) in rows {
+            let Some(state) = DEPTH_STATES.into_iter().find(|s| s == state) else {
+                continue;
+            };
+            let project = if named.contains(project.as_str()) {
+                project.clone()
+            } else {
+                String::new()
+            };
+            self.queue_depth
+                .get_or_create(&DepthLabels { project, state })
+                .inc_by(*jobs);
+        }
     }
 
     /// The exposition text; `uncertain_jobs` is read from the database at scrape time.

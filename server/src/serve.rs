@@ -30,6 +30,10 @@ pub struct ServeOptions {
     /// Apply pending migrations at start (`false`: `--no-migrate`, refuse a schema that lacks
     /// one).
     pub migrate: bool,
+    /// The most of the payload budget one project may hold (a fraction).
+    pub payload_project_share: f64,
+    /// `--retain-finished-jobs`: prune finished jobs periodically (`None`: never).
+    pub retention: Option<crate::app::Retention>,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -96,6 +100,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         schema: options.schema.clone(),
         max_connections: options.database_connections,
         migrate: options.migrate,
+        payload_project_share: options.payload_project_share,
+        retention: options.retention,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;

@@ -34,6 +34,8 @@ mod reads;
 mod reconcile;
 mod rejoin;
 mod result;
+mod retention;
+pub use retention::{PrunePolicy, PruneReport};
 mod setup;
 mod side_effects;
 mod sweep;
@@ -75,9 +77,16 @@ pub struct Store {
     /// The stored token hashes of the runners that presented a token here (see
     /// [`Store::authenticate`]), shared by every clone of the store.
     token_hashes: Arc<setup::TokenHashes>,
+    /// Told of every accepted result: its outcome and how long its attempt ran, claim to result
+    /// (see [`Store::with_result_observer`]).
+    result_observer: Option<ResultObserver>,
     #[cfg(feature = "mutants")]
     mutant: Option<crate::mutants::Mutant>,
 }
+
+/// What [`Store::with_result_observer`] calls: an accepted result's outcome and how long its
+/// attempt ran, from its claim to the result's receipt (server time).
+pub type ResultObserver = Arc<dyn Fn(Outcome, chrono::Duration) + Send + Sync>;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -214,6 +223,7 @@ impl Store {
             lease_ttl,
             attempt_quota: None,
             token_hashes: Arc::default(),
+            result_observer: None,
             #[cfg(feature = "mutants")]
             mutant: None,
         })
@@ -246,6 +256,26 @@ impl Store {
     pub fn with_attempt_quota(mut self, bytes: Option<u64>) -> Store {
         self.attempt_quota = bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
         self
+    }
+
+    /// The same store telling `observer` of every accepted result (the server's job duration
+    /// metric). Called after the result's transaction committed, with the claim time the
+    /// accepting statement returned; never for an acknowledged or rejected result.
+    pub fn with_result_observer(mut self, observer: ResultObserver) -> Store {
+        self.result_observer = Some(observer);
+        self
+    }
+
+    /// Tell the result observer, if any, of an accepted result.
+    fn observe_result(
+        &self,
+        outcome: Outcome,
+        claimed_at: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) {
+        if let (Some(observer), Some(claimed_at)) = (&self.result_observer, claimed_at) {
+            observer(outcome, now - claimed_at);
+        }
     }
 
     /// The same store with one rule deliberately broken (feature `mutants` only).

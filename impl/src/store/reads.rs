@@ -11,6 +11,25 @@ use sqlx::Row;
 use uuid::Uuid;
 
 impl Store {
+    /// The project of `runner` (`None`: no such runner). A runner's project never changes.
+    pub async fn project_of_runner(&self, runner: RunnerId) -> Result<Option<ProjectId>, Error> {
+        let project: Option<Uuid> = sqlx::query_scalar(self.sql(sql::RUNNER_SELECT_PROJECT))
+            .bind(runner.0)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(project.map(ProjectId))
+    }
+
+    /// The queue depth: `(project name, state, jobs)` for every project and state with jobs not
+    /// finished (`queued`, `running`, `cancelling`, `uncertain`).
+    pub async fn queue_depth(&self) -> Result<Vec<(String, String, i64)>, Error> {
+        Ok(
+            sqlx::query_as(self.sql(sql::JOB_COUNT_UNFINISHED_BY_PROJECT_AND_STATE))
+                .fetch_all(self.pool())
+                .await?,
+        )
+    }
+
     /// The job, if it exists.
     pub async fn job(&self, job: JobId) -> Result<Option<JobView>, Error> {
         let Some(row) = sqlx::query(self.sql(sql::JOB_SELECT_VIEW))

@@ -43,7 +43,12 @@ impl Store {
         let committed: i64 = row.try_get("committed")?;
         let finished: i64 = row.try_get("finished")?;
         match (committed, finished) {
-            (1, 1) => return Ok(Verdict::Accepted(())),
+            (1, 1) => {
+                // Absent from a mutant's variant of the statement: nothing to observe then.
+                let claimed_at = row.try_get::<Option<DateTime<Utc>>, _>("claimed_at");
+                self.observe_result(outcome, claimed_at.ok().flatten(), now);
+                return Ok(Verdict::Accepted(()));
+            }
             (0, 0) => {}
             _ => {
                 return Err(Error::Invariant(
@@ -149,6 +154,8 @@ impl Store {
                 .ok()
                 .filter(|at| *at < items.len())
                 .ok_or(Error::Invariant("a batch result answered an unknown item"))?;
+            let claimed_at = row.try_get::<Option<DateTime<Utc>>, _>("claimed_at");
+            self.observe_result(items[at].outcome, claimed_at.ok().flatten(), now);
             verdicts[at] = Some(Verdict::Accepted(()));
         }
         let mut answered = Vec::with_capacity(items.len());

@@ -122,6 +122,13 @@ pub(super) fn database_unavailable() -> ApiError {
     )
 }
 
+impl ApiError {
+    /// The answer's message (what a client reads in `error.message`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 impl From<leasewright_impl::Error> for ApiError {
     fn from(error: leasewright_impl::Error) -> Self {
         use leasewright_impl::Error as E;

@@ -16,6 +16,7 @@ mod targets;
 mod time;
 
 pub use database::session_options;
+pub use budget::DEFAULT_PROJECT_SHARE;
 pub use error::ApiError;
 pub use extract::{
     JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
@@ -31,7 +32,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use chrono::Utc;
 use extract::digest32;
-use leasewright_impl::{Clock, ManualClock, ProjectId, Store, SweepVerdict};
+use leasewright_impl::{
+    Clock, ManualClock, ProjectId, PrunePolicy, PruneReport, Store, SweepVerdict,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
@@ -77,7 +80,31 @@ pub struct ServerConfig {
     /// it refuses to start on a schema that lacks one). Either way an up-to-date schema gets no
     /// DDL, so a data-only role (docs/roles.md) can serve it.
     pub migrate: bool,
+    /// The most of [`ServerConfig::payload_in_flight_bytes`] one project's requests may hold at
+    /// once, as a fraction (0 to 1; default [`DEFAULT_PROJECT_SHARE`], half): a project that
+    /// floods the payload routes leaves the rest to the others.
+    pub payload_project_share: f64,
+    /// Prune finished jobs older than this, with everything they own (`None`: never; never on a
+    /// manual clock). See [`Retention`].
+    pub retention: Option<Retention>,
 }
+
+/// How `serve --retain-finished-jobs` prunes (docs/http.md, "Retention").
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    /// Jobs that finished longer ago than this are pruned.
+    pub finished_jobs: Duration,
+    /// Prune jobs whose ledger is not audited yet (a record above the recorded audit watermark,
+    /// or no watermark) too; otherwise they are kept and counted in the log.
+    pub unaudited: bool,
+    /// How often a prune runs.
+    pub interval: Duration,
+    /// The most jobs one batch (one transaction) deletes.
+    pub batch: u32,
+}
+
+/// The default prune batch: 100 jobs per transaction.
+pub const DEFAULT_PRUNE_BATCH: u32 = 100;
 
 /// The default bound of payload bytes in flight: 256 MiB (four bodies at the 64 MiB limit).
 pub const DEFAULT_PAYLOAD_IN_FLIGHT_BYTES: usize = 256 * 1024 * 1024;
@@ -101,6 +128,8 @@ impl Default for ServerConfig {
             database_check_interval: Duration::from_secs(1),
             database_connect_timeout: Duration::from_secs(5),
             migrate: true,
+            payload_project_share: DEFAULT_PROJECT_SHARE,
+            retention: None,
         }
     }
 }
@@ -109,7 +138,7 @@ struct Inner {
     store: Store,
     manual_clock: Option<ManualClock>,
     operator_token_sha256: [u8; 32],
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     source_limits: Limits,
     /// The database the server follows (`None`: a state made over a store by a test).
     database: Option<Arc<database::Database>>,
@@ -218,11 +247,17 @@ impl AppState {
         source_limits: Limits,
         database: Option<Arc<database::Database>>,
     ) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        // The job duration histogram: every accepted result, claim to outcome (server time).
+        let observed = Arc::clone(&metrics);
+        let store = store.with_result_observer(Arc::new(move |outcome, ran| {
+            observed.job_finished(outcome.as_str(), ran.to_std().unwrap_or_default());
+        }));
         AppState(Arc::new(Inner {
             store,
             manual_clock,
             operator_token_sha256: digest32(operator_token.as_bytes()),
-            metrics: Metrics::default(),
+            metrics,
             source_limits,
             database,
         }))
@@ -250,6 +285,62 @@ impl AppState {
         }
         self.0.metrics.sweep(expired);
         Ok(verdict)
+    }
+
+    /// Prune the jobs that finished more than `retention.finished_jobs` ago (by the server's
+    /// clock), batch after batch, with everything they own: the protocol's rows
+    /// ([`Store::prune_finished_jobs`]) and, by their foreign keys, the server's (the job's spec
+    /// and idempotency key, its source snapshot when no other job uses it).
+    pub async fn prune(&self, retention: &Retention) -> Result<PruneReport, ApiError> {
+        let age = chrono::Duration::from_std(retention.finished_jobs)
+            .map_err(|_| ApiError::bad_request("the retention is too long"))?;
+        let finished_before = self.0.store_clock_now() - age;
+        let report = self
+            .0
+            .store
+            .prune_finished_jobs(PrunePolicy {
+                finished_before,
+                unaudited: retention.unaudited,
+                batch: retention.batch,
+                max_batches: None,
+            })
+            .await?;
+        self.0.metrics.prune(&report);
+        if report.jobs > 0 {
+            tracing::info!(
+                jobs = report.jobs,
+                unaudited = report.unaudited,
+                observations = report.observations,
+                batches = report.batches,
+                "retention: pruned finished jobs"
+            );
+        }
+        if !retention.unaudited {
+            let kept = self
+                .0
+                .store
+                .unaudited_finished_jobs(finished_before)
+                .await?;
+            if kept > 0 {
+                tracing::warn!(
+                    kept,
+                    "retention: finished jobs past the retention are kept: their ledgers are not \
+                     audited yet (record the watermark with `leasewright prune --audited-through`, \
+                     or serve --prune-unaudited)"
+                );
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl Inner {
+    /// The server's clock, as the store reads it.
+    fn store_clock_now(&self) -> chrono::DateTime<Utc> {
+        match &self.manual_clock {
+            Some(clock) => clock.now(),
+            None => Utc::now(),
+        }
     }
 }
 
@@ -316,7 +407,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     static DOCUMENT: std::sync::OnceLock<utoipa::openapi::OpenApi> = std::sync::OnceLock::new();
     DOCUMENT
         .get_or_init(|| {
-            let budget = budget::PayloadBudget::new(CONTROL_BODY_LIMIT, CONTROL_BODY_LIMIT);
+            let budget = budget::PayloadBudget::new(
+                CONTROL_BODY_LIMIT,
+                CONTROL_BODY_LIMIT,
+                DEFAULT_PROJECT_SHARE,
+                None,
+            );
             let mut document = api(CONTROL_BODY_LIMIT, true, &budget).into_openapi();
             openapi::add_shared_answers(&mut document);
             document
@@ -327,17 +423,29 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The router. The `POST /v1/test/clock` route exists only when the state has a manual clock,
 /// which only the process's command line can give it.
 pub fn router(state: AppState, max_payload_bytes: usize) -> Router {
-    router_with_budget(state, max_payload_bytes, DEFAULT_PAYLOAD_IN_FLIGHT_BYTES)
+    router_with_budget(
+        state,
+        max_payload_bytes,
+        DEFAULT_PAYLOAD_IN_FLIGHT_BYTES,
+        DEFAULT_PROJECT_SHARE,
+    )
 }
 
 /// [`router`] with its bound of payload bytes in flight
-/// ([`ServerConfig::payload_in_flight_bytes`]).
+/// ([`ServerConfig::payload_in_flight_bytes`]) and each project's share of it
+/// ([`ServerConfig::payload_project_share`]).
 pub fn router_with_budget(
     state: AppState,
     max_payload_bytes: usize,
     payload_in_flight_bytes: usize,
+    payload_project_share: f64,
 ) -> Router {
-    let budget = budget::PayloadBudget::new(payload_in_flight_bytes, max_payload_bytes);
+    let budget = budget::PayloadBudget::new(
+        payload_in_flight_bytes,
+        max_payload_bytes,
+        payload_project_share,
+        Some(state.clone()),
+    );
     let manual_clock = state.0.manual_clock.is_some();
     let (mut router, _) = api(max_payload_bytes, manual_clock, &budget).split_for_parts();
     if manual_clock {
@@ -368,6 +476,7 @@ pub struct Server {
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     sweeper: Option<tokio::task::JoinHandle<()>>,
     watcher: Option<tokio::task::JoinHandle<()>>,
+    pruner: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -388,6 +497,9 @@ impl Server {
         }
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
+        }
+        if let Some(pruner) = self.pruner.take() {
+            pruner.abort();
         }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -414,6 +526,9 @@ impl Drop for Server {
         }
         if let Some(watcher) = self.watcher.take() {
             watcher.abort();
+        }
+        if let Some(pruner) = self.pruner.take() {
+            pruner.abort();
         }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -476,6 +591,7 @@ pub async fn start(
         state.clone(),
         config.max_payload_bytes,
         config.payload_in_flight_bytes,
+        config.payload_project_share,
     );
     let addr = listener.local_addr()?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();
@@ -501,6 +617,23 @@ pub async fn start(
         })
     });
     let watcher = Some(tokio::spawn(database::watch_primary(state.clone())));
+    // Never on a manual clock: time moves only when a test moves it.
+    let pruner = config
+        .retention
+        .filter(|_| manual_clock.is_none())
+        .map(|retention| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(retention.interval);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticker.tick().await;
+                    if let Err(error) = state.prune(&retention).await {
+                        tracing::warn!(code = %error.code, message = %error.message, "retention: prune failed");
+                    }
+                }
+            })
+        });
     Ok(Server {
         addr,
         state,
@@ -510,5 +643,6 @@ pub async fn start(
         task: Some(task),
         sweeper,
         watcher,
+        pruner,
     })
 }

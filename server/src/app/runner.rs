@@ -3,6 +3,7 @@
 use super::error::{db_error, ok, plain_verdict, ApiError, ApiResult};
 use super::extract::{decode, identifier, tuple, JsonBody, RunnerAuth, B64};
 use super::AppState;
+use crate::metrics::ClaimOutcome;
 use crate::wire::*;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -76,6 +77,13 @@ pub(super) async fn claim(
     RunnerAuth(runner): RunnerAuth,
     JsonBody(body): JsonBody<ClaimRequest>,
 ) -> ApiResult {
+    // The claim's server-side time, observed however the handler returns (docs/http.md,
+    // "Metrics"): `error` unless the claim below says otherwise.
+    let mut timer = ClaimTimer {
+        state: &state,
+        started: std::time::Instant::now(),
+        outcome: ClaimOutcome::Error,
+    };
     let capacity = match body.capacity.unwrap_or(1) {
         capacity @ 1..=MAX_CLAIM_CAPACITY => capacity as usize,
         _ => {
@@ -91,9 +99,19 @@ pub(super) async fn claim(
     let leases = match verdict {
         Verdict::Accepted(leases) => leases,
         Verdict::Acknowledged => Vec::new(),
-        Verdict::Rejected(reason) => return Err(state.reject("claim", reason)),
+        Verdict::Rejected(reason) => {
+            if reason == leasewright_impl::Reason::NoQueuedJob {
+                timer.outcome = ClaimOutcome::None;
+            }
+            return Err(state.reject("claim", reason));
+        }
     };
     state.0.metrics.claim(leases.len());
+    timer.outcome = if leases.is_empty() {
+        ClaimOutcome::None
+    } else {
+        ClaimOutcome::Leased
+    };
     let ttl_ms = store.lease_ttl().num_milliseconds().max(0) as u64;
     // A job submitted over HTTP commits its spec row in its submission's transaction, so a claim
     // never sees it without one; a job submitted another way (the Store's API) has none. One
@@ -126,6 +144,22 @@ pub(super) async fn claim(
         verdict: "accepted".into(),
         leases: bodies,
     })
+}
+
+/// Observes the claim's server-side time when the handler returns, with its outcome.
+struct ClaimTimer<'a> {
+    state: &'a AppState,
+    started: std::time::Instant,
+    outcome: ClaimOutcome,
+}
+
+impl Drop for ClaimTimer<'_> {
+    fn drop(&mut self) {
+        self.state
+            .0
+            .metrics
+            .claim_latency(self.outcome, self.started.elapsed());
+    }
 }
 
 /// R2 `heartbeat`: extend the lease named by the ownership tuple.

@@ -1,0 +1,3 @@
+-- name: audit_watermark_select
+-- Retention: the recorded audit watermark (no row: none recorded).
+SELECT watermark FROM ledger_audit_watermark
