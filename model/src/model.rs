@@ -1367,7 +1367,6 @@ impl Model for LeaseModel {
         if self.config.ledger > 0 && s.ledger.len() >= self.config.ledger as usize {
             // The ledger is full: the exploration ends here (the bound of `Config::ledger`).
             if !actions.is_empty() {
-                use std::hash::BuildHasher as _;
                 let key = ahash::RandomState::with_seeds(5, 6, 7, 8).hash_one(s);
                 self.probe_memo
                     .0
