@@ -5,7 +5,6 @@
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use leasewright_conformance::junit;
 use leasewright_model::{
     describe, properties, search, trace, Action, Config, LeaseModel, State, TargetKind, Variant,
 };
@@ -50,6 +49,11 @@ pub struct CheckArgs {
     /// put/get, cache put/get), probed in every state (off by default: they multiply the states).
     #[arg(long)]
     side_effects: bool,
+    /// Let the database fail over once: the server's state goes back to before its last
+    /// committed transition while runners, messages in flight and targets keep theirs, and the
+    /// epoch rises (docs/model.md "Failover"; not with --side-effects).
+    #[arg(long)]
+    failover: bool,
     /// Deployment target kind: fenced, idempotent or unfenced (a variant may require one).
     #[arg(long, default_value_t = Config::default().target)]
     target: TargetKind,
@@ -89,29 +93,15 @@ pub enum Profile {
     Ci,
 }
 
-/// One named configuration of a profile, and the `sometimes` properties its bounds cannot show
-/// (said, not hidden: they are printed as "not expected within these bounds").
+/// One named configuration of a profile. What its bounds cannot test is not listed here: each
+/// property declares what it needs ([`properties::vacuous`]), and the report says `vacuous-here`
+/// with the reason.
 pub struct Named {
     /// Its name.
     pub name: &'static str,
     /// What it checks.
     pub config: Config,
-    /// `sometimes` properties that need more than its bounds.
-    pub unreachable: &'static [&'static str],
 }
-
-/// Needs a second attempt of a job.
-const NEEDS_RETRY: &[&str] = &[
-    properties::SOMETIMES_RETRY,
-    properties::SOMETIMES_STALE_COMPLETION_REJECTED,
-];
-
-/// Needs a second attempt of a job, whose slot token is then stale at the job's own slot.
-const NEEDS_RETRY_ON_ONE_SLOT: &[&str] = &[
-    properties::SOMETIMES_RETRY,
-    properties::SOMETIMES_STALE_COMPLETION_REJECTED,
-    properties::SOMETIMES_STALE_FENCE,
-];
 
 /// The ledger bound of the `one-job-ledger` configuration: with the ledger in the state every
 /// distinct record is a new state, so its paths end at this many distinct records.
@@ -130,7 +120,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                 Named {
                     name: "one-job-fenced",
                     config: one_job.clone(),
-                    unreachable: &[],
                 },
                 Named {
                     name: "one-job-idempotent",
@@ -138,7 +127,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         target: TargetKind::Idempotent,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "one-job-unfenced",
@@ -146,7 +134,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         target: TargetKind::Unfenced,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "one-job-three-attempts",
@@ -155,7 +142,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         lease_ttl: 1,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "one-job-skew",
@@ -163,7 +149,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         max_skew: 1,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "two-jobs-disconnects",
@@ -171,7 +156,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         disconnects: true,
                         ..two_jobs.clone()
                     },
-                    unreachable: NEEDS_RETRY_ON_ONE_SLOT,
                 },
                 Named {
                     name: "two-jobs-ttl-2",
@@ -179,7 +163,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         lease_ttl: 2,
                         ..two_jobs.clone()
                     },
-                    unreachable: NEEDS_RETRY_ON_ONE_SLOT,
                 },
                 Named {
                     name: "outsider-jobs",
@@ -189,7 +172,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         disconnects: true,
                         ..two_jobs.clone()
                     },
-                    unreachable: NEEDS_RETRY_ON_ONE_SLOT,
                 },
                 Named {
                     name: "one-job-ledger",
@@ -199,7 +181,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ledger: ONE_JOB_LEDGER,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "one-job-side-effects",
@@ -209,7 +190,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         side_effects: true,
                         ..one_job.clone()
                     },
-                    unreachable: &[],
                 },
                 Named {
                     name: "outsider-side-effects",
@@ -219,7 +199,13 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         side_effects: true,
                         ..two_jobs.clone()
                     },
-                    unreachable: NEEDS_RETRY_ON_ONE_SLOT,
+                },
+                Named {
+                    name: "one-job-failover",
+                    config: Config {
+                        failover: true,
+                        ..one_job.clone()
+                    },
                 },
                 Named {
                     name: "shared-slot",
@@ -229,7 +215,6 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         shared_slot: true,
                         ..two_jobs.clone()
                     },
-                    unreachable: NEEDS_RETRY,
                 },
             ]
         }
@@ -250,6 +235,7 @@ impl CheckArgs {
             outsider_jobs: self.outsider_jobs,
             shared_slot: self.shared_slot,
             side_effects: self.side_effects,
+            failover: self.failover,
             ..Config::default()
         }
         .with_variant(self.variant)
@@ -273,6 +259,10 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
         eprintln!("error: --outsider-jobs needs the outsider (drop --no-outsider)");
         return Ok(2);
     }
+    if config.failover && (config.side_effects || config.ledger > 0) {
+        eprintln!("error: --failover is modelled without the side effects and the stored ledger");
+        return Ok(2);
+    }
     if config.all_jobs() > 7 || config.runners > 6 {
         eprintln!("error: at most 7 jobs and 6 runners");
         return Ok(2);
@@ -291,7 +281,7 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     if !args.json {
         println!("leasewright check: {}", summary(&config));
     }
-    let outcome = check_protocol(args, &config, &[], !args.json)?;
+    let outcome = check_protocol(args, &config, !args.json)?;
     if let Some(file) = &args.junit {
         junit_of(file, &[&outcome.doc])?;
     }
@@ -303,18 +293,23 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     Ok(if outcome.ok { 0 } else { 1 })
 }
 
+/// The verdicts a property gets (`verdict` in the JSON report).
+const HOLDS: &str = "holds";
+const VIOLATED: &str = "violated";
+const REACHED: &str = "reached";
+const NOT_REACHED: &str = "not reached";
+/// The property cannot be tested in this configuration ([`properties::vacuous`] says why).
+const VACUOUS: &str = "vacuous-here";
+/// The check stopped at the first violation before it could tell.
+const NOT_CHECKED: &str = "not checked";
+
 /// What checking one configuration found.
 struct Outcome {
     doc: serde_json::Value,
     ok: bool,
 }
 
-fn check_protocol(
-    args: &CheckArgs,
-    config: &Config,
-    unreachable: &[&str],
-    progress: bool,
-) -> anyhow::Result<Outcome> {
+fn check_protocol(args: &CheckArgs, config: &Config, progress: bool) -> anyhow::Result<Outcome> {
     let model = LeaseModel::for_checking(config.clone());
     let start = Instant::now();
     let checker = model
@@ -354,27 +349,33 @@ fn check_protocol(
         let found = discoveries
             .get(property.name)
             .or_else(|| combined.filter(|_| violated_there.contains(&property.name)));
+        let vacuous = properties::vacuous(config, property.name);
+        // A violation is reported whatever the property declares; otherwise a property its
+        // configuration cannot test is `vacuous-here`, never "holds" or "not reached".
         let (kind, verdict, good) = match property.expectation {
             Expectation::Always | Expectation::Eventually => (
                 "always",
-                match (found.is_some(), stopped_early) {
-                    (true, _) => "violated",
-                    (false, false) => "holds",
-                    (false, true) => "not checked",
+                match (found.is_some(), stopped_early, vacuous) {
+                    (true, _, _) => VIOLATED,
+                    (false, true, _) => NOT_CHECKED,
+                    (false, false, Some(_)) => VACUOUS,
+                    (false, false, None) => HOLDS,
                 },
                 found.is_none(),
             ),
-            Expectation::Sometimes => match (found.is_some(), stopped_early) {
-                (true, _) => ("sometimes", "reached", true),
-                (false, true) => ("sometimes", "not checked", true),
-                (false, false) if unreachable.contains(&property.name) => {
-                    ("sometimes", "beyond these bounds", true)
-                }
-                (false, false) => ("sometimes", "not reached", false),
+            Expectation::Sometimes => match (found.is_some(), stopped_early, vacuous) {
+                (true, _, _) => ("sometimes", REACHED, true),
+                (false, true, _) => ("sometimes", NOT_CHECKED, true),
+                (false, false, Some(_)) => ("sometimes", VACUOUS, true),
+                (false, false, None) => ("sometimes", NOT_REACHED, false),
             },
         };
         ok &= good;
-        results.push(json!({"property": property.name, "kind": kind, "verdict": verdict}));
+        let mut result = json!({"property": property.name, "kind": kind, "verdict": verdict});
+        if verdict == VACUOUS {
+            result["reason"] = json!(vacuous);
+        }
+        results.push(result);
     }
     if let Some(path) = combined {
         let path = path.clone().into_vec();
@@ -397,6 +398,7 @@ fn check_protocol(
         "seconds": elapsed.as_secs_f64(),
         "states_per_second": unique as f64 / elapsed.as_secs_f64().max(1e-9),
         "complete": !stopped_early,
+        "ledger_paths_cut": model.ledger_paths_cut(),
         "properties": results,
         "counterexamples": counterexamples,
         "ok": ok,
@@ -492,7 +494,7 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
         if !args.json {
             println!("== {}: {}", named.name, summary(&named.config));
         }
-        let outcome = check_protocol(args, &named.config, named.unreachable, !args.json)?;
+        let outcome = check_protocol(args, &named.config, !args.json)?;
         ok &= outcome.ok;
         if !args.json {
             print_outcome(&outcome)?;
@@ -503,18 +505,34 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
         docs.push(doc);
     }
     let elapsed = start.elapsed();
+    let untested = vacuous_everywhere(&docs);
+    ok &= untested.is_empty();
     if let Some(file) = &args.junit {
         junit_of(file, &docs.iter().collect::<Vec<_>>())?;
     }
     if args.json {
         let doc = json!({"profile": format!("{p:?}").to_lowercase(), "configurations": docs,
+                         "vacuous_everywhere": untested,
                          "seconds": elapsed.as_secs_f64(), "ok": ok});
         crate::output::print_json(&doc)?;
     } else {
         println!("profile: {} configurations", docs.len());
         for d in &docs {
+            let ledger = match d["config"]["ledger"].as_u64() {
+                Some(bound) if bound > 0 => format!(
+                    ", ledger on (bound {bound}: {} states cut)",
+                    d["ledger_paths_cut"]
+                ),
+                _ => String::new(),
+            };
+            let vacuous = d["properties"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["verdict"] == VACUOUS)
+                .count();
             println!(
-                "  {:<24} {:>10} states {:>8.1} s  {}",
+                "  {:<24} {:>10} states {:>8.1} s  {}  ({} properties vacuous here{ledger})",
                 d["name"].as_str().unwrap_or(""),
                 d["unique_states"],
                 d["seconds"].as_f64().unwrap_or(0.0),
@@ -522,8 +540,15 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
                     "ok"
                 } else {
                     "FAILED"
-                }
+                },
+                vacuous
             );
+        }
+        for property in &untested {
+            println!("  vacuous in every configuration of the profile: {property}");
+        }
+        if !untested.is_empty() {
+            println!("FAILED: the profile cannot test every property (see above).");
         }
         println!(
             "{} in {:.1} s",
@@ -532,6 +557,30 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
         );
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// The properties no configuration of a profile can test: vacuous (or absent) in every one.
+/// Such a property would be reported by the profile without ever being checked, so the profile
+/// fails.
+fn vacuous_everywhere(docs: &[serde_json::Value]) -> Vec<String> {
+    let mut names: Vec<&str> = Vec::new();
+    let mut tested: Vec<&str> = Vec::new();
+    for doc in docs {
+        for r in doc["properties"].as_array().into_iter().flatten() {
+            let name = r["property"].as_str().unwrap_or("");
+            if !names.contains(&name) {
+                names.push(name);
+            }
+            if r["verdict"] != VACUOUS && !tested.contains(&name) {
+                tested.push(name);
+            }
+        }
+    }
+    names
+        .into_iter()
+        .filter(|n| !tested.contains(n))
+        .map(str::to_string)
+        .collect()
 }
 
 fn print_counterexamples(
@@ -586,13 +635,24 @@ fn print_outcome(outcome: &Outcome) -> anyhow::Result<()> {
             " (stopped at the first violation)"
         }
     )?;
+    if let Some(bound) = doc["config"]["ledger"].as_u64().filter(|b| *b > 0) {
+        writeln!(
+            out,
+            "ledger in the state: {} states had successors the bound of {bound} distinct records cut off (each ends the paths through it)",
+            doc["ledger_paths_cut"]
+        )?;
+    }
     for r in doc["properties"].as_array().into_iter().flatten() {
         writeln!(
             out,
-            "  {:<9} {:<19} {}",
+            "  {:<9} {:<12} {}{}",
             r["kind"].as_str().unwrap_or(""),
             r["verdict"].as_str().unwrap_or(""),
-            r["property"].as_str().unwrap_or("")
+            r["property"].as_str().unwrap_or(""),
+            r["reason"]
+                .as_str()
+                .map(|why| format!(" ({why})"))
+                .unwrap_or_default()
         )?;
     }
     print_counterexamples(&mut out, doc)?;
@@ -605,58 +665,86 @@ fn print_outcome(outcome: &Outcome) -> anyhow::Result<()> {
     } else {
         writeln!(
             out,
-            "\nOK: every `always` property holds and every `sometimes` property is reached (or beyond these bounds, as listed)."
+            "\nOK: every `always` property holds and every `sometimes` property is reached, except those vacuous here (listed with the reason: this configuration cannot test them)."
         )?;
     }
     Ok(())
 }
 
 /// One JUnit case per property; a property that did not hold or was not reached fails, with
-/// the counterexample that shows it.
+/// the counterexample that shows it; a property vacuous in its configuration is `skipped`, with
+/// the reason (so no CI dashboard counts it as passed). Written by quick-junit, as
+/// `leasewright conform`'s report is.
 fn write_junit(
     file: &std::path::Path,
     results: &[serde_json::Value],
     counterexamples: &[serde_json::Value],
     elapsed: Duration,
 ) -> anyhow::Result<()> {
-    let per_case = elapsed.as_secs_f64() / results.len().max(1) as f64;
-    let cases: Vec<junit::Case> = results
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let per_case = Duration::try_from_secs_f64(elapsed.as_secs_f64() / results.len().max(1) as f64)
+        .unwrap_or_default();
+    let mut report = Report::new("leasewright check");
+    let mut kinds: Vec<&str> = results
         .iter()
-        .map(|r| {
+        .map(|r| r["kind"].as_str().unwrap_or("property"))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let mut suite = TestSuite::new(kind);
+        for r in results
+            .iter()
+            .filter(|r| r["kind"].as_str().unwrap_or("property") == kind)
+        {
             let property = r["property"].as_str().unwrap_or("");
             let verdict = r["verdict"].as_str().unwrap_or("");
-            let failure =
-                (!matches!(verdict, "holds" | "reached" | "beyond these bounds")).then(|| {
+            let status = match verdict {
+                HOLDS | REACHED => TestCaseStatus::success(),
+                VACUOUS => {
+                    let mut status = TestCaseStatus::skipped();
+                    status
+                        .set_type(VACUOUS)
+                        .set_message(r["reason"].as_str().unwrap_or(VACUOUS));
+                    status
+                }
+                _ => {
                     let shown = counterexamples.iter().find(|c| {
                         c["property"] == property
                             || c["also"]
                                 .as_array()
                                 .is_some_and(|a| a.contains(&r["property"]))
                     });
-                    let mut report = format!("{property}: {verdict}\n");
+                    let mut text = format!("{property}: {verdict}\n");
                     for step in shown
                         .and_then(|c| c["steps"].as_array())
                         .into_iter()
                         .flatten()
                     {
-                        report.push_str(step.as_str().unwrap_or(""));
-                        report.push('\n');
+                        text.push_str(step.as_str().unwrap_or(""));
+                        text.push('\n');
                     }
                     if let Some(trace) = shown.and_then(|c| c["trace"].as_str()) {
-                        report.push_str(&format!("ITF trace: {trace}\n"));
+                        text.push_str(&format!("ITF trace: {trace}\n"));
                     }
-                    report
-                });
-            junit::Case {
-                name: property.to_string(),
-                suite: r["kind"].as_str().unwrap_or("property").to_string(),
-                seconds: per_case,
-                failure,
-            }
-        })
-        .collect();
-    std::fs::write(file, junit::render_for("check", &cases))
-        .with_context(|| format!("writing {}", file.display()))
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    status
+                        .set_message(format!("{property}: {verdict}"))
+                        .set_type("violation")
+                        .set_description(text);
+                    status
+                }
+            };
+            let mut case = TestCase::new(property, status);
+            case.set_classname(format!("check.{kind}"))
+                .set_time(per_case);
+            suite.add_test_case(case);
+        }
+        report.add_test_suite(suite);
+    }
+    report.set_time(elapsed);
+    let text = report.to_string().context("rendering the JUnit report")?;
+    std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))
 }
 
 /// A JUnit report of checked configurations: one case per configuration and property (named
@@ -726,6 +814,10 @@ fn summary(c: &Config) -> String {
         },
     ) + if c.side_effects {
         ", side effects (R8)"
+    } else {
+        ""
+    } + if c.failover {
+        ", one failover (the last committed server transition lost, the epoch rises)"
     } else {
         ""
     }

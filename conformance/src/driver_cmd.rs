@@ -312,6 +312,8 @@ pub fn step_request(
 ) -> Result<Option<Value>, DriverError> {
     let operator = |outsider: bool| if outsider { 1 } else { 0 };
     let step = match action {
+        // Left out before replay (`select::replayable`): no driver can roll a database back.
+        Action::Failover => return Err(DriverError::Unmappable(crate::select::FAILOVER.into())),
         Action::Claim { runner } => {
             // The names the claim's attempt and lease take from now on, if it is accepted.
             let attempt = before.attempts.len();

@@ -1281,6 +1281,9 @@ impl Session for HttpSession {
         self.answer = None;
         self.sent_payload = None;
         let verdict = match action {
+            // A database cannot be rolled back to an earlier commit from here: such traces are
+            // left out before replay (`select::replayable`).
+            Action::Failover => return Err(unmappable(crate::select::FAILOVER)),
             Action::Claim { runner } => {
                 self.sync_clock().await?;
                 let client = self

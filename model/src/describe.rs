@@ -109,6 +109,7 @@ pub fn action(a: &Action) -> String {
             )
         }
         Action::Tick => "tick (server time passes)".to_string(),
+        Action::Failover => "the database fails over: the server's last committed transition is lost, the epoch rises".to_string(),
         Action::ExpirySweep => "server runs the expiry sweep".to_string(),
         Action::Cancel { job } => format!("operator cancels job {job}"),
         Action::Reconcile {
@@ -292,6 +293,10 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                 )
             }
             Action::Tick => "Note over Server: tick (server time passes)".to_string(),
+            Action::Failover => {
+                "Note over Server: failover: the last committed transition is lost, the epoch rises"
+                    .to_string()
+            }
             Action::ExpirySweep => format!("Note over Server: expiry sweep: {verdict}"),
             Action::Cancel { .. }
             | Action::Reconcile { .. }

@@ -60,6 +60,8 @@ pub(crate) struct MemoInner {
     /// The `sometimes` conditions of [`LeaseModel::settle_sometimes`], in the order of the
     /// model's properties.
     sometimes: OnceLock<Vec<Settled>>,
+    /// The distinct states (by hash) where the ledger bound ended a path ([`Config::ledger`]).
+    ledger_cut: Mutex<KeySet>,
 }
 
 /// The memo's keys are hashes already: use them as they are.
@@ -88,6 +90,7 @@ impl ProbeMemo {
             config: config.clone(),
             shards: (0..MEMO_SHARDS).map(|_| Mutex::default()).collect(),
             sometimes: OnceLock::new(),
+            ledger_cut: Mutex::default(),
         }))
     }
 
@@ -181,6 +184,17 @@ impl LeaseModel {
         self
     }
 
+    /// How many distinct states had a successor that the ledger bound ([`Config::ledger`]) cut
+    /// off so far: each is the end of the paths through it (`check` prints it).
+    pub fn ledger_paths_cut(&self) -> usize {
+        self.probe_memo
+            .0
+            .ledger_cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// How many distinct [`properties::probe_key`]s had their probes checked so far.
     pub fn probe_memo_len(&self) -> usize {
         self.probe_memo.len()
@@ -231,6 +245,9 @@ impl LeaseModel {
             targets: Targets::from_elem(Target::default(), c.slots() as usize),
             ledger: Ledger::default(),
             cache: Default::default(),
+            epoch: 0,
+            epoch_wait: 0,
+            before: None,
         }
     }
 
@@ -379,10 +396,11 @@ impl LeaseModel {
         if job.project != runner.project {
             return Err(Reason::WrongProject);
         }
+        // An attempt whose claim a failover lost is one the database does not know.
         let attempt = s
             .attempts
             .get(m.attempt as usize)
-            .filter(|a| a.job == m.job)
+            .filter(|a| a.job == m.job && !a.lost)
             .ok_or(Reason::UnknownAttempt)?;
         if attempt.runner != m.sender && self.config.variant != Variant::RunnerNotChecked {
             return Err(Reason::RunnerMismatch);
@@ -532,6 +550,10 @@ impl LeaseModel {
     /// attempt).
     pub fn claimable_job(&self, s: &State, runner: RunnerId) -> Option<JobId> {
         let r = s.runners.get(runner as usize)?;
+        // After a failover no job is claimed until every lease of the earlier epoch has expired.
+        if s.epoch_wait > 0 && self.config.variant != Variant::FailoverWithoutWait {
+            return None;
+        }
         s.jobs
             .iter()
             .position(|j| {
@@ -829,7 +851,9 @@ impl LeaseModel {
             MessageKind::TargetMutation => {
                 let kind = self.config.target;
                 let carried = self.carried_token(m);
-                let issued = s.attempts.get(m.attempt as usize).map_or(0, |a| a.token);
+                // Ground truth: when the sender's reservation was really issued (not its token,
+                // which a flawed design may issue twice).
+                let issued = s.attempts.get(m.attempt as usize).map_or(0, |a| a.issued);
                 let Some(job) = s.jobs.get(m.job as usize) else {
                     return;
                 };
@@ -859,6 +883,8 @@ impl LeaseModel {
             MessageKind::Heartbeat => {
                 let expiry = if variant == Variant::RunnerClockExtendsLease {
                     m.runner_time.saturating_add(self.config.lease_ttl)
+                } else if variant == Variant::HeartbeatShortensLease {
+                    s.clock + self.config.lease_ttl / 2
                 } else {
                     s.clock + self.config.lease_ttl
                 };
@@ -890,11 +916,17 @@ impl LeaseModel {
     fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
         let a = s.attempts.len() as AttemptId;
         let variant = self.config.variant;
+        // Fences and slot tokens carry the epoch: a claim issues at least the epoch's first one.
+        let floor = if variant == Variant::FailoverWithoutEpoch {
+            1
+        } else {
+            s.epoch * EPOCH_BASE + 1
+        };
         let j = &mut s.jobs[job as usize];
         j.fence = if variant == Variant::FenceReused {
             1
         } else {
-            j.fence + 1
+            (j.fence + 1).max(floor)
         };
         j.attempts_left = j.attempts_left.saturating_sub(1);
         j.current = Some(a);
@@ -904,10 +936,11 @@ impl LeaseModel {
         target.tokens = if variant == Variant::SlotTokenResets {
             1
         } else {
-            target.tokens + 1
+            (target.tokens + 1).max(floor)
         };
         target.holder = Some(job);
-        let token = target.tokens;
+        target.reservations += 1;
+        let (token, issued) = (target.tokens, target.reservations);
         s.attempts.push(Attempt {
             job,
             runner,
@@ -921,6 +954,8 @@ impl LeaseModel {
             expired: false,
             log: 0,
             artifact: 0,
+            lost: false,
+            issued,
         });
         let r = &mut s.runners[runner as usize];
         r.holding = Some(a);
@@ -998,6 +1033,59 @@ impl LeaseModel {
     }
 }
 
+impl LeaseModel {
+    /// What the server's database holds in `s` (what a failover can roll back): every job, the
+    /// changeable part of every attempt it knows, each slot's reservation and token counter.
+    pub fn server(s: &State) -> Server {
+        Server {
+            jobs: s.jobs.clone(),
+            attempts: s
+                .attempts
+                .iter()
+                .filter(|a| !a.lost)
+                .map(|a| ServerAttempt {
+                    lease_expiry: a.lease_expiry,
+                    state: a.state,
+                    digest: a.digest,
+                })
+                .collect(),
+            slots: s.targets.iter().map(|t| (t.holder, t.tokens)).collect(),
+        }
+    }
+
+    /// The failover: the server's state goes back to [`State::before`] (its last committed
+    /// transition is lost); an attempt claimed in it is `lost` (its runner keeps executing and
+    /// holding it); runners, messages in flight and the targets' own state are kept. The epoch
+    /// rises, and claims wait `lease_ttl` (until every lease of the earlier epoch has expired).
+    fn failover(&self, s: &mut State) -> Option<()> {
+        let before = *s.before.take()?;
+        let known = before.attempts.len();
+        s.jobs = before.jobs;
+        for (i, a) in s.attempts.iter_mut().enumerate() {
+            match before.attempts.get(i) {
+                Some(was) => {
+                    a.lease_expiry = was.lease_expiry;
+                    a.state = was.state;
+                    a.digest = was.digest;
+                }
+                None => a.lost = true,
+            }
+        }
+        debug_assert!(s.attempts.len() <= known + 1, "one transition is lost");
+        for (t, (holder, tokens)) in s.targets.iter_mut().zip(before.slots) {
+            t.holder = holder;
+            t.tokens = tokens;
+        }
+        s.epoch += 1;
+        s.epoch_wait = if self.config.variant == Variant::FailoverWithoutWait {
+            0
+        } else {
+            s.clock + self.config.lease_ttl
+        };
+        Some(())
+    }
+}
+
 /// A one-bit set of the small id `id` (ids beyond 7 are not tracked).
 pub(crate) fn bit(id: u8) -> u8 {
     1u8.checked_shl(id as u32).unwrap_or(0)
@@ -1022,7 +1110,8 @@ impl LeaseModel {
     /// a state it is forgotten in every later one. Only for the protocol: a flawed variant may
     /// accept such a message later.
     fn forgotten(&self, s: &State, m: &Message) -> bool {
-        if self.config.variant != Variant::None {
+        // A failover can make a superseded attempt current again.
+        if self.config.variant != Variant::None || self.config.failover {
             return false;
         }
         let held = s.runners.get(m.sender as usize).and_then(|r| r.holding) == Some(m.attempt);
@@ -1202,11 +1291,16 @@ impl LeaseModel {
         }
         // Time passes only while it can expire a lease: while some `active` attempt's lease
         // is still valid.
-        if s.attempts
-            .iter()
-            .any(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
+        // After a failover, also while claims wait for the earlier epoch's leases to expire.
+        if s.epoch_wait > s.clock
+            || s.attempts
+                .iter()
+                .any(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
         {
             actions.push(Action::Tick);
+        }
+        if c.failover && s.before.is_some() {
+            actions.push(Action::Failover);
         }
         if self.expired_leases(s).next().is_some() {
             actions.push(Action::ExpirySweep);
@@ -1272,6 +1366,15 @@ impl Model for LeaseModel {
         self.all_actions(s, actions);
         if self.config.ledger > 0 && s.ledger.len() >= self.config.ledger as usize {
             // The ledger is full: the exploration ends here (the bound of `Config::ledger`).
+            if !actions.is_empty() {
+                let key = ahash::RandomState::with_seeds(5, 6, 7, 8).hash_one(s);
+                self.probe_memo
+                    .0
+                    .ledger_cut
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key);
+            }
             actions.clear();
         }
         if self.skip_no_ops {
@@ -1379,9 +1482,16 @@ impl Model for LeaseModel {
                 for a in s.attempts.iter_mut() {
                     if a.state == AttemptState::Active && now >= a.lease_expiry {
                         a.expired = true;
+                        // A runner whose lease ran out without a renewal stops its execution
+                        // (R2); the server's sweep and a reconciliation enforce that for the
+                        // attempts it knows, the runner alone for one whose claim it lost.
+                        if a.lost && a.execution == Execution::Executing {
+                            a.execution = Execution::Stopped;
+                        }
                     }
                 }
             }
+            Action::Failover => self.failover(&mut s)?,
             Action::ExpirySweep => self.sweep(&mut s),
             // The operator of the other project is always refused.
             Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
@@ -1428,10 +1538,25 @@ impl Model for LeaseModel {
         // Only the time left on each active lease decides anything (check 11, the sweep, `tick`):
         // move the time origin to `now`, so that states that differ only by when they happened
         // are one state. Time itself is unbounded: `tick` is offered while some lease is valid.
+        // The server's state before its last committed transition (what a failover goes back
+        // to): kept while a failover can still come. A step that changed the server's state
+        // makes the state before it the one a failover returns to.
+        if self.config.failover && s.epoch == 0 {
+            let was = Self::server(last);
+            if Self::server(&s) != was {
+                s.before = Some(Box::new(was));
+            }
+        }
         let now = s.clock;
         for a in s.attempts.iter_mut() {
             a.lease_expiry = a.lease_expiry.saturating_sub(now);
         }
+        if let Some(before) = s.before.as_mut() {
+            for a in before.attempts.iter_mut() {
+                a.lease_expiry = a.lease_expiry.saturating_sub(now);
+            }
+        }
+        s.epoch_wait = s.epoch_wait.saturating_sub(now);
         s.clock = 0;
         Some(s)
     }

@@ -59,6 +59,10 @@ pub const LEASE_BOUNDED: &str = "a lease never expires later than now + lease_tt
 /// as a conflict with its own attempt.
 pub const CONFLICT_RECORDED: &str = "a conflicting result is recorded as a conflict";
 
+/// Invariant 26: an accepted heartbeat never shortens its lease (with 19, an accepted heartbeat
+/// sets it to `now + lease_ttl`, which is never earlier than it was).
+pub const HEARTBEAT_NEVER_SHORTENS: &str = "an accepted heartbeat never shortens its lease";
+
 /// Invariant 21: the ledger holds a record of every message the server received, written once,
 /// against the attempt that really sent it (unattributed otherwise).
 pub const LEDGER_RECORDS_EVERY_MESSAGE: &str =
@@ -88,6 +92,13 @@ pub const SOMETIMES_DUPLICATE_ACKNOWLEDGED: &str = "a duplicate result is acknow
 pub const SOMETIMES_CONFLICT_RECORDED: &str = "a conflicting result is recorded";
 /// A result with the committed outcome and another digest was recorded as a conflict.
 pub const SOMETIMES_DIGEST_CONFLICT: &str = "the same outcome with another digest is a conflict";
+/// An accepted heartbeat moved its lease's expiry later (the lease is extended, not only
+/// bounded: invariant 19 alone is an upper bound).
+pub const SOMETIMES_HEARTBEAT_EXTENDS: &str = "an accepted heartbeat extends its lease";
+/// A claim a failover lost was made again in the new epoch, with a fence above every fence of
+/// the earlier epoch ([`Config::failover`] only).
+pub const SOMETIMES_LOST_CLAIM_MADE_AGAIN: &str =
+    "a claim a failover lost is made again in the new epoch";
 /// Some job became `uncertain`.
 pub const SOMETIMES_UNCERTAIN: &str = "a job becomes uncertain";
 /// A job got a second attempt with a larger fence.
@@ -118,6 +129,76 @@ pub fn all(config: &Config) -> Vec<Property<LeaseModel>> {
         .collect();
     properties.extend(sometimes(config));
     properties
+}
+
+/// Why `property` cannot be tested in `config`, or `None` when it can: a property declares
+/// what its configuration needs (a fenced target, a second attempt, the ledger in the state,
+/// ...), and `check` reports it `vacuous here` with this reason instead of "holds" or "not
+/// reached". Decided from the configuration alone, never from what a run happened to reach: a
+/// property that could fire here is never called vacuous. (A vacuous `always` that is violated
+/// all the same is still reported violated.)
+pub fn vacuous(config: &Config, property: &str) -> Option<&'static str> {
+    const ONE_ATTEMPT: &str = "one attempt per job: no job is ever retried";
+    const NO_SECOND_RESERVATION: &str =
+        "no slot is reserved twice (one attempt per job, one slot per job)";
+    const LEDGER_OFF: &str =
+        "ledger off: no ledger in the state (records are checked by probes, invariant 10)";
+    const SIDE_EFFECTS_OFF: &str = "side effects off: no side effect of R8 is sent";
+    const NO_OUTSIDER: &str = "no runner of another project (--no-outsider)";
+    // A second claim of a job: a retry, or the claim again of a job whose claim a failover lost.
+    let retries = config.attempts_per_job >= 2 || config.failover;
+    // Some slot is reserved by two attempts: a job's retry, or two jobs on one slot.
+    let second_reservation = retries || (config.shared_slot && config.all_jobs() >= 2);
+    match property {
+        FENCES_INCREASE
+        | ONE_EXECUTION_PER_JOB
+        | NO_RETRY_AFTER_CANCEL
+        | SOMETIMES_RETRY
+        | SOMETIMES_STALE_COMPLETION_REJECTED
+            if !retries =>
+        {
+            Some(ONE_ATTEMPT)
+        }
+        FENCED_TARGET_MONOTONIC | SOMETIMES_STALE_FENCE if config.target != TargetKind::Fenced => {
+            Some("no fenced target in this configuration")
+        }
+        IDEMPOTENT_TARGET_ONCE | SOMETIMES_REPEAT_ACKNOWLEDGED
+            if config.target != TargetKind::Idempotent =>
+        {
+            Some("no idempotent target in this configuration")
+        }
+        SOMETIMES_APPLIED_TWICE if config.target != TargetKind::Unfenced => {
+            Some("no unfenced target in this configuration")
+        }
+        FENCED_TARGET_MONOTONIC
+        | SLOT_EXCLUSIVE
+        | SLOT_TOKENS_INCREASE
+        | SOMETIMES_STALE_FENCE
+        | SOMETIMES_APPLIED_TWICE
+            if !second_reservation =>
+        {
+            Some(NO_SECOND_RESERVATION)
+        }
+        SOMETIMES_SLOT_BLOCKS_CLAIM if !(config.shared_slot && config.all_jobs() >= 2) => {
+            Some("no two jobs share a slot")
+        }
+        LEDGER_RECORDS_EVERY_MESSAGE | LEDGER_KEEPS_LATE_REPORTS | LEDGER_NO_FOREIGN_RECORD
+            if config.ledger == 0 =>
+        {
+            Some(LEDGER_OFF)
+        }
+        SIDE_EFFECTS_NEED_LEASE | CACHE_PER_PROJECT if !config.side_effects => {
+            Some(SIDE_EFFECTS_OFF)
+        }
+        NO_CROSS_PROJECT_CHANGE | LEDGER_NO_FOREIGN_RECORD if !config.outsider => {
+            Some(NO_OUTSIDER)
+        }
+        "check produces wrong_project" if !config.outsider => Some(NO_OUTSIDER),
+        SOMETIMES_HEARTBEAT_EXTENDS if config.lease_ttl < 2 => Some(
+            "one-tick leases: a heartbeat is accepted only in the tick of its grant, so it cannot move the expiry later",
+        ),
+        _ => None,
+    }
 }
 
 /// The name of [`every_invariant`] as one property.
@@ -191,6 +272,7 @@ pub fn probe_key(s: &State) -> u64 {
             a.execution == Execution::Executing,
             a.log,
             a.artifact,
+            a.lost,
         )
             .hash(&mut h);
     }
@@ -256,6 +338,13 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::UncertainReleasesSlot => &[SLOT_EXCLUSIVE],
         Variant::RetryKeepsSlot => &[QUIESCENCE_RESOLVED],
         Variant::RejoinResurrectsLease => &[NO_HEARTBEAT_AFTER_EXPIRY],
+        Variant::HeartbeatShortensLease => &[HEARTBEAT_NEVER_SHORTENS],
+        Variant::FailoverWithoutEpoch => &[
+            FENCES_INCREASE,
+            SLOT_TOKENS_INCREASE,
+            FENCED_TARGET_MONOTONIC,
+        ],
+        Variant::FailoverWithoutWait => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
         Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
         Variant::FenceReused => &[FENCES_INCREASE],
@@ -372,6 +461,7 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (LEDGER_NO_FOREIGN_RECORD, ledger_no_foreign_record),
     (SIDE_EFFECTS_NEED_LEASE, side_effects_need_lease),
     (CACHE_PER_PROJECT, cache_per_project),
+    (HEARTBEAT_NEVER_SHORTENS, heartbeat_never_shortens),
 ];
 
 fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
@@ -379,7 +469,7 @@ fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
 }
 
 /// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
-const SINGLE: [fn(&LeaseModel, &State) -> bool; 25] = [
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 26] = [
     single::<0>,
     single::<1>,
     single::<2>,
@@ -405,6 +495,7 @@ const SINGLE: [fn(&LeaseModel, &State) -> bool; 25] = [
     single::<22>,
     single::<23>,
     single::<24>,
+    single::<25>,
 ];
 
 /// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
@@ -658,6 +749,9 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
                 o.reason == Some(Reason::LeaseExpired)
             })
         }),
+        Property::sometimes(SOMETIMES_HEARTBEAT_EXTENDS, |m, s: &State| {
+            heartbeats(m, s).any(|(before, after)| after > before)
+        }),
         Property::sometimes(SOMETIMES_CANCELLED, |_, s: &State| {
             s.jobs
                 .iter()
@@ -683,6 +777,22 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
             s.targets.iter().any(|t| t.last_applied < t.highest_applied)
         }),
     });
+    if config.failover {
+        properties.push(Property::sometimes(
+            SOMETIMES_LOST_CLAIM_MADE_AGAIN,
+            |_, s: &State| {
+                s.attempts.iter().any(|lost| {
+                    lost.lost
+                        && s.attempts.iter().any(|a| {
+                            !a.lost
+                                && a.job == lost.job
+                                && a.fence > EPOCH_BASE
+                                && a.token > EPOCH_BASE
+                        })
+                })
+            },
+        ));
+    }
     if config.shared_slot && config.all_jobs() > 1 {
         properties.push(Property::sometimes(
             SOMETIMES_SLOT_BLOCKS_CLAIM,
@@ -702,6 +812,27 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
         }
     }
     properties
+}
+
+/// For every heartbeat an executing runner could send now that the server accepts: its
+/// attempt's lease expiry before and after receipt.
+fn heartbeats<'a>(m: &'a LeaseModel, s: &'a State) -> impl Iterator<Item = (u8, u8)> + 'a {
+    m.deliverable(s)
+        .filter(move |msg| {
+            msg.kind == MessageKind::Heartbeat
+                && m.delivery_verdict(s, msg).verdict == Verdict::Accepted
+        })
+        .filter_map(move |msg| {
+            let before = s.attempts.get(msg.attempt as usize)?.lease_expiry;
+            let mut after = s.clone();
+            m.deliver(&mut after, &msg);
+            Some((before, after.attempts[msg.attempt as usize].lease_expiry))
+        })
+}
+
+/// Every heartbeat the server would accept now leaves its lease expiring no earlier than before.
+fn heartbeat_never_shortens(c: &Ctx<'_>) -> bool {
+    heartbeats(c.m, c.s).all(|(before, after)| after >= before)
 }
 
 /// A runner's project has a `queued` job (with attempts left) whose slot another job holds.
@@ -745,7 +876,12 @@ pub(crate) fn true_attribution(s: &State, m: &Message) -> Option<AttemptId> {
     let sender = s.runners.get(m.sender as usize)?;
     let job = s.jobs.get(m.job as usize)?;
     let attempt = s.attempts.get(m.attempt as usize)?;
-    (sender.project == job.project && attempt.job == m.job && attempt.runner == m.sender)
+    // An attempt whose claim a failover lost cannot be recorded against: its database does not
+    // know it (the record is unattributed, `unknown_attempt`).
+    (sender.project == job.project
+        && attempt.job == m.job
+        && attempt.runner == m.sender
+        && !attempt.lost)
         .then_some(m.attempt)
 }
 
@@ -802,11 +938,14 @@ fn holds_slot(s: &State, job: usize) -> bool {
 /// such attempt per job, and it is the job's current attempt.
 fn at_most_one_current_attempt(c: &Ctx<'_>) -> bool {
     let s = c.s;
+    // An attempt whose claim a failover lost is not the server's (it cannot be current).
     s.attempts.iter().enumerate().all(|(a, attempt)| {
-        !matches!(
-            attempt.state,
-            AttemptState::Active | AttemptState::Uncertain
-        ) || s.jobs[attempt.job as usize].current == Some(a as AttemptId)
+        attempt.lost
+            || !matches!(
+                attempt.state,
+                AttemptState::Active | AttemptState::Uncertain
+            )
+            || s.jobs[attempt.job as usize].current == Some(a as AttemptId)
     })
 }
 
@@ -888,11 +1027,13 @@ fn idempotent_target_once(c: &Ctx<'_>) -> bool {
 /// decided about it: every earlier attempt is `stopped` (or holds an outcome).
 fn expired_is_uncertain(c: &Ctx<'_>) -> bool {
     let s = c.s;
+    // An attempt whose claim a failover lost is not the server's: the wait after the epoch
+    // change (and invariants 6 and 14) cover its execution.
     s.jobs.iter().enumerate().all(|(j, job)| {
         job.state != JobState::Queued
             || s.attempts
                 .iter()
-                .filter(|a| a.job as usize == j)
+                .filter(|a| a.job as usize == j && !a.lost)
                 .all(|a| a.state == AttemptState::Stopped || a.state.outcome().is_some())
     })
 }
@@ -1006,7 +1147,8 @@ fn quiescence_resolved(c: &Ctx<'_>) -> bool {
                 .holder
                 .is_some_and(|h| h as usize != j)
     };
-    if s.jobs.iter().enumerate().all(|(j, job)| waiting(j, job)) {
+    // After a failover, claims wait for the earlier epoch's leases: only time can end that.
+    if s.epoch_wait > 0 || s.jobs.iter().enumerate().all(|(j, job)| waiting(j, job)) {
         return true;
     }
     // Cheap exits: an executing runner can stop, a disconnected one can rejoin, an idle one can
@@ -1050,8 +1192,10 @@ fn slot_exclusive(c: &Ctx<'_>) -> bool {
         })
 }
 
-/// Per slot, the attempts of the jobs naming it have distinct tokens, and the attempt holding
-/// the slot has the highest of them (tokens follow reservation order).
+/// Per slot, the tokens of the attempts of the jobs naming it follow the order in which their
+/// reservations were really issued (ground truth, [`Attempt::issued`], whatever the server
+/// remembers: an attempt whose claim a failover lost counts), and the attempt holding the slot
+/// has the highest of them.
 fn slot_tokens_increase(c: &Ctx<'_>) -> bool {
     let s = c.s;
     (0..s.targets.len()).all(|slot| {
@@ -1062,7 +1206,9 @@ fn slot_tokens_increase(c: &Ctx<'_>) -> bool {
                 .filter(move |(_, a)| s.jobs[a.job as usize].slot as usize == slot)
         };
         let highest = on_slot().map(|(_, a)| a.token).max().unwrap_or(0);
-        let distinct = on_slot().all(|(i, a)| on_slot().all(|(k, b)| i == k || a.token != b.token));
+        let distinct = on_slot().all(|(i, a)| {
+            on_slot().all(|(k, b)| i == k || (a.issued < b.issued) == (a.token < b.token))
+        });
         let holder_latest = on_slot().all(|(i, a)| {
             let current = s.jobs[a.job as usize].current == Some(i as AttemptId);
             !(current && holds_slot(s, a.job as usize)) || a.token == highest

@@ -58,7 +58,18 @@ pub struct Config {
     /// project's cache entry multiply the states.
     #[serde(default)]
     pub side_effects: bool,
+    /// Let the database fail over once (`Action::Failover`): the server's state goes back to
+    /// the one before its last committed transition ([`State::before`]) while runners, messages
+    /// in flight and targets keep theirs, and the epoch rises (docs/model.md "Failover"). Not with
+    /// the ledger or the side effects.
+    #[serde(default)]
+    pub failover: bool,
 }
+
+/// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
+/// number, so epoch first (the implementation's `epoch * 2^32 + generation`, scaled to the
+/// model's small generations).
+pub const EPOCH_BASE: u8 = 32;
 
 impl Default for Config {
     /// The default configuration (docs/model.md), what `leasewright check` checks: 2 jobs, 2
@@ -82,6 +93,7 @@ impl Default for Config {
             shared_slot: false,
             ledger: 0,
             side_effects: false,
+            failover: false,
         }
     }
 }
@@ -124,6 +136,11 @@ impl Config {
         if variant.needs_outsider_job() {
             self.outsider = true;
             self.outsider_jobs = self.outsider_jobs.max(1);
+        }
+        if variant.needs_failover() {
+            // One job: the loss of its claim is the whole story.
+            self.failover = true;
+            self.jobs = 1;
         }
         if variant.needs_side_effects() {
             // Checked with the side effects, and one job of the checked project: the flaw shows
@@ -203,6 +220,40 @@ pub struct Attempt {
     /// Its artifact (R8, the one artifact name): `0` none, `1 + content` stored.
     #[serde(default)]
     pub artifact: u8,
+    /// The server lost its claim in a failover (its database knows no such attempt: every
+    /// message naming it is `unknown_attempt`); the execution on the runner goes on until it
+    /// stops. The runner keeps its lease as it was told it (`lease_expiry`, its own deadline).
+    #[serde(default)]
+    pub lost: bool,
+    /// History (ground truth, never rolled back): the order in which this attempt's reservation
+    /// of its slot was really issued (`1, 2, ...` per slot). Equal to `token` unless tokens were
+    /// issued twice or reset; invariants 7 and 15 compare with it, not with the token.
+    #[serde(default)]
+    pub issued: u8,
+}
+
+/// What the server's database holds of an attempt besides what is fixed at its claim: what a
+/// failover can roll back.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServerAttempt {
+    /// [`Attempt::lease_expiry`].
+    pub lease_expiry: u8,
+    /// [`Attempt::state`].
+    pub state: AttemptState,
+    /// [`Attempt::digest`].
+    pub digest: Option<Digest>,
+}
+
+/// The server's state at one point of its history ([`State::before`]): what a failover goes
+/// back to. The attempts it knew are the first `attempts.len()` of [`State::attempts`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Server {
+    /// Every job, whole (a job's history is the server's record too).
+    pub jobs: Jobs,
+    /// The attempts it knew, in claim order.
+    pub attempts: SmallVec<[ServerAttempt; 4]>,
+    /// Each slot's reservation and token counter.
+    pub slots: SmallVec<[(Option<JobId>, Token); 2]>,
 }
 
 /// A job.
@@ -447,6 +498,10 @@ pub struct Target {
     /// The attempts (as a bit set) whose mutations it applied: kept only by the flawed
     /// `idempotency-key-per-attempt` target, which decides by it.
     pub attempts_applied: u8,
+    /// History (ground truth, never rolled back): how many reservations of this slot were
+    /// really issued ([`Attempt::issued`] of the last one).
+    #[serde(default)]
+    pub reservations: u8,
 }
 
 // The state's collections are small (a few jobs, runners, attempts and messages), and the
@@ -598,6 +653,18 @@ pub struct State {
     /// Each project's cache entry of the one cache key (R8; only with [`Config::side_effects`]).
     #[serde(default)]
     pub cache: Cache,
+    /// The server's epoch (durable: a failover raises it and never forgets it). Fences and slot
+    /// tokens issued in epoch `e` are at least `e * EPOCH_BASE + 1`.
+    #[serde(default)]
+    pub epoch: u8,
+    /// Ticks left before a claim may be made: after a failover, until every lease of the earlier
+    /// epoch has expired (`lease_ttl` after the failover). Relative, like every time.
+    #[serde(default)]
+    pub epoch_wait: u8,
+    /// With [`Config::failover`], before the failover: the server's state before its last
+    /// committed transition (what a failover goes back to). `None` otherwise.
+    #[serde(default)]
+    pub before: Option<Box<Server>>,
 }
 
 impl Clone for State {
@@ -614,6 +681,9 @@ impl Clone for State {
             targets: SmallVec::from_slice(&self.targets),
             ledger: self.ledger.clone(),
             cache: self.cache,
+            epoch: self.epoch,
+            epoch_wait: self.epoch_wait,
+            before: self.before.clone(),
         }
     }
 }
@@ -691,6 +761,10 @@ pub enum Action {
         finding: Finding,
         decision: Decision,
     },
+    /// The database fails over ([`Config::failover`]): the server's state goes back to before its
+    /// last committed transition, runners, messages in flight and targets keep theirs, the
+    /// epoch rises.
+    Failover,
 }
 
 /// How a replayed message is altered.
@@ -728,6 +802,7 @@ impl Action {
             Action::Reconcile { .. } => "reconcile",
             Action::OutsiderCancel { .. } => "outsider_cancel",
             Action::OutsiderReconcile { .. } => "outsider_reconcile",
+            Action::Failover => "failover",
         }
     }
 }
@@ -760,8 +835,14 @@ impl std::hash::Hash for State {
             targets,
             ledger,
             cache,
+            epoch,
+            epoch_wait,
+            before,
         } = self;
         h.write_u8(*clock);
+        h.write_u8(*epoch);
+        h.write_u8(*epoch_wait);
+        before.hash(h);
         h.write_usize(jobs.len());
         for job in jobs {
             let Job {
@@ -810,6 +891,8 @@ impl std::hash::Hash for State {
                 expired,
                 log,
                 artifact,
+                lost,
+                issued,
             } = *attempt;
             let [digest_tag, digest] = option(digest);
             let execution = match execution {
@@ -831,6 +914,8 @@ impl std::hash::Hash for State {
                 expired as u8,
                 log,
                 artifact,
+                lost as u8,
+                issued,
             ]));
         }
         h.write_usize(runners.len());
@@ -891,6 +976,7 @@ impl std::hash::Hash for State {
                 deployed,
                 applied_twice,
                 attempts_applied,
+                reservations,
             } = *target;
             let [holder_tag, holder] = option(holder);
             h.write_u128(pack([
@@ -904,6 +990,7 @@ impl std::hash::Hash for State {
                 deployed,
                 applied_twice as u8,
                 attempts_applied,
+                reservations,
             ]));
         }
         for entry in cache {

@@ -410,6 +410,13 @@ impl State {
     }
 
     fn canonical(&self, exchange_outcomes: bool) -> State {
+        // A state that keeps the server's state before its last transition (for a failover
+        // still to come) is its own representative: no reduction, which is sound (the
+        // symmetric states are then explored apart) and keeps the snapshot's attempts the
+        // prefix of the state's.
+        if self.before.is_some() {
+            return self.clone();
+        }
         let symmetric = self.runners.iter().filter(|r| r.project == 0).count() as u8;
         let runner_permutations = cached_permutations(symmetric);
         let open = (0..self.jobs.len() as JobId)

@@ -278,6 +278,17 @@ named_enum! {
         /// A reconciliation `retry` leaves the slot reserved (it is released only when the job
         /// commits): the requeued job can never be claimed again.
         RetryKeepsSlot => "retry-keeps-slot",
+        /// An accepted `heartbeat` sets the expiry to `now + lease_ttl / 2` (the heartbeat
+        /// interval) instead of `now + lease_ttl`: a heartbeat soon after a grant shortens the lease.
+        HeartbeatShortensLease => "heartbeat-shortens-lease",
+        /// After a failover, claims issue `job.fence + 1` and `counter + 1` from the restored
+        /// state, without the epoch: the fences and slot tokens the lost transition issued are
+        /// issued again, to another attempt.
+        FailoverWithoutEpoch => "failover-without-epoch",
+        /// After a failover, claims go on at once instead of waiting until every lease of the
+        /// earlier epoch has expired: a job whose claim was lost is claimed again while the lost
+        /// attempt's execution still runs.
+        FailoverWithoutWait => "failover-without-wait",
         /// `rejoin` is answered like a heartbeat and extends the lease, even an expired one.
         RejoinResurrectsLease => "rejoin-resurrects-lease",
         /// A reconciliation accepts the finding `still_running` (skips §6.3 check 4) and retries.
@@ -345,6 +356,12 @@ impl Variant {
                 | Self::ReservationPerProject
                 | Self::CacheSharedAcrossProjects
         )
+    }
+
+    /// This variant's flaw shows after a failover: it is checked with one
+    /// ([`crate::Config::failover`]).
+    pub fn needs_failover(self) -> bool {
+        matches!(self, Self::FailoverWithoutEpoch | Self::FailoverWithoutWait)
     }
 
     /// This variant's flaw is in the side effects of R8: it is checked with them
