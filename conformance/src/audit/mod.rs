@@ -9,6 +9,7 @@
 
 pub mod read;
 pub mod replay;
+mod slots;
 
 use serde::Serialize;
 use sqlx::Connection as _;
@@ -43,6 +44,12 @@ pub enum Kind {
     SlotOverlap,
     /// A slot token not above every earlier reservation's of the slot (invariant 15).
     SlotTokenOrder,
+    /// A slot's counter (`target_slots.slot_token`) below a token already issued for the slot:
+    /// the next claim would issue it again.
+    SlotCounter,
+    /// A slot's holder the ledger does not lead to: a job naming another slot, an attempt not of
+    /// the holder job, a job that does not exist.
+    SlotHolder,
 }
 
 impl Kind {
@@ -60,6 +67,8 @@ impl Kind {
             Kind::Gap => "gap",
             Kind::SlotOverlap => "slot_overlap",
             Kind::SlotTokenOrder => "slot_token_order",
+            Kind::SlotCounter => "slot_counter",
+            Kind::SlotHolder => "slot_holder",
         }
     }
 }
@@ -103,7 +112,10 @@ pub struct AuditReport {
     pub jobs: usize,
     pub records: usize,
     /// Jobs that cannot be replayed (claimed before the ledger existed, too many attempts).
+    /// Never clean: they make the report not clean (exit 1).
     pub unauditable: Vec<(Uuid, String)>,
+    /// The records of those jobs: read, but not judged.
+    pub unjudged_records: usize,
     pub seconds: f64,
     pub records_per_second: f64,
     /// The largest ledger sequence value read: `--since` it next time.
@@ -112,8 +124,29 @@ pub struct AuditReport {
 }
 
 impl AuditReport {
+    /// No violation and every record judged: a job that could not be judged is never clean.
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty()
+        self.violations.is_empty() && self.unauditable.is_empty()
+    }
+
+    /// The summary's verdict.
+    fn verdict(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.violations.is_empty() {
+            parts.push(format!("{} violations", self.violations.len()));
+        }
+        if !self.unauditable.is_empty() {
+            parts.push(format!(
+                "{} records of {} jobs could not be judged",
+                self.unjudged_records,
+                self.unauditable.len()
+            ));
+        }
+        if parts.is_empty() {
+            "every record is one the model allows".to_string()
+        } else {
+            parts.join("; ")
+        }
     }
 
     /// A report a person reads: every violation as numbered steps, then the summary.
@@ -153,11 +186,7 @@ impl AuditReport {
             self.records,
             self.seconds,
             self.records_per_second,
-            if self.is_clean() {
-                "every record is one the model allows".to_string()
-            } else {
-                format!("{} violations", self.violations.len())
-            }
+            self.verdict()
         );
         let _ = writeln!(
             out,
@@ -189,6 +218,16 @@ impl AuditReport {
                 )),
             })
             .collect();
+        cases.extend(
+            self.unauditable
+                .iter()
+                .map(|(job, why)| crate::junit::Case {
+                    name: format!("not_audited {job}"),
+                    suite: "audit".to_string(),
+                    seconds: 0.0,
+                    failure: Some(format!("job {job} could not be judged: {why}")),
+                }),
+        );
         cases.push(crate::junit::Case {
             name: format!("ledger ({} jobs, {} records)", self.jobs, self.records),
             suite: "audit".to_string(),
@@ -251,21 +290,30 @@ pub async fn audit(
         jobs: 0,
         records: 0,
         unauditable: Vec::new(),
+        unjudged_records: 0,
         seconds: 0.0,
         records_per_second: 0.0,
         watermark: options.since.unwrap_or(0),
         violations: Vec::new(),
     };
     let mut reservations = Vec::new();
+    let mut issued = slots::Issued::default();
     for chunk in ids.chunks(options.batch.max(1)) {
         for jl in read::ledgers(&mut conn, chunk).await? {
             report.jobs += 1;
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
+            issued.read(&jl);
             match replay::replay(&jl, &runner_projects) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
-                replay::Outcome::Violation(v) => report.violations.push(*v),
-                replay::Outcome::Unauditable(why) => report.unauditable.push((jl.job.id, why)),
+                replay::Outcome::Violation(v, held) => {
+                    report.violations.push(*v);
+                    reservations.extend(held);
+                }
+                replay::Outcome::Unauditable(why) => {
+                    report.unjudged_records += jl.records();
+                    report.unauditable.push((jl.job.id, why));
+                }
             }
         }
         progress(Progress {
@@ -276,6 +324,8 @@ pub async fn audit(
         });
     }
     report.violations.extend(slot_overlaps(reservations));
+    let slot_rows = read::slots(&mut conn).await?;
+    report.violations.extend(issued.check(&slot_rows));
     for o in read::orphan_observations(&mut conn, options.since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {

@@ -109,6 +109,9 @@ pub struct JobLedger {
     pub sweeps: Vec<SweepRow>,
     /// The target reservation held now: (target, attempt).
     pub reservation: Option<(String, Uuid)>,
+    /// Another job holding this job's slot now, when that job names the slot (its claim is then
+    /// judged by the cross-job slot check, `slot_overlap`, not as this job's `gap`).
+    pub slot_taken_by: Option<Uuid>,
 }
 
 impl JobLedger {
@@ -316,11 +319,14 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
     .fetch_all(&mut *conn)
     .await?;
     // A reservation is its slot's holder columns (migration 0009): each job's slot looked up by
-    // its key, held when it names the job.
-    let reservations = sqlx::query(
-        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id \
+    // its key, held when it names the job; held by another job naming the slot, taken. (A holder
+    // whose job names another slot is the slot rows' check, `slot_holder`.)
+    let reservations_rows = sqlx::query(
+        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id, \
+                s.holder_job_id AS holder_job_id \
          FROM jobs AS j JOIN target_slots AS s ON s.slot = j.target \
-         WHERE j.id = ANY($1) AND s.holder_job_id = j.id",
+         JOIN jobs AS h ON h.id = s.holder_job_id AND h.target = s.slot \
+         WHERE j.id = ANY($1)",
     )
     .bind(ids)
     .fetch_all(&mut *conn)
@@ -389,15 +395,17 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
             })
             .collect::<Result<_, sqlx::Error>>()?,
     );
-    let mut reservations: HashMap<Uuid, (String, Uuid)> = reservations
-        .iter()
-        .map(|r| {
-            Ok((
-                r.try_get("job_id")?,
-                (r.try_get("target")?, r.try_get("attempt_id")?),
-            ))
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+    let mut reservations: HashMap<Uuid, (String, Uuid)> = HashMap::new();
+    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
+    for r in &reservations_rows {
+        let job: Uuid = r.try_get("job_id")?;
+        let holder: Uuid = r.try_get("holder_job_id")?;
+        if holder == job {
+            reservations.insert(job, (r.try_get("target")?, r.try_get("attempt_id")?));
+        } else {
+            taken.insert(job, holder);
+        }
+    }
     jobs.iter()
         .map(|r| {
             let job = job_row(r)?;
@@ -410,6 +418,7 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
                 cancels: cancels.remove(&id).unwrap_or_default(),
                 sweeps: sweeps.remove(&id).unwrap_or_default(),
                 reservation: reservations.remove(&id),
+                slot_taken_by: taken.remove(&id),
             })
         })
         .collect()
@@ -435,5 +444,45 @@ pub async fn orphan_observations(
     .await?;
     rows.iter()
         .map(|r| observation_row(r).map(|(_, row)| row))
+        .collect()
+}
+
+/// A target slot's row as it is now: its counter and its holder columns (migration 0009), with
+/// the holder's job's own slot (`None`: no holder, or a holder job that does not exist).
+#[derive(Clone, Debug)]
+pub struct SlotRow {
+    pub slot: String,
+    pub slot_token: i64,
+    pub holder_job: Option<Uuid>,
+    pub holder_attempt: Option<Uuid>,
+    /// The slot the holder job names.
+    pub holder_job_target: Option<String>,
+    /// The job the holder attempt belongs to.
+    pub holder_attempt_job: Option<Uuid>,
+}
+
+/// Every target slot's row.
+pub async fn slots(conn: &mut PgConnection) -> Result<Vec<SlotRow>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT s.slot, s.slot_token, s.holder_job_id, s.holder_attempt_id, \
+                j.target AS holder_job_target, a.job_id AS holder_attempt_job \
+         FROM target_slots AS s \
+         LEFT JOIN jobs AS j ON j.id = s.holder_job_id \
+         LEFT JOIN attempts AS a ON a.id = s.holder_attempt_id \
+         ORDER BY s.slot",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(SlotRow {
+                slot: r.try_get("slot")?,
+                slot_token: r.try_get("slot_token")?,
+                holder_job: r.try_get("holder_job_id")?,
+                holder_attempt: r.try_get("holder_attempt_id")?,
+                holder_job_target: r.try_get("holder_job_target")?,
+                holder_attempt_job: r.try_get("holder_attempt_job")?,
+            })
+        })
         .collect()
 }

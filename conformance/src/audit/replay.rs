@@ -48,8 +48,10 @@ pub struct Reservation {
 pub enum Outcome {
     /// Every record is one the model allows; the slot reservations it made.
     Clean(Vec<Reservation>),
-    /// The first record the model does not allow.
-    Violation(Box<Violation>),
+    /// The first record the model does not allow; the slot reservations the records before it
+    /// made (they still enter the slot check: a claim that displaced another job's holder is
+    /// that claim's `slot_overlap`, whichever job's replay stopped first).
+    Violation(Box<Violation>, Vec<Reservation>),
     /// The job cannot be replayed (why).
     Unauditable(String),
 }
@@ -109,7 +111,6 @@ struct Replay<'a> {
     model: model::LeaseModel,
     state: model::State,
     attempt_index: HashMap<Uuid, u8>,
-    fence_index: HashMap<i64, u8>,
     runners: HashMap<Uuid, u8>,
     /// The lease expiry the ledger granted each attempt (claim, then accepted heartbeats).
     expiry: Vec<Time>,
@@ -158,12 +159,6 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             .enumerate()
             .map(|(i, a)| (a.id, i as u8))
             .collect(),
-        fence_index: jl
-            .attempts
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.fence, i as u8))
-            .collect(),
         runners,
         expiry: Vec::new(),
         ttl: Vec::new(),
@@ -189,11 +184,11 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             Record::Sweep(s) => replay.sweep(s),
         };
         if let Err(violation) = result {
-            return Outcome::Violation(violation);
+            return Outcome::Violation(violation, replay.reservations);
         }
     }
     if let Err(violation) = replay.final_state() {
-        return Outcome::Violation(violation);
+        return Outcome::Violation(violation, replay.reservations);
     }
     Outcome::Clean(replay.reservations)
 }
@@ -262,6 +257,21 @@ impl Replay<'_> {
                 None => format!("{} (not an attempt of this job)", short(&id)),
             },
         }
+    }
+
+    /// The model's fence for a fence a message names: the named attempt's when its claim issued
+    /// that fence, else the first claimed attempt's that issued it (a fence repeated by a later
+    /// claim is that claim's violation, `fence_order`, never a verdict on earlier messages), else
+    /// a forged fence.
+    fn named_fence(&self, attempt: u8, fence: i64) -> u8 {
+        let claimed = self.state.attempts.len();
+        let issued = |i: usize| i < claimed && self.jl.attempts[i].fence == fence;
+        let index = if issued(attempt as usize) {
+            Some(attempt as usize)
+        } else {
+            (0..claimed.min(self.jl.attempts.len())).find(|&i| issued(i))
+        };
+        index.map_or(model::FORGED_FENCE, |i| self.state.attempts[i].fence)
     }
 
     fn model_attempt(&self, index: Option<u8>) -> Option<Uuid> {
@@ -415,11 +425,7 @@ impl Replay<'_> {
             }
             None => (NO_ATTEMPT, model::FORGED_LEASE),
         };
-        let fence = self
-            .fence_index
-            .get(&o.named_fence)
-            .and_then(|i| self.state.attempts.get(*i as usize))
-            .map_or(model::FORGED_FENCE, |a| a.fence);
+        let fence = self.named_fence(attempt, o.named_fence);
         let m = model::Message {
             kind,
             sender: self.runners.get(&o.sender).copied().unwrap_or(NO_RUNNER),
@@ -742,7 +748,10 @@ impl Replay<'_> {
         }
         let holds = s.reserved(0).then_some(current).flatten();
         let held = self.jl.reservation.as_ref().map(|(_, a)| *a);
-        if held != holds {
+        // Displaced by another job's claim of the slot: that claim is the violation
+        // (`slot_overlap`, the cross-job slot check), not this job's rows.
+        let displaced = held.is_none() && self.jl.slot_taken_by.is_some();
+        if held != holds && !displaced {
             differences.push(format!(
                 "target reserved by attempt {} (the ledger leads to {})",
                 self.attempt_name(held),
