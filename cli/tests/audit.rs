@@ -139,7 +139,10 @@ async fn a_job_that_cannot_be_judged_exits_1_and_the_summary_counts_its_records(
         .unwrap();
     let (code, out, _) = audit(Some(db.url()), &[]);
     assert_eq!(code, 1, "never clean: {out}");
-    assert!(out.contains(&format!("not audited: job {}", job.0)), "{out}");
+    assert!(
+        out.contains(&format!("not audited: job {}", job.0)),
+        "{out}"
+    );
     assert!(
         out.contains("2 records of 1 jobs could not be judged"),
         "{out}"

@@ -617,3 +617,88 @@ async fn a_claim_that_displaced_a_slots_holder_is_a_slot_overlap() {
         &format!("attempt {b_attempt} "),
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_received_by_a_clock_running_ahead_makes_receipt_times_go_backwards() {
+    let f = build().await;
+    let url = f.db.url();
+    sql(
+        url,
+        &[format!(
+            "UPDATE expiry_sweeps SET swept_at = swept_at + interval '1 hour' WHERE job_id = '{}'",
+            f.retried.0
+        )],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+    let v = &report.violations[0];
+    assert_eq!(
+        (v.kind, v.job),
+        (Kind::ReceiptTimeOrder, f.retried.0),
+        "{v:#?}"
+    );
+    // Named on the first record after the sweep in commit order, against the sweep.
+    assert!(v.record.starts_with("reconciliation #"), "{v:#?}");
+    assert!(v.detail.contains("before expiry sweep #"), "{v:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_granted_for_a_thousand_times_the_configured_ttl_is_caught_when_the_ttl_is_recorded(
+) {
+    let f = build().await;
+    let url = f.db.url();
+    // A running job's claim and heartbeats, consistently, with a ttl 1,000 times the store's.
+    let running = f.running.0;
+    let long = format!("interval '{} seconds'", TTL_SECONDS * 1000);
+    sql(
+        url,
+        &[
+            format!(
+                "UPDATE attempts SET claim_lease_expiry = claimed_at + {long} WHERE job_id = '{running}'"
+            ),
+            format!(
+                "UPDATE observations SET lease_expiry = received_at + {long} \
+                 WHERE named_job_id = '{running}' AND lease_expiry IS NOT NULL"
+            ),
+            format!(
+                "UPDATE attempts SET lease_expiry = (SELECT max(lease_expiry) FROM observations \
+                 WHERE named_job_id = '{running}') WHERE job_id = '{running}'"
+            ),
+        ],
+    )
+    .await;
+    // Without a record of the configured ttl: not checked, and the report says so.
+    let report = run_audit(url).await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.configured_lease_ttl_seconds, None);
+    assert!(report
+        .render(&Default::default())
+        .contains("lease ttl not checked"));
+    // With it (migration 0012's `lease_policy`, the largest ttl a store was created with).
+    sql(
+        url,
+        &[
+            "CREATE TABLE IF NOT EXISTS lease_policy (id boolean PRIMARY KEY DEFAULT true, \
+             max_lease_ttl interval NOT NULL)"
+                .to_string(),
+            format!(
+                "INSERT INTO lease_policy (id, max_lease_ttl) VALUES (true, interval '{TTL_SECONDS} seconds') \
+                 ON CONFLICT (id) DO UPDATE SET max_lease_ttl = EXCLUDED.max_lease_ttl"
+            ),
+        ],
+    )
+    .await;
+    let attempt = attempt_with_fence(url, f.running, 1).await;
+    let report = run_audit(url).await;
+    assert_eq!(
+        report.configured_lease_ttl_seconds,
+        Some(TTL_SECONDS as f64)
+    );
+    assert_caught(
+        &report,
+        Kind::LeaseTtl,
+        f.running,
+        &format!("attempt {attempt} "),
+    );
+}

@@ -10,6 +10,7 @@
 pub mod read;
 pub mod replay;
 mod slots;
+pub mod time;
 
 use serde::Serialize;
 use sqlx::Connection as _;
@@ -50,6 +51,11 @@ pub enum Kind {
     /// A slot's holder the ledger does not lead to: a job naming another slot, an attempt not of
     /// the holder job, a job that does not exist.
     SlotHolder,
+    /// A record received more than the tolerance before an earlier record of its job
+    /// (`audit::time::TOLERANCE`): receipt times went backwards in commit order.
+    ReceiptTimeOrder,
+    /// A lease granted for longer than the largest configured ttl (`lease_policy`).
+    LeaseTtl,
 }
 
 impl Kind {
@@ -69,6 +75,8 @@ impl Kind {
             Kind::SlotTokenOrder => "slot_token_order",
             Kind::SlotCounter => "slot_counter",
             Kind::SlotHolder => "slot_holder",
+            Kind::ReceiptTimeOrder => "receipt_time_order",
+            Kind::LeaseTtl => "lease_ttl",
         }
     }
 }
@@ -120,6 +128,9 @@ pub struct AuditReport {
     pub records_per_second: f64,
     /// The largest ledger sequence value read: `--since` it next time.
     pub watermark: i64,
+    /// The largest lease ttl a store of the database was configured with (`lease_policy`), in
+    /// seconds; `None`: the schema does not record it, and granted ttls were not checked.
+    pub configured_lease_ttl_seconds: Option<f64>,
     pub violations: Vec<Violation>,
 }
 
@@ -188,6 +199,13 @@ impl AuditReport {
             self.records_per_second,
             self.verdict()
         );
+        if self.configured_lease_ttl_seconds.is_none() {
+            let _ = writeln!(
+                out,
+                "lease ttl not checked: the schema does not record the configured ttl (no \
+                 lease_policy table); each attempt's ttl was taken from its own claim"
+            );
+        }
         let _ = writeln!(
             out,
             "watermark: {} (audit only what is new next time: --since {})",
@@ -285,6 +303,7 @@ pub async fn audit(
         ),
     };
     let runner_projects = read::runner_projects(&mut conn).await?;
+    let max_ttl = read::configured_lease_ttl(&mut conn).await?;
     let ids = read::job_ids(&mut conn, project, options.since).await?;
     let mut report = AuditReport {
         jobs: 0,
@@ -294,6 +313,8 @@ pub async fn audit(
         seconds: 0.0,
         records_per_second: 0.0,
         watermark: options.since.unwrap_or(0),
+        configured_lease_ttl_seconds: max_ttl
+            .map(|t| t.num_microseconds().unwrap_or(0) as f64 / 1e6),
         violations: Vec::new(),
     };
     let mut reservations = Vec::new();
@@ -304,7 +325,7 @@ pub async fn audit(
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
             issued.read(&jl);
-            match replay::replay(&jl, &runner_projects) {
+            match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
                 replay::Outcome::Violation(v, held) => {
                     report.violations.push(*v);

@@ -486,3 +486,22 @@ pub async fn slots(conn: &mut PgConnection) -> Result<Vec<SlotRow>, sqlx::Error>
         })
         .collect()
 }
+
+/// The largest lease ttl a store of this database was configured with: the `lease_policy` row
+/// (when the schema has the table, `to_regclass`; `None` otherwise, or without a row).
+pub async fn configured_lease_ttl(
+    conn: &mut PgConnection,
+) -> Result<Option<chrono::Duration>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let micros: Option<i64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max(max_lease_ttl)) * 1000000)::bigint FROM lease_policy",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(micros.map(chrono::Duration::microseconds))
+}

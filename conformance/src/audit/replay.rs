@@ -66,6 +66,35 @@ enum Record<'a> {
 }
 
 impl Record<'_> {
+    /// The server's receipt time of the record, and its name.
+    fn received(&self, jl: &JobLedger) -> (Time, String) {
+        match self {
+            Record::Claim(i) => {
+                let a = &jl.attempts[*i];
+                (
+                    a.claimed_at,
+                    format!("attempt {} (claim, ledger {})", a.id, a.ledger_seq),
+                )
+            }
+            Record::Message(o) => (
+                o.received_at,
+                format!("observation #{} (ledger {})", o.id, o.ledger_seq),
+            ),
+            Record::Reconcile(r) => (
+                r.decided_at,
+                format!("reconciliation #{} (ledger {})", r.id, r.ledger_seq),
+            ),
+            Record::Cancel(c) => (
+                c.requested_at,
+                format!("cancel #{} (ledger {})", c.id, c.ledger_seq),
+            ),
+            Record::Sweep(s) => (
+                s.swept_at,
+                format!("expiry sweep #{} (ledger {})", s.id, s.ledger_seq),
+            ),
+        }
+    }
+
     fn seq(&self, jl: &JobLedger) -> i64 {
         match self {
             Record::Claim(i) => jl.attempts[*i].ledger_seq,
@@ -120,10 +149,18 @@ struct Replay<'a> {
     committed_payload: Vec<Option<String>>,
     steps: Vec<String>,
     reservations: Vec<Reservation>,
+    /// The largest configured lease ttl (`lease_policy`), when known.
+    max_ttl: Option<Duration>,
 }
 
 /// Replay one job.
-pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome {
+/// `max_ttl`: the largest lease ttl a store of the database was configured with (`lease_policy`),
+/// if the schema records it.
+pub fn replay(
+    jl: &JobLedger,
+    runner_projects: &HashMap<Uuid, Uuid>,
+    max_ttl: Option<Duration>,
+) -> Outcome {
     let job = &jl.job;
     if jl.attempts.len() > MAX_IDS {
         return Outcome::Unauditable(format!("{} attempts", jl.attempts.len()));
@@ -168,6 +205,7 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             job.id, job.ledger_seq, job.target
         )],
         reservations: Vec::new(),
+        max_ttl,
     };
     let mut records: Vec<Record<'_>> = (0..jl.attempts.len()).map(Record::Claim).collect();
     records.extend(jl.observations.iter().map(Record::Message));
@@ -175,7 +213,18 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
     records.extend(jl.cancels.iter().map(Record::Cancel));
     records.extend(jl.sweeps.iter().map(Record::Sweep));
     records.sort_by_key(|r| r.seq(jl));
+    let mut receipt_order = super::time::ReceiptOrder::default();
     for record in &records {
+        let (at, name) = record.received(jl);
+        if let Err(detail) = receipt_order.next(at, &name) {
+            replay
+                .steps
+                .push(format!("{name}: received at {}", time(&at)));
+            return Outcome::Violation(
+                replay.violation(Kind::ReceiptTimeOrder, name, detail),
+                replay.reservations,
+            );
+        }
         let result = match record {
             Record::Claim(i) => replay.claim(*i),
             Record::Message(o) => replay.message(o),
@@ -352,6 +401,9 @@ impl Replay<'_> {
                     time(&a.claimed_at)
                 ),
             ));
+        }
+        if let Some(detail) = super::time::ttl_exceeded(ttl, self.max_ttl) {
+            return Err(self.violation(Kind::LeaseTtl, record, detail));
         }
         self.expiry.push(claim_expiry);
         self.ttl.push(ttl);
