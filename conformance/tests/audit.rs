@@ -702,3 +702,38 @@ async fn a_lease_granted_for_a_thousand_times_the_configured_ttl_is_caught_when_
         &format!("attempt {attempt} "),
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn benign_maintenance_is_not_flagged_in_full_or_since_the_clean_watermark() {
+    let f = build().await;
+    let url = f.db.url();
+    let clean = run_audit(url).await;
+    assert!(clean.is_clean(), "{:#?}", clean.violations);
+    sql(
+        url,
+        &[
+            "VACUUM FULL".to_string(),
+            "REINDEX TABLE observations".to_string(),
+            "REINDEX TABLE target_slots".to_string(),
+            "SELECT setval('ledger_seq', nextval('ledger_seq') + 1000)".to_string(),
+        ],
+    )
+    .await;
+    let clock = ManualClock::at_fixed_start();
+    let store =
+        f.db.store(Arc::new(clock), StoreConfig::default())
+            .await
+            .unwrap();
+    store.create_project("a new project").await.unwrap();
+    store.close().await;
+    let report = run_audit(url).await;
+    assert!(report.is_clean(), "{:#?}", report.violations);
+    assert_eq!(report.records, clean.records);
+    let options = AuditOptions {
+        since: Some(clean.watermark),
+        batch: 100,
+        ..AuditOptions::default()
+    };
+    let (since, _) = audit::audit(url, &options, |_| {}).await.unwrap();
+    assert!(since.is_clean(), "{:#?}", since.violations);
+}
