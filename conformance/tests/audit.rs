@@ -253,7 +253,11 @@ fn assert_caught(report: &AuditReport, kind: Kind, job: JobId, record: &str) {
         v.record
     );
     assert!(
-        !v.steps.is_empty() || v.record.starts_with("target slot") || v.kind == Kind::SlotOverlap,
+        !v.steps.is_empty()
+            || matches!(
+                v.kind,
+                Kind::SlotOverlap | Kind::SlotCounter | Kind::SlotHolder | Kind::SideEffectRecord
+            ),
         "the violation shows its steps"
     );
 }
@@ -736,4 +740,53 @@ async fn benign_maintenance_is_not_flagged_in_full_or_since_the_clean_watermark(
     };
     let (since, _) = audit::audit(url, &options, |_| {}).await.unwrap();
     assert!(since.is_clean(), "{:#?}", since.violations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_artifact_without_its_accepted_put_and_a_log_chunk_deleted_are_caught() {
+    let f = build().await;
+    let url = f.db.url();
+    let passed = f.passed.0;
+    let attempt = attempt_with_fence(url, f.passed, 1).await;
+    // The artifact's accepted put deleted: the artifact row has no message behind it.
+    sql(
+        url,
+        &[format!(
+            "DELETE FROM observations WHERE named_job_id = '{passed}' AND kind = 'artifact_put'"
+        )],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::SideEffectRecord,
+        f.passed,
+        &format!("artifacts row out.txt of attempt {attempt}"),
+    );
+    // The log chunk deleted (the put restored): the accepted log_append has no chunk.
+    let f = build().await;
+    let url = f.db.url();
+    let passed = f.passed.0;
+    sql(
+        url,
+        &[format!(
+            "DELETE FROM logs WHERE attempt_id IN (SELECT id FROM attempts WHERE job_id = '{passed}')"
+        )],
+    )
+    .await;
+    let appended = scalar(
+        url,
+        &format!(
+            "SELECT min(id) FROM observations WHERE named_job_id = '{passed}' \
+             AND kind = 'log_append' AND verdict = 'accepted'"
+        ),
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(
+        &report,
+        Kind::SideEffectRecord,
+        f.passed,
+        &format!("observation #{appended} "),
+    );
 }

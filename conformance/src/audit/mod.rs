@@ -10,6 +10,7 @@
 pub mod read;
 pub mod replay;
 mod slots;
+mod stored;
 pub mod time;
 
 use serde::Serialize;
@@ -54,6 +55,9 @@ pub enum Kind {
     /// A record received more than the tolerance before an earlier record of its job
     /// (`audit::time::TOLERANCE`): receipt times went backwards in commit order.
     ReceiptTimeOrder,
+    /// A log chunk, artifact or cache entry with no accepted message behind it, or an accepted
+    /// `log_append` whose chunk is not stored.
+    SideEffectRecord,
     /// A lease granted for longer than the largest configured ttl (`lease_policy`).
     LeaseTtl,
 }
@@ -77,6 +81,7 @@ impl Kind {
             Kind::SlotHolder => "slot_holder",
             Kind::ReceiptTimeOrder => "receipt_time_order",
             Kind::LeaseTtl => "lease_ttl",
+            Kind::SideEffectRecord => "side_effect_record",
         }
     }
 }
@@ -320,7 +325,10 @@ pub async fn audit(
     let mut reservations = Vec::new();
     let mut issued = slots::Issued::default();
     for chunk in ids.chunks(options.batch.max(1)) {
+        let mut stored = read::stored(&mut conn, chunk).await?;
         for jl in read::ledgers(&mut conn, chunk).await? {
+            let rows = stored.remove(&jl.job.id).unwrap_or_default();
+            report.violations.extend(stored::check(&jl, &rows));
             report.jobs += 1;
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
