@@ -108,3 +108,48 @@ async fn audit_exits_0_clean_1_on_a_violation_and_2_on_setup() {
         (Some(0), Some(watermark))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_cannot_be_judged_exits_1_and_the_summary_counts_its_records() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .unwrap();
+    let project = store.create_project("p").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let job = store
+        .submit_job(project, NewJob::new("rev", "d", "c"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    store.heartbeat(&lease.tuple, None).await.unwrap();
+    store.close().await;
+    let (code, out, _) = audit(Some(db.url()), &[]);
+    assert_eq!(code, 0, "{out}");
+
+    // An attempt as if claimed before the ledger existed: its 2 records cannot be judged.
+    sqlx::query("UPDATE attempts SET claim_lease_expiry = NULL WHERE job_id = $1")
+        .bind(job.0)
+        .execute(&sqlx::PgPool::connect(db.url()).await.unwrap())
+        .await
+        .unwrap();
+    let (code, out, _) = audit(Some(db.url()), &[]);
+    assert_eq!(code, 1, "never clean: {out}");
+    assert!(
+        out.contains(&format!("not audited: job {}", job.0)),
+        "{out}"
+    );
+    assert!(
+        out.contains("2 records of 1 jobs could not be judged"),
+        "{out}"
+    );
+    let (code, out, _) = audit(Some(db.url()), &["--json"]);
+    assert_eq!(code, 1, "{out}");
+    let doc: Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(doc["unjudged_records"], 2, "{out}");
+    assert_eq!(doc["violations"].as_array().map(Vec::len), Some(0));
+}

@@ -9,6 +9,9 @@
 
 pub mod read;
 pub mod replay;
+mod slots;
+mod stored;
+pub mod time;
 
 use chrono::{DateTime, Utc};
 use leasewright_impl::epoch::epoch_of;
@@ -45,6 +48,20 @@ pub enum Kind {
     SlotOverlap,
     /// A slot token not above every earlier reservation's of the slot (invariant 15).
     SlotTokenOrder,
+    /// A slot's counter (`target_slots.slot_token`) below a token already issued for the slot:
+    /// the next claim would issue it again.
+    SlotCounter,
+    /// A slot's holder the ledger does not lead to: a job naming another slot, an attempt not of
+    /// the holder job, a job that does not exist.
+    SlotHolder,
+    /// A record received more than the tolerance before an earlier record of its job
+    /// (`audit::time::TOLERANCE`): receipt times went backwards in commit order.
+    ReceiptTimeOrder,
+    /// A log chunk, artifact or cache entry with no accepted message behind it, or an accepted
+    /// `log_append` whose chunk is not stored.
+    SideEffectRecord,
+    /// A lease granted for longer than the largest configured ttl (`lease_policy`).
+    LeaseTtl,
 }
 
 impl Kind {
@@ -62,6 +79,11 @@ impl Kind {
             Kind::Gap => "gap",
             Kind::SlotOverlap => "slot_overlap",
             Kind::SlotTokenOrder => "slot_token_order",
+            Kind::SlotCounter => "slot_counter",
+            Kind::SlotHolder => "slot_holder",
+            Kind::ReceiptTimeOrder => "receipt_time_order",
+            Kind::LeaseTtl => "lease_ttl",
+            Kind::SideEffectRecord => "side_effect_record",
         }
     }
 }
@@ -134,11 +156,17 @@ pub struct AuditReport {
     pub jobs: usize,
     pub records: usize,
     /// Jobs that cannot be replayed (claimed before the ledger existed, too many attempts).
+    /// Never clean: they make the report not clean (exit 1).
     pub unauditable: Vec<(Uuid, String)>,
+    /// The records of those jobs: read, but not judged.
+    pub unjudged_records: usize,
     pub seconds: f64,
     pub records_per_second: f64,
     /// The largest ledger sequence value read: `--since` it next time.
     pub watermark: i64,
+    /// The largest lease ttl a store of the database was configured with (`lease_policy`), in
+    /// seconds; `None`: the schema does not record it, and granted ttls were not checked.
+    pub configured_lease_ttl_seconds: Option<f64>,
     pub violations: Vec<Violation>,
     /// The epochs the ledger shows, lowest first (docs/audit.md, "A database that forgot
     /// commits").
@@ -149,8 +177,29 @@ pub struct AuditReport {
 }
 
 impl AuditReport {
+    /// No violation and every record judged: a job that could not be judged is never clean.
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty()
+        self.violations.is_empty() && self.unauditable.is_empty()
+    }
+
+    /// The summary's verdict.
+    fn verdict(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.violations.is_empty() {
+            parts.push(format!("{} violations", self.violations.len()));
+        }
+        if !self.unauditable.is_empty() {
+            parts.push(format!(
+                "{} records of {} jobs could not be judged",
+                self.unjudged_records,
+                self.unauditable.len()
+            ));
+        }
+        if parts.is_empty() {
+            "every record is one the model allows".to_string()
+        } else {
+            parts.join("; ")
+        }
     }
 
     /// A report a person reads: every violation as numbered steps, then the summary.
@@ -222,12 +271,15 @@ impl AuditReport {
             self.records,
             self.seconds,
             self.records_per_second,
-            if self.is_clean() {
-                "every record is one the model allows".to_string()
-            } else {
-                format!("{} violations", self.violations.len())
-            }
+            self.verdict()
         );
+        if self.configured_lease_ttl_seconds.is_none() {
+            let _ = writeln!(
+                out,
+                "lease ttl not checked: the schema does not record the configured ttl (no \
+                 lease_policy table); each attempt's ttl was taken from its own claim"
+            );
+        }
         let _ = writeln!(
             out,
             "watermark: {} (audit only what is new next time: --since {})",
@@ -258,6 +310,16 @@ impl AuditReport {
                 )),
             })
             .collect();
+        cases.extend(
+            self.unauditable
+                .iter()
+                .map(|(job, why)| crate::junit::Case {
+                    name: format!("not_audited {job}"),
+                    suite: "audit".to_string(),
+                    seconds: 0.0,
+                    failure: Some(format!("job {job} could not be judged: {why}")),
+                }),
+        );
         cases.push(crate::junit::Case {
             name: format!("ledger ({} jobs, {} records)", self.jobs, self.records),
             suite: "audit".to_string(),
@@ -315,14 +377,18 @@ pub async fn audit(
         ),
     };
     let runner_projects = read::runner_projects(&mut conn).await?;
+    let max_ttl = read::configured_lease_ttl(&mut conn).await?;
     let ids = read::job_ids(&mut conn, project, options.since).await?;
     let mut report = AuditReport {
         jobs: 0,
         records: 0,
         unauditable: Vec::new(),
+        unjudged_records: 0,
         seconds: 0.0,
         records_per_second: 0.0,
         watermark: options.since.unwrap_or(0),
+        configured_lease_ttl_seconds: max_ttl
+            .map(|t| t.num_microseconds().unwrap_or(0) as f64 / 1e6),
         violations: Vec::new(),
         epochs: Vec::new(),
         across_epochs: Vec::new(),
@@ -331,7 +397,9 @@ pub async fn audit(
     let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
     let mut still_leased = Vec::new();
     let mut reservations = Vec::new();
+    let mut issued = slots::Issued::default();
     for chunk in ids.chunks(options.batch.max(1)) {
+        let mut stored = read::stored(&mut conn, chunk).await?;
         for jl in read::ledgers(&mut conn, chunk).await? {
             for a in &jl.attempts {
                 let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
@@ -347,13 +415,22 @@ pub async fn audit(
                     });
                 }
             }
+            let rows = stored.remove(&jl.job.id).unwrap_or_default();
+            report.violations.extend(stored::check(&jl, &rows));
             report.jobs += 1;
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
-            match replay::replay(&jl, &runner_projects) {
+            issued.read(&jl);
+            match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
-                replay::Outcome::Violation(v) => report.violations.push(*v),
-                replay::Outcome::Unauditable(why) => report.unauditable.push((jl.job.id, why)),
+                replay::Outcome::Violation(v, held) => {
+                    report.violations.push(*v);
+                    reservations.extend(held);
+                }
+                replay::Outcome::Unauditable(why) => {
+                    report.unjudged_records += jl.records();
+                    report.unauditable.push((jl.job.id, why));
+                }
             }
         }
         progress(Progress {
@@ -366,6 +443,8 @@ pub async fn audit(
     report.violations.extend(slot_overlaps(reservations));
     (report.epochs, report.across_epochs) =
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
+    let slot_rows = read::slots(&mut conn).await?;
+    report.violations.extend(issued.check(&slot_rows));
     for o in read::orphan_observations(&mut conn, options.since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {

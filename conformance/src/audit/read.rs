@@ -109,6 +109,9 @@ pub struct JobLedger {
     pub sweeps: Vec<SweepRow>,
     /// The target reservation held now: (target, attempt).
     pub reservation: Option<(String, Uuid)>,
+    /// Another job holding this job's slot now, when that job names the slot (its claim is then
+    /// judged by the cross-job slot check, `slot_overlap`, not as this job's `gap`).
+    pub slot_taken_by: Option<Uuid>,
 }
 
 impl JobLedger {
@@ -316,11 +319,14 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
     .fetch_all(&mut *conn)
     .await?;
     // A reservation is its slot's holder columns (migration 0009): each job's slot looked up by
-    // its key, held when it names the job.
-    let reservations = sqlx::query(
-        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id \
+    // its key, held when it names the job; held by another job naming the slot, taken. (A holder
+    // whose job names another slot is the slot rows' check, `slot_holder`.)
+    let reservations_rows = sqlx::query(
+        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id, \
+                s.holder_job_id AS holder_job_id \
          FROM jobs AS j JOIN target_slots AS s ON s.slot = j.target \
-         WHERE j.id = ANY($1) AND s.holder_job_id = j.id",
+         JOIN jobs AS h ON h.id = s.holder_job_id AND h.target = s.slot \
+         WHERE j.id = ANY($1)",
     )
     .bind(ids)
     .fetch_all(&mut *conn)
@@ -389,15 +395,17 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
             })
             .collect::<Result<_, sqlx::Error>>()?,
     );
-    let mut reservations: HashMap<Uuid, (String, Uuid)> = reservations
-        .iter()
-        .map(|r| {
-            Ok((
-                r.try_get("job_id")?,
-                (r.try_get("target")?, r.try_get("attempt_id")?),
-            ))
-        })
-        .collect::<Result<_, sqlx::Error>>()?;
+    let mut reservations: HashMap<Uuid, (String, Uuid)> = HashMap::new();
+    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
+    for r in &reservations_rows {
+        let job: Uuid = r.try_get("job_id")?;
+        let holder: Uuid = r.try_get("holder_job_id")?;
+        if holder == job {
+            reservations.insert(job, (r.try_get("target")?, r.try_get("attempt_id")?));
+        } else {
+            taken.insert(job, holder);
+        }
+    }
     jobs.iter()
         .map(|r| {
             let job = job_row(r)?;
@@ -410,6 +418,7 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
                 cancels: cancels.remove(&id).unwrap_or_default(),
                 sweeps: sweeps.remove(&id).unwrap_or_default(),
                 reservation: reservations.remove(&id),
+                slot_taken_by: taken.remove(&id),
             })
         })
         .collect()
@@ -457,4 +466,116 @@ pub async fn epochs(conn: &mut PgConnection) -> Result<Vec<(i64, Option<Time>)>,
     rows.iter()
         .map(|r| Ok((r.try_get("epoch")?, r.try_get("began_at")?)))
         .collect()
+}
+
+/// A target slot's row as it is now: its counter and its holder columns (migration 0009), with
+/// the holder's job's own slot (`None`: no holder, or a holder job that does not exist).
+#[derive(Clone, Debug)]
+pub struct SlotRow {
+    pub slot: String,
+    pub slot_token: i64,
+    pub holder_job: Option<Uuid>,
+    pub holder_attempt: Option<Uuid>,
+    /// The slot the holder job names.
+    pub holder_job_target: Option<String>,
+    /// The job the holder attempt belongs to.
+    pub holder_attempt_job: Option<Uuid>,
+}
+
+/// Every target slot's row.
+pub async fn slots(conn: &mut PgConnection) -> Result<Vec<SlotRow>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT s.slot, s.slot_token, s.holder_job_id, s.holder_attempt_id, \
+                j.target AS holder_job_target, a.job_id AS holder_attempt_job \
+         FROM target_slots AS s \
+         LEFT JOIN jobs AS j ON j.id = s.holder_job_id \
+         LEFT JOIN attempts AS a ON a.id = s.holder_attempt_id \
+         ORDER BY s.slot",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(SlotRow {
+                slot: r.try_get("slot")?,
+                slot_token: r.try_get("slot_token")?,
+                holder_job: r.try_get("holder_job_id")?,
+                holder_attempt: r.try_get("holder_attempt_id")?,
+                holder_job_target: r.try_get("holder_job_target")?,
+                holder_attempt_job: r.try_get("holder_attempt_job")?,
+            })
+        })
+        .collect()
+}
+
+/// The largest lease ttl a store of this database was configured with: the `lease_policy` row
+/// (when the schema has the table, `to_regclass`; `None` otherwise, or without a row).
+pub async fn configured_lease_ttl(
+    conn: &mut PgConnection,
+) -> Result<Option<chrono::Duration>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let micros: Option<i64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max(max_lease_ttl)) * 1000000)::bigint FROM lease_policy",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(micros.map(chrono::Duration::microseconds))
+}
+
+/// A row a side effect stored: a log chunk, an artifact, a cache entry (without its content).
+#[derive(Clone, Debug)]
+pub struct StoredRow {
+    /// `logs`, `artifacts` or `cache_entries`.
+    pub table: &'static str,
+    /// The chunk's sequence number, the artifact's name, the cache key.
+    pub key: String,
+    pub attempt: Uuid,
+    pub content_sha256: String,
+    pub stored_at: Time,
+}
+
+/// The rows the side effects of the jobs `ids` stored, by job.
+pub async fn stored(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, Vec<StoredRow>>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT 'logs' AS t, a.job_id, l.attempt_id, l.seq::text AS key, l.content_sha256, \
+                l.appended_at AS stored_at \
+         FROM attempts AS a JOIN logs AS l ON l.attempt_id = a.id WHERE a.job_id = ANY($1) \
+         UNION ALL \
+         SELECT 'artifacts', a.job_id, r.attempt_id, r.name, r.content_sha256, r.stored_at \
+         FROM attempts AS a JOIN artifacts AS r ON r.attempt_id = a.id WHERE a.job_id = ANY($1) \
+         UNION ALL \
+         SELECT 'cache_entries', a.job_id, c.stored_by_attempt, c.key, c.content_sha256, \
+                c.stored_at \
+         FROM attempts AS a JOIN cache_entries AS c ON c.stored_by_attempt = a.id \
+         WHERE a.job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out: HashMap<Uuid, Vec<StoredRow>> = HashMap::new();
+    for r in &rows {
+        let table = match r.try_get::<String, _>("t")?.as_str() {
+            "logs" => "logs",
+            "artifacts" => "artifacts",
+            _ => "cache_entries",
+        };
+        out.entry(r.try_get("job_id")?)
+            .or_default()
+            .push(StoredRow {
+                table,
+                key: r.try_get("key")?,
+                attempt: r.try_get("attempt_id")?,
+                content_sha256: r.try_get("content_sha256")?,
+                stored_at: r.try_get("stored_at")?,
+            });
+    }
+    Ok(out)
 }

@@ -49,8 +49,10 @@ pub struct Reservation {
 pub enum Outcome {
     /// Every record is one the model allows; the slot reservations it made.
     Clean(Vec<Reservation>),
-    /// The first record the model does not allow.
-    Violation(Box<Violation>),
+    /// The first record the model does not allow; the slot reservations the records before it
+    /// made (they still enter the slot check: a claim that displaced another job's holder is
+    /// that claim's `slot_overlap`, whichever job's replay stopped first).
+    Violation(Box<Violation>, Vec<Reservation>),
     /// The job cannot be replayed (why).
     Unauditable(String),
 }
@@ -65,6 +67,35 @@ enum Record<'a> {
 }
 
 impl Record<'_> {
+    /// The server's receipt time of the record, and its name.
+    fn received(&self, jl: &JobLedger) -> (Time, String) {
+        match self {
+            Record::Claim(i) => {
+                let a = &jl.attempts[*i];
+                (
+                    a.claimed_at,
+                    format!("attempt {} (claim, ledger {})", a.id, a.ledger_seq),
+                )
+            }
+            Record::Message(o) => (
+                o.received_at,
+                format!("observation #{} (ledger {})", o.id, o.ledger_seq),
+            ),
+            Record::Reconcile(r) => (
+                r.decided_at,
+                format!("reconciliation #{} (ledger {})", r.id, r.ledger_seq),
+            ),
+            Record::Cancel(c) => (
+                c.requested_at,
+                format!("cancel #{} (ledger {})", c.id, c.ledger_seq),
+            ),
+            Record::Sweep(s) => (
+                s.swept_at,
+                format!("expiry sweep #{} (ledger {})", s.id, s.ledger_seq),
+            ),
+        }
+    }
+
     fn seq(&self, jl: &JobLedger) -> i64 {
         match self {
             Record::Claim(i) => jl.attempts[*i].ledger_seq,
@@ -110,7 +141,6 @@ struct Replay<'a> {
     model: model::LeaseModel,
     state: model::State,
     attempt_index: HashMap<Uuid, u8>,
-    fence_index: HashMap<i64, u8>,
     runners: HashMap<Uuid, u8>,
     /// The lease expiry the ledger granted each attempt (claim, then accepted heartbeats).
     expiry: Vec<Time>,
@@ -120,10 +150,18 @@ struct Replay<'a> {
     committed_payload: Vec<Option<String>>,
     steps: Vec<String>,
     reservations: Vec<Reservation>,
+    /// The largest configured lease ttl (`lease_policy`), when known.
+    max_ttl: Option<Duration>,
 }
 
 /// Replay one job.
-pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome {
+/// `max_ttl`: the largest lease ttl a store of the database was configured with (`lease_policy`),
+/// if the schema records it.
+pub fn replay(
+    jl: &JobLedger,
+    runner_projects: &HashMap<Uuid, Uuid>,
+    max_ttl: Option<Duration>,
+) -> Outcome {
     let job = &jl.job;
     if jl.attempts.len() > MAX_IDS {
         return Outcome::Unauditable(format!("{} attempts", jl.attempts.len()));
@@ -159,12 +197,6 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             .enumerate()
             .map(|(i, a)| (a.id, i as u8))
             .collect(),
-        fence_index: jl
-            .attempts
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.fence, i as u8))
-            .collect(),
         runners,
         expiry: Vec::new(),
         ttl: Vec::new(),
@@ -174,6 +206,7 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             job.id, job.ledger_seq, job.target
         )],
         reservations: Vec::new(),
+        max_ttl,
     };
     let mut records: Vec<Record<'_>> = (0..jl.attempts.len()).map(Record::Claim).collect();
     records.extend(jl.observations.iter().map(Record::Message));
@@ -181,7 +214,18 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
     records.extend(jl.cancels.iter().map(Record::Cancel));
     records.extend(jl.sweeps.iter().map(Record::Sweep));
     records.sort_by_key(|r| r.seq(jl));
+    let mut receipt_order = super::time::ReceiptOrder::default();
     for record in &records {
+        let (at, name) = record.received(jl);
+        if let Err(detail) = receipt_order.next(at, &name) {
+            replay
+                .steps
+                .push(format!("{name}: received at {}", time(&at)));
+            return Outcome::Violation(
+                replay.violation(Kind::ReceiptTimeOrder, name, detail),
+                replay.reservations,
+            );
+        }
         let result = match record {
             Record::Claim(i) => replay.claim(*i),
             Record::Message(o) => replay.message(o),
@@ -190,11 +234,11 @@ pub fn replay(jl: &JobLedger, runner_projects: &HashMap<Uuid, Uuid>) -> Outcome 
             Record::Sweep(s) => replay.sweep(s),
         };
         if let Err(violation) = result {
-            return Outcome::Violation(violation);
+            return Outcome::Violation(violation, replay.reservations);
         }
     }
     if let Err(violation) = replay.final_state() {
-        return Outcome::Violation(violation);
+        return Outcome::Violation(violation, replay.reservations);
     }
     Outcome::Clean(replay.reservations)
 }
@@ -271,6 +315,21 @@ impl Replay<'_> {
                 None => format!("{} (not an attempt of this job)", short(&id)),
             },
         }
+    }
+
+    /// The model's fence for a fence a message names: the named attempt's when its claim issued
+    /// that fence, else the first claimed attempt's that issued it (a fence repeated by a later
+    /// claim is that claim's violation, `fence_order`, never a verdict on earlier messages), else
+    /// a forged fence.
+    fn named_fence(&self, attempt: u8, fence: i64) -> u8 {
+        let claimed = self.state.attempts.len();
+        let issued = |i: usize| i < claimed && self.jl.attempts[i].fence == fence;
+        let index = if issued(attempt as usize) {
+            Some(attempt as usize)
+        } else {
+            (0..claimed.min(self.jl.attempts.len())).find(|&i| issued(i))
+        };
+        index.map_or(model::FORGED_FENCE, |i| self.state.attempts[i].fence)
     }
 
     fn model_attempt(&self, index: Option<u8>) -> Option<Uuid> {
@@ -359,6 +418,9 @@ impl Replay<'_> {
                 ),
             ));
         }
+        if let Some(detail) = super::time::ttl_exceeded(ttl, self.max_ttl) {
+            return Err(self.violation(Kind::LeaseTtl, record, detail));
+        }
         self.expiry.push(claim_expiry);
         self.ttl.push(ttl);
         self.committed_payload.push(None);
@@ -431,11 +493,7 @@ impl Replay<'_> {
             }
             None => (NO_ATTEMPT, model::FORGED_LEASE),
         };
-        let fence = self
-            .fence_index
-            .get(&o.named_fence)
-            .and_then(|i| self.state.attempts.get(*i as usize))
-            .map_or(model::FORGED_FENCE, |a| a.fence);
+        let fence = self.named_fence(attempt, o.named_fence);
         let m = model::Message {
             kind,
             sender: self.runners.get(&o.sender).copied().unwrap_or(NO_RUNNER),
@@ -767,7 +825,10 @@ impl Replay<'_> {
         }
         let holds = s.reserved(0).then_some(current).flatten();
         let held = self.jl.reservation.as_ref().map(|(_, a)| *a);
-        if held != holds {
+        // Displaced by another job's claim of the slot: that claim is the violation
+        // (`slot_overlap`, the cross-job slot check), not this job's rows.
+        let displaced = held.is_none() && self.jl.slot_taken_by.is_some();
+        if held != holds && !displaced {
             differences.push(format!(
                 "target reserved by attempt {} (the ledger leads to {})",
                 self.attempt_name(held),

@@ -15,8 +15,8 @@ mod runner;
 mod targets;
 mod time;
 
-pub use database::session_options;
 pub use budget::DEFAULT_PROJECT_SHARE;
+pub use database::session_options;
 pub use error::ApiError;
 pub use extract::{
     JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, RunnerAuth, Segments,
