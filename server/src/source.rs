@@ -1068,7 +1068,6 @@ mod tests {
 
     #[test]
     fn size_and_file_count_bombs_are_refused_at_the_default_limits_before_they_are_read() {
-        let started = std::time::Instant::now();
         // A header announcing 256 MiB + 1 byte: refused before a byte of it is read (the archive
         // is a few hundred bytes).
         let limit = Limits::default().max_total_bytes;
@@ -1104,7 +1103,6 @@ mod tests {
             extract(&count_bomb, Limits::default()),
             SourceError::TooManyFiles(10_000)
         ));
-        assert!(started.elapsed() < std::time::Duration::from_secs(30));
     }
 
     #[test]
