@@ -788,13 +788,24 @@ async fn a_lease_granted_for_a_thousand_times_the_configured_ttl_is_caught_when_
         ],
     )
     .await;
-    // Without a record of the configured ttl: not checked, and the report says so.
+    // Without a record of the configured ttl (a schema from before migration 0012, which the
+    // store now records its ttl in): not checked, and the report says so.
+    sql(
+        url,
+        &["ALTER TABLE lease_policy RENAME TO lease_policy_hidden".to_string()],
+    )
+    .await;
     let report = run_audit(url).await;
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     assert_eq!(report.configured_lease_ttl_seconds, None);
     assert!(report
         .render(&Default::default())
         .contains("lease ttl not checked"));
+    sql(
+        url,
+        &["ALTER TABLE lease_policy_hidden RENAME TO lease_policy".to_string()],
+    )
+    .await;
     // With it (migration 0012's `lease_policy`, the largest ttl a store was created with).
     sql(
         url,

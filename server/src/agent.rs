@@ -15,7 +15,9 @@
 //! or heartbeat was *sent*, on the runner's monotonic clock (never the runner's wall clock
 //! against the server's). Log chunks, artifacts and the result are kept and retried until the
 //! server decides them, the result even past that reckoning (an identical committed result is
-//! `acknowledged`; a late one is kept as evidence).
+//! `acknowledged`; a late one is kept as evidence). When the lease runs out by that reckoning with
+//! no decision at all (an outage longer than the lease), the runner stops the work itself, as a
+//! rejection would make it: docs/protocol.md §12 relies on it after a failover that forgot a claim.
 
 use crate::client::{CallError, RunnerClient};
 use crate::source::{self, Limits};
@@ -97,6 +99,11 @@ enum Stop {
     /// observed.
     Revoked(String),
 }
+
+/// The reason the runner gives itself when its lease ran out, by its own reckoning, with no
+/// renewal and no decision from the control plane (an outage longer than the lease): not a
+/// protocol reason code, only the runner's log line.
+const LEASE_RAN_OUT: &str = "lease ran out without renewal";
 
 /// What every task of one job shares.
 struct JobContext {
@@ -608,8 +615,18 @@ async fn renew(
         } else {
             let margin = heartbeat_interval(ttl) / 10;
             if left <= margin {
-                tracing::warn!(job = %ctx.lease.job, "the lease may have ended: no decision from the control plane within it");
-                return true;
+                if ctx.reporting.load(Ordering::SeqCst) {
+                    // The command is done; the result's own delivery goes on and decides.
+                    return false;
+                }
+                // No renewal within the lease: stop the work now, as a rejection would. The
+                // lease has ended by the runner's own reckoning (or will within the margin), so
+                // nothing it does from here can be accepted; and a failover that forgot its claim
+                // lets another attempt start once this lease has expired (docs/protocol.md §12):
+                // an execution that outlived its lease unseen would run beside it.
+                tracing::warn!(job = %ctx.lease.job, "no renewal of the lease within it: stopping the work");
+                ctx.stop(Stop::Revoked(LEASE_RAN_OUT.to_owned()));
+                return false;
             }
             left - margin
         };

@@ -338,3 +338,71 @@ async fn a_lease_expired_heartbeat_stops_the_work_at_once_without_retries() {
     assert_eq!(result.outcome.as_deref(), Some("failed"), "{ledger:#?}");
     server.stop().await.unwrap();
 }
+
+/// Issue 26 (docs/protocol.md §12): a runner cut off from the control plane for longer than its
+/// lease stops its work itself when the lease has run out by its own reckoning, while the
+/// control plane is still unreachable. A failover that forgot its claim lets another attempt
+/// start once this lease has expired; an execution that outlived its lease unseen would run
+/// beside it. Before, the runner kept executing until the control plane answered again. The
+/// command writes a heartbeat file every 0.1 s: it is stopped when the file stops changing, and
+/// the database stays cut off until then (a bound of 60 s on a hang, far past the 3 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_cut_off_past_its_lease_stops_the_work_before_the_control_plane_answers() {
+    let db = leasewright_impl::database::TestDatabase::create()
+        .await
+        .unwrap();
+    let unused: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let (upstream, _) = proxied_url(db.url(), unused);
+    let proxy = DatabaseProxy::start(upstream).await;
+    let (_, proxied) = proxied_url(db.url(), proxy.addr);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let server = leasewright_server::app::start(&proxied, ttl, listener, config(false))
+        .await
+        .unwrap();
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let beat = dir.path().join("beat");
+    let command = format!(
+        "i=0; while true; do i=$((i+1)); echo $i > '{0}.tmp'; mv '{0}.tmp' '{0}'; sleep 0.1; done\n",
+        beat.display()
+    );
+    let job = submit(&f, &command).await;
+    let runner = spawn_runner(&server.url(), &f, &dir.path().join("work"));
+    command_running(&f, job).await;
+
+    proxy.down();
+    let read = || std::fs::read_to_string(&beat).unwrap_or_default();
+    eventually(
+        "the command stopped while the control plane was unreachable",
+        Duration::from_secs(60),
+        || async {
+            let before = read();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            (!before.is_empty() && read() == before).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !runner.is_finished(),
+        "the runner waits for the control plane to decide its result"
+    );
+    proxy.up();
+    tokio::time::timeout(Duration::from_secs(60), runner)
+        .await
+        .expect("the runner reports and ends")
+        .unwrap()
+        .unwrap();
+    let observations = observations(&f, job).await;
+    let ledger = summary(&observations);
+    let result = observations
+        .iter()
+        .find(|o| o.kind == "result")
+        .unwrap_or_else(|| panic!("the result is kept: {ledger:#?}"));
+    assert_eq!(
+        (result.verdict.as_str(), result.reason.as_deref()),
+        ("rejected", Some("lease_expired")),
+        "{ledger:#?}"
+    );
+    server.stop().await.unwrap();
+}
