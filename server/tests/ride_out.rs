@@ -99,14 +99,15 @@ fn summary(observations: &[ObservationBody]) -> Vec<String> {
         .collect()
 }
 
-/// Issue 26: with the default 30 s lease, one heartbeat that met a database outage lost the
-/// lease of a job that printed nothing (the next heartbeat came a third of the TTL later, as a
-/// rejoin, which does not renew; the one after was told `lease_expired`). Now the heartbeat is
-/// retried with backoff while the lease can still be valid: the job keeps its lease through a
-/// 10 s outage (every database connection cut, new ones refused: the server answers 503) and
-/// its result is accepted after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quiet_job_keeps_its_default_lease_through_a_ten_second_database_outage() {
+/// A server with `lease_ttl` (system clock) whose database connections all go through a
+/// [`DatabaseProxy`] that the test can cut (`down`) and restore (`up`).
+async fn behind_a_database_proxy(
+    lease_ttl: Duration,
+) -> (
+    leasewright_impl::database::TestDatabase,
+    DatabaseProxy,
+    Server,
+) {
     let db = leasewright_impl::database::TestDatabase::create()
         .await
         .unwrap();
@@ -115,10 +116,21 @@ async fn a_quiet_job_keeps_its_default_lease_through_a_ten_second_database_outag
     let proxy = DatabaseProxy::start(upstream).await;
     let (_, proxied) = proxied_url(db.url(), proxy.addr);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server =
-        leasewright_server::app::start(&proxied, DEFAULT_LEASE_TTL, listener, config(false))
-            .await
-            .unwrap();
+    let server = leasewright_server::app::start(&proxied, lease_ttl, listener, config(false))
+        .await
+        .unwrap();
+    (db, proxy, server)
+}
+
+/// Issue 26: with the default 30 s lease, one heartbeat that met a database outage lost the
+/// lease of a job that printed nothing (the next heartbeat came a third of the TTL later, as a
+/// rejoin, which does not renew; the one after was told `lease_expired`). Now the heartbeat is
+/// retried with backoff while the lease can still be valid: the job keeps its lease through a
+/// 10 s outage (every database connection cut, new ones refused: the server answers 503) and
+/// its result is accepted after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_job_keeps_its_default_lease_through_a_ten_second_database_outage() {
+    let (_db, proxy, server) = behind_a_database_proxy(DEFAULT_LEASE_TTL).await;
     let f = fixture(&server).await;
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
@@ -348,18 +360,7 @@ async fn a_lease_expired_heartbeat_stops_the_work_at_once_without_retries() {
 /// the database stays cut off until then (a bound of 60 s on a hang, far past the 3 s lease).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_cut_off_past_its_lease_stops_the_work_before_the_control_plane_answers() {
-    let db = leasewright_impl::database::TestDatabase::create()
-        .await
-        .unwrap();
-    let unused: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let (upstream, _) = proxied_url(db.url(), unused);
-    let proxy = DatabaseProxy::start(upstream).await;
-    let (_, proxied) = proxied_url(db.url(), proxy.addr);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let ttl = Duration::from_secs(3);
-    let server = leasewright_server::app::start(&proxied, ttl, listener, config(false))
-        .await
-        .unwrap();
+    let (_db, proxy, server) = behind_a_database_proxy(Duration::from_secs(3)).await;
     let f = fixture(&server).await;
     let dir = tempfile::tempdir().unwrap();
     let beat = dir.path().join("beat");
