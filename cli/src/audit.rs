@@ -1,7 +1,7 @@
 //! `leasewright audit`: check a live database's ledger against the model (docs/audit.md). Thin:
 //! the audit lives in `leasewright_conformance::audit`.
 use clap::Args;
-use leasewright_conformance::audit::{self, AuditOptions};
+use leasewright_audit::{self as audit, AuditOptions};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 

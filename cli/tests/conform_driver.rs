@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use leasewright_conformance::driver_cmd::{python_example, shell_quote};
+use leasewright_conformance::drivers::cmd::{python_example, shell_quote};
 use serde_json::Value;
 
 fn example() -> String {

@@ -8,11 +8,14 @@
 use std::fmt;
 use std::future::Future;
 
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use leasewright_model as model;
 use leasewright_model::{
     Action, AttemptState, Expected, Fence, JobState, LeaseModel, MessageKind, Outcome, Reason,
     RunnerId, State, Verdict,
 };
 use serde::Serialize;
+use uuid::Uuid;
 
 /// The verdict and reason an implementation gave to one step.
 pub type Observed = Expected;
@@ -199,13 +202,13 @@ pub enum Answer {
 }
 
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
-/// digest the drivers send with it, [`crate::pg::result_digest`]: the model's runners report
+/// digest the drivers send with it, [`result_digest`]: the model's runners report
 /// digest 0, its probes also another digest of the same outcome).
 pub fn payload_label(m: &leasewright_model::Message) -> Option<String> {
     match m.kind {
         MessageKind::Result(outcome) => Some(format!(
             "result {outcome} {}",
-            crate::pg::result_digest(outcome, m.digest)
+            result_digest(outcome, m.digest)
         )),
         MessageKind::SideEffect(effect) => crate::side_effects::payload_label(effect),
         _ => None,
@@ -526,6 +529,88 @@ pub trait Session: Send {
 /// The message kinds whose observations the server records (target mutations are the target's).
 pub fn recorded_by_server(kind: MessageKind) -> bool {
     !matches!(kind, MessageKind::TargetMutation)
+}
+
+// What every driver sends for a model step: the shared vocabulary of times, ids and digests.
+
+/// One model tick in server time.
+pub const TICK: Duration = Duration::seconds(10);
+
+/// A lease id no claim ever issues: what the model's forged lease id maps to.
+pub const FORGED_LEASE: Uuid = Uuid::from_u128(0x1ea5_e000_0000_4000_8000_0000_0000_0000);
+
+/// The server time every trace starts at.
+pub fn trace_epoch() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+        .single()
+        .expect("a valid date")
+}
+
+/// The runner's observed time for the model's runner time `t`: hours away from the server's time
+/// in either direction (0: three hours behind, 1: three hours ahead, ...). Verdicts must not
+/// depend on it.
+pub fn runner_time(t: u8) -> DateTime<Utc> {
+    trace_epoch() + Duration::hours(i64::from(t) * 6 - 3)
+}
+
+/// The model's runner time of a recorded runner time ([`runner_time`] inverted; 255 when it is
+/// none of them).
+pub fn model_runner_time(at: DateTime<Utc>) -> u8 {
+    let hours = (at - trace_epoch()).num_hours() + 3;
+    if hours % 6 == 0
+        && (0..6 * 255).contains(&hours)
+        && (at - trace_epoch()).num_minutes() % 60 == 0
+    {
+        (hours / 6) as u8
+    } else {
+        u8::MAX
+    }
+}
+
+/// The result digest the driver sends for an outcome: identical results have identical digests.
+pub fn result_digest(outcome: model::Outcome, digest: model::Digest) -> String {
+    if digest == 0 {
+        format!("sha256:{}", outcome.as_str())
+    } else {
+        format!("sha256:{}-{digest}", outcome.as_str())
+    }
+}
+
+/// Parses one of the spec's stable names into the model's type: the two sides share only names.
+pub fn code<T: std::str::FromStr>(name: &str) -> Result<T, DriverError> {
+    name.parse().map_err(|_| {
+        DriverError::Implementation(format!(
+            "the implementation answered `{name}`, not a name of the spec"
+        ))
+    })
+}
+
+/// The heartbeat `runner` sends in the model's state `before` (a request the server answers at
+/// once; the model keeps no heartbeats in flight).
+pub fn heartbeat(
+    before: &State,
+    runner: model::RunnerId,
+    runner_time: u8,
+) -> Result<model::Message, DriverError> {
+    LeaseModel::message(before, runner, MessageKind::Heartbeat, runner_time).ok_or_else(|| {
+        DriverError::Unmappable(format!(
+            "a heartbeat from runner {runner}, which holds no attempt"
+        ))
+    })
+}
+
+/// The side effect (R8) `runner` sends in the model's state `before`, answered at once like a
+/// heartbeat.
+pub fn side_effect(
+    before: &State,
+    runner: model::RunnerId,
+    effect: model::SideEffect,
+) -> Result<model::Message, DriverError> {
+    LeaseModel::message(before, runner, MessageKind::SideEffect(effect), 0).ok_or_else(|| {
+        DriverError::Unmappable(format!(
+            "a side effect from runner {runner}, which holds no attempt"
+        ))
+    })
 }
 
 #[cfg(test)]

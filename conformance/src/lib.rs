@@ -1,19 +1,16 @@
 //! Conformance: traces generated from the model, replayed against an implementation, step by
 //! step, comparing verdicts, reasons and the projected state. See docs/conformance.md.
 
-pub mod audit;
 pub mod coverage;
 pub mod driver;
-pub mod driver_cmd;
+pub mod drivers;
 pub mod export;
 pub mod generate;
 pub mod history;
-pub mod http;
 pub mod junit;
 pub mod minimize;
 #[cfg(feature = "mutants")]
 pub mod mutants;
-pub mod pg;
 pub mod probe;
 pub mod property;
 pub mod replay;

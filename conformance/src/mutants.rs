@@ -8,7 +8,7 @@ use leasewright_impl::mutants::Mutant;
 use leasewright_model::LeaseModel;
 use sqlx::PgPool;
 
-use crate::pg::PgDriver;
+use crate::drivers::pg::PgDriver;
 use crate::property::{self, PropertyFailure, PropertyOptions};
 use crate::replay::Divergence;
 use crate::select::Batch;

@@ -8,10 +8,10 @@ use leasewright_model::LeaseModel;
 use tokio::sync::Semaphore;
 
 use crate::driver::Driver;
+use crate::drivers::http::HttpDriver;
+use crate::drivers::pg::PgDriver;
 use crate::generate::Generated;
-use crate::http::HttpDriver;
 use crate::junit;
-use crate::pg::PgDriver;
 use crate::replay::{replay_fresh, Divergence, Tally};
 use crate::select::Batch;
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use leasewright_conformance::driver::Driver;
+use leasewright_conformance::drivers::pg::PgDriver;
 use leasewright_conformance::generate::random_walks;
-use leasewright_conformance::pg::PgDriver;
 use leasewright_conformance::replay::replay;
 use leasewright_conformance::scenarios;
 use leasewright_conformance::suite::{self, RunOptions};

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use leasewright_conformance::driver::Driver;
-use leasewright_conformance::driver_cmd::{python_example, CmdDriver, SetupError};
+use leasewright_conformance::drivers::cmd::{python_example, CmdDriver, SetupError};
 use leasewright_conformance::generate::random_walks;
 use leasewright_conformance::property::{self, PropertyOptions};
 use leasewright_conformance::replay::replay;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use leasewright_conformance::driver::Driver;
 use leasewright_conformance::driver::{Answer, DriverError, Observed, Projection, Session};
+use leasewright_conformance::drivers::http::{HttpDriver, SetupError};
+use leasewright_conformance::drivers::pg::PgDriver;
 use leasewright_conformance::generate::{random_walks, Generated};
-use leasewright_conformance::http::{HttpDriver, SetupError};
-use leasewright_conformance::pg::PgDriver;
 use leasewright_conformance::replay::{replay, Tally};
 use leasewright_conformance::{scenarios, select};
 use leasewright_impl::database::TestDatabase;

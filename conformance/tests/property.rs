@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use leasewright_conformance::pg::PgDriver;
+use leasewright_conformance::drivers::pg::PgDriver;
 use leasewright_conformance::property::{self, PropertyOptions};
 use leasewright_impl::database::TestDatabase;
 use leasewright_model::{Config, LeaseModel};

@@ -111,6 +111,25 @@ impl Config {
         }
     }
 
+    /// The model a recorded job is judged on (by `leasewright audit` and by the history checker):
+    /// one job, `runners` runners, no outsider, unbounded attempts. Only its verdict and effect
+    /// functions are used, with time set from the record before each step.
+    pub fn one_recorded_job(runners: u8) -> Self {
+        Config {
+            jobs: 1,
+            runners,
+            attempts_per_job: u8::MAX,
+            lease_ttl: 1,
+            max_skew: 0,
+            disconnects: false,
+            outsider: false,
+            forgery: false,
+            target: TargetKind::Unfenced,
+            variant: Variant::None,
+            ..Config::default()
+        }
+    }
+
     /// This configuration with `variant`, switching to the target kind the variant needs
     /// (`auto-retry-unfenced` needs `unfenced`).
     pub fn with_variant(mut self, variant: Variant) -> Self {

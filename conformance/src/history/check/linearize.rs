@@ -158,7 +158,7 @@ pub fn linearize(ops: &[Op], jl: &JobLedger, config: &CheckConfig) -> Linearized
         return Linearized::Undecided;
     };
     let runners = mapping.runners.len().max(1) as u8;
-    let lease_model = crate::audit::replay::one_job_model(runners);
+    let lease_model = model::LeaseModel::new(model::Config::one_recorded_job(runners));
     let mut job_ops = Vec::new();
     for op in ops {
         let action = match &op.call {

@@ -4,7 +4,7 @@
 //! whose expiry came from the runner's clock, an overwritten outcome) is caught and named.
 
 use chrono::{DateTime, Duration, Utc};
-use leasewright_conformance::audit::{self, AuditOptions, AuditReport, Kind};
+use leasewright_audit::{self as audit, AuditOptions, AuditReport, Kind};
 use leasewright_impl::database::TestDatabase;
 use leasewright_impl::*;
 use std::sync::Arc;

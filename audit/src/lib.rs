@@ -288,45 +288,53 @@ impl AuditReport {
         out
     }
 
-    /// JUnit: one failing case per violation, one passing case for the rest of the ledger.
+    /// JUnit: one failing case per violation and per job that could not be judged, one passing
+    /// case for the rest of the ledger (one `<testsuite>` named `audit`, written by quick-junit).
     pub fn junit(&self) -> String {
-        let mut cases: Vec<crate::junit::Case> = self
-            .violations
-            .iter()
-            .map(|v| crate::junit::Case {
-                name: format!("{} {}", v.kind.as_str(), v.job),
-                suite: "audit".to_string(),
-                seconds: 0.0,
-                failure: Some(format!(
-                    "{}: {}\n{}",
-                    v.record,
-                    v.detail,
-                    v.steps
-                        .iter()
-                        .enumerate()
-                        .map(|(i, s)| format!("{}. {s}", i + 1))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                )),
-            })
-            .collect();
-        cases.extend(
-            self.unauditable
+        use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+        let failing = |name: String, message: &str, description: String| {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status
+                .set_message(message)
+                .set_type("violation")
+                .set_description(description);
+            let mut case = TestCase::new(name, status);
+            case.set_classname("audit.audit");
+            case
+        };
+        let mut suite = TestSuite::new("audit");
+        for v in &self.violations {
+            let steps = v
+                .steps
                 .iter()
-                .map(|(job, why)| crate::junit::Case {
-                    name: format!("not_audited {job}"),
-                    suite: "audit".to_string(),
-                    seconds: 0.0,
-                    failure: Some(format!("job {job} could not be judged: {why}")),
-                }),
+                .enumerate()
+                .map(|(i, s)| format!("{}. {s}", i + 1))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let first = format!("{}: {}", v.record, v.detail);
+            suite.add_test_case(failing(
+                format!("{} {}", v.kind.as_str(), v.job),
+                &first,
+                format!("{first}\n{steps}"),
+            ));
+        }
+        for (job, why) in &self.unauditable {
+            let text = format!("job {job} could not be judged: {why}");
+            suite.add_test_case(failing(format!("not_audited {job}"), &text, text.clone()));
+        }
+        let seconds = std::time::Duration::try_from_secs_f64(self.seconds).unwrap_or_default();
+        let mut ledger = TestCase::new(
+            format!("ledger ({} jobs, {} records)", self.jobs, self.records),
+            TestCaseStatus::success(),
         );
-        cases.push(crate::junit::Case {
-            name: format!("ledger ({} jobs, {} records)", self.jobs, self.records),
-            suite: "audit".to_string(),
-            seconds: self.seconds,
-            failure: None,
-        });
-        crate::junit::render(&cases)
+        ledger.set_classname("audit.audit").set_time(seconds);
+        suite.add_test_case(ledger);
+        suite.set_time(seconds);
+        let mut report = Report::new("leasewright audit");
+        report.add_test_suite(suite).set_time(seconds);
+        report
+            .to_string()
+            .unwrap_or_else(|e| format!("<!-- JUnit could not be written: {e} -->"))
     }
 }
 

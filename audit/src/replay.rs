@@ -180,7 +180,8 @@ pub fn replay(
     if runner_ids.len() > MAX_IDS {
         return Outcome::Unauditable(format!("{} runners", runner_ids.len()));
     }
-    let lease_model = one_job_model(runner_ids.len() as u8);
+    let lease_model =
+        model::LeaseModel::new(model::Config::one_recorded_job(runner_ids.len() as u8));
     let mut state = lease_model.init_state();
     let mut runners = HashMap::new();
     for (i, r) in runner_ids.iter().enumerate() {
@@ -251,28 +252,6 @@ type Step = Result<(), Box<Violation>>;
 /// otherwise.
 pub fn fence_follows(last: i64, next: i64) -> bool {
     next == last + 1 || (epoch_of(next) > epoch_of(last) && generation_of(next) == 1)
-}
-
-/// The model a recorded job is replayed on (here and by the history checker): one job, `runners`
-/// runners, no outsider, unbounded attempts; only its verdict and effect functions are used,
-/// with time set from the ledger before each step.
-pub fn one_job_model(runners: u8) -> model::LeaseModel {
-    // The struct update keeps this independent of bounds the model adds or drops.
-    #[allow(clippy::needless_update)]
-    let config = model::Config {
-        jobs: 1,
-        runners,
-        attempts_per_job: u8::MAX,
-        lease_ttl: 1,
-        max_skew: 0,
-        disconnects: false,
-        outsider: false,
-        forgery: false,
-        target: model::TargetKind::Unfenced,
-        variant: model::Variant::None,
-        ..model::Config::default()
-    };
-    model::LeaseModel::new(config)
 }
 
 impl Replay<'_> {

@@ -1,4 +1,4 @@
-//! The HTTP driver: the same replays as the in-process driver ([`crate::pg`]), against one or more
+//! The HTTP driver: the same replays as the in-process driver ([`super::pg`]), against one or more
 //! running servers over HTTP (docs/http.md), each started with a test clock
 //! (`leasewright serve --manual-clock`).
 //!
@@ -13,7 +13,7 @@
 //! Time: a server has one clock for all its clients, so one server runs one trace at a time. Traces
 //! run in parallel on several servers (`--http URL` given several times), each with its own clock
 //! and its own database, one trace on each at a time. A trace sets its server's clock to the trace
-//! epoch ([`crate::pg::trace_epoch`]) when it opens; ticks are sent lazily, merged into one
+//! epoch ([`crate::driver::trace_epoch`]) when it opens; ticks are sent lazily, merged into one
 //! `set` before the next request that reads the time. Rows of earlier traces stay in the database,
 //! in other projects; the sweep runs over every project, and the driver counts only the trace's own
 //! jobs among the jobs it made uncertain (earlier traces are over, so a sweep that makes their jobs
@@ -42,11 +42,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use crate::driver::{
+    code, model_runner_time, result_digest, runner_time, trace_epoch, FORGED_LEASE,
+};
+use crate::driver::{
     payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
-use crate::pg::{code, model_runner_time, result_digest, runner_time, trace_epoch, FORGED_LEASE};
 
 /// Why the driver cannot run against a server (a setup failure, not a divergence).
 #[derive(Debug, thiserror::Error)]
@@ -1340,7 +1342,7 @@ impl Session for HttpSession {
                 runner,
                 runner_time,
             } => Some(
-                self.deliver(&crate::pg::heartbeat(before, *runner, *runner_time)?)
+                self.deliver(&crate::driver::heartbeat(before, *runner, *runner_time)?)
                     .await?,
             ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
@@ -1443,7 +1445,7 @@ impl Session for HttpSession {
                 )?)
             }
             Action::SideEffect { runner, effect } => Some(
-                self.deliver(&crate::pg::side_effect(before, *runner, *effect)?)
+                self.deliver(&crate::driver::side_effect(before, *runner, *effect)?)
                     .await?,
             ),
             // Runner-local steps, as in-process: nothing reaches the server.
@@ -1531,7 +1533,7 @@ impl Session for HttpSession {
     }
 }
 
-/// Rule R8 through the runner routes, as in-process ([`crate::pg`]): the model's bounded
+/// Rule R8 through the runner routes, as in-process ([`super::pg`]): the model's bounded
 /// payloads as the bytes of [`crate::side_effects`]; an accepted get's content is the step's
 /// answer.
 async fn side_effect(

@@ -1,5 +1,5 @@
 -- Multiply a recorded ledger for measuring `leasewright audit` on a large one (docs/audit.md):
---   psql "$DATABASE_URL" -v copies=50 -f conformance/src/audit/multiply.sql
+--   psql "$DATABASE_URL" -v copies=50 -f audit/src/multiply.sql
 -- Each copy k of every job is the same history under fresh ids (md5 of the id and k), with its
 -- ledger_seq shifted past every earlier copy, so each copy replays exactly as the original did.
 -- The runners and projects are shared; slots are copied with their jobs, and with their holder

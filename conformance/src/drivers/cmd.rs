@@ -30,7 +30,7 @@ use crate::driver::{
     DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Part,
     PayloadDigests, Projection, Session, TargetProjection,
 };
-use crate::pg::{heartbeat, result_digest};
+use crate::driver::{heartbeat, result_digest};
 
 /// The protocol's name, sent in `hello`.
 pub const PROTOCOL: &str = "leasewright-driver";

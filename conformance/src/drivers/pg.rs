@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use leasewright_impl as imp;
 use leasewright_impl::TargetAdapter as _;
 use leasewright_model as model;
@@ -16,58 +16,16 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::driver::{
-    payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
+    code, heartbeat, model_runner_time, payload_label, rejoin_instruction, result_digest,
+    runner_time, side_effect, trace_epoch, Answer, AttemptProjection, Details, Driver, DriverError,
     JobProjection, ObservationDetails, ObservationProjection, Observed, Projection, Session,
-    TargetProjection,
+    TargetProjection, FORGED_LEASE, TICK,
 };
-
-/// One model tick in server time.
-pub const TICK: Duration = Duration::seconds(10);
-
-/// A lease id no claim ever issues: what the model's forged lease id maps to.
-pub const FORGED_LEASE: Uuid = Uuid::from_u128(0x1ea5_e000_0000_4000_8000_0000_0000_0000);
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = 0;
 const JOB: u8 = 1;
 const ATTEMPT: u8 = 2;
-
-/// The server time every trace starts at.
-pub fn trace_epoch() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
-        .single()
-        .expect("a valid date")
-}
-
-/// The runner's observed time for the model's runner time `t`: hours away from the server's time
-/// in either direction (0: three hours behind, 1: three hours ahead, ...). Verdicts must not
-/// depend on it.
-pub fn runner_time(t: u8) -> DateTime<Utc> {
-    trace_epoch() + Duration::hours(i64::from(t) * 6 - 3)
-}
-
-/// The model's runner time of a recorded runner time ([`runner_time`] inverted; 255 when it is
-/// none of them).
-pub fn model_runner_time(at: DateTime<Utc>) -> u8 {
-    let hours = (at - trace_epoch()).num_hours() + 3;
-    if hours % 6 == 0
-        && (0..6 * 255).contains(&hours)
-        && (at - trace_epoch()).num_minutes() % 60 == 0
-    {
-        (hours / 6) as u8
-    } else {
-        u8::MAX
-    }
-}
-
-/// The result digest the driver sends for an outcome: identical results have identical digests.
-pub fn result_digest(outcome: model::Outcome, digest: model::Digest) -> String {
-    if digest == 0 {
-        format!("sha256:{}", outcome.as_str())
-    } else {
-        format!("sha256:{}-{digest}", outcome.as_str())
-    }
-}
 
 /// The in-process PostgreSQL driver.
 #[derive(Clone)]
@@ -833,43 +791,6 @@ impl PgSession {
             reason,
         })
     }
-}
-
-/// Parses one of the spec's stable names into the model's type: the two sides share only names.
-pub(crate) fn code<T: std::str::FromStr>(name: &str) -> Result<T, DriverError> {
-    name.parse().map_err(|_| {
-        DriverError::Implementation(format!(
-            "the implementation answered `{name}`, not a name of the spec"
-        ))
-    })
-}
-
-/// The heartbeat `runner` sends in the model's state `before` (a request the server answers at
-/// once; the model keeps no heartbeats in flight).
-pub fn heartbeat(
-    before: &State,
-    runner: model::RunnerId,
-    runner_time: u8,
-) -> Result<model::Message, DriverError> {
-    LeaseModel::message(before, runner, MessageKind::Heartbeat, runner_time).ok_or_else(|| {
-        unmappable(format!(
-            "a heartbeat from runner {runner}, which holds no attempt"
-        ))
-    })
-}
-
-/// The side effect (R8) `runner` sends in the model's state `before`, answered at once like a
-/// heartbeat.
-pub fn side_effect(
-    before: &State,
-    runner: model::RunnerId,
-    effect: model::SideEffect,
-) -> Result<model::Message, DriverError> {
-    LeaseModel::message(before, runner, MessageKind::SideEffect(effect), 0).ok_or_else(|| {
-        unmappable(format!(
-            "a side effect from runner {runner}, which holds no attempt"
-        ))
-    })
 }
 
 fn observed(verdict: &imp::Verdict<()>) -> Observed {

@@ -1,0 +1,11 @@
+//! The drivers, side by side: each applies the model's steps to one kind of implementation
+//! through the interface in [`crate::driver`], which imports none of them.
+//!
+//! - [`pg`]: the implementation's `Store` API in-process, with a manual clock.
+//! - [`http`]: a running `leasewright serve --manual-clock`, over HTTP.
+//! - [`cmd`]: any implementation in any language behind a child process speaking the JSON-lines
+//!   driver protocol (docs/conformance.md).
+
+pub mod cmd;
+pub mod http;
+pub mod pg;
