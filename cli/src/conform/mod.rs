@@ -98,6 +98,17 @@ impl SkipClass {
     }
 }
 
+/// The form of `--export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// One ITF file per trace and a manifest.
+    Itf,
+    /// The replay form, JSON Lines: DIR/traces.jsonl and a manifest.
+    Jsonl,
+    /// The replay form, gzipped: DIR/traces.jsonl.gz and a manifest.
+    JsonlGz,
+}
+
 /// Exit code of a run whose driver left out traces of a class the user did not `--skip`: the
 /// suite asked for them and they were not replayed (docs/ci.md).
 pub const EXIT_INCOMPLETE: i32 = 3;
@@ -138,6 +149,12 @@ pub struct ConformArgs {
     /// (no implementation is run): the corpus for other tooling.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["http", "driver_cmd", "mutants", "mutant", "replay"])]
     export: Option<PathBuf>,
+    /// The form of --export: `itf` (one ITF file per trace, pretty JSON), `jsonl` (the replay
+    /// form: DIR/traces.jsonl, one trace per line with the requests the harness sends over the
+    /// driver protocol and the verdicts and projections the model expects; replayed without Rust
+    /// by examples/python/replay.py) or `jsonl-gz` (the same, gzipped: traces.jsonl.gz).
+    #[arg(long, value_enum, default_value_t = ExportFormat::Itf, requires = "export")]
+    export_format: ExportFormat,
     /// Which traces to replay.
     #[arg(long, value_enum, default_value_t = SuiteName::All)]
     suite: SuiteName,
@@ -318,7 +335,12 @@ fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
             traces: &b.traces,
         })
         .collect();
-    match export::write(dir, &suites) {
+    let written = match args.export_format {
+        ExportFormat::Itf => export::write(dir, &suites),
+        ExportFormat::Jsonl => export::write_replay(dir, &suites, false),
+        ExportFormat::JsonlGz => export::write_replay(dir, &suites, true),
+    };
+    match written {
         Ok(manifest) => {
             if args.json {
                 let summary = serde_json::json!({
@@ -334,9 +356,13 @@ fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
                 }
             } else {
                 println!(
-                    "exported {} traces ({} steps) to {}; manifest: {}",
+                    "exported {} traces ({} steps{}) to {}; manifest: {}",
                     manifest["traces"],
                     manifest["steps"],
+                    match manifest["file"].as_str() {
+                        Some(file) => format!(", replay form {file}"),
+                        None => String::new(),
+                    },
                     dir.display(),
                     dir.join("manifest.json").display()
                 );
