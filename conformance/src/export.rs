@@ -216,8 +216,8 @@ pub fn replay_record(
             // The harness marks before the last step of a trace compared at its last step only.
             step.insert("mark".into(), json!(true));
         }
-        if let Some(payload) =
-            crate::coverage::delivered(before, action).and_then(|m| crate::driver::payload_label(&m))
+        if let Some(payload) = crate::coverage::delivered(before, action)
+            .and_then(|m| crate::driver::payload_label(&m))
         {
             step.insert("payload".into(), json!(payload));
         }

@@ -183,8 +183,9 @@ pub struct ConformArgs {
     /// like any other), for example `--mutant ConflictOverwrites`; names in docs/conformance.md.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["mutants", "http"])]
     mutant: Option<String>,
-    /// A class of traces the driver may leave out without failing the run (repeat for several).
-    /// A driver that leaves out a class not named here fails the run with exit 3 (docs/ci.md).
+    /// A class of traces left out of the run (repeat for several), whatever the driver can
+    /// replay. A driver that leaves out a class not named here fails the run with exit 3
+    /// (docs/ci.md).
     #[arg(long = "skip", value_enum, value_name = "CLASS")]
     skip: Vec<SkipClass>,
     /// Run only shard I of N (I from 1).
@@ -514,6 +515,7 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
 fn left_out_line<D: SuiteDriver>(
     driver: &D,
     left_out: &std::collections::BTreeMap<LeftOut, usize>,
+    by_skip: &std::collections::BTreeSet<LeftOut>,
 ) -> Option<String> {
     let total: usize = left_out.values().sum();
     if total == 0 {
@@ -521,11 +523,17 @@ fn left_out_line<D: SuiteDriver>(
     }
     let reasons: Vec<String> = left_out
         .iter()
-        .map(|(why, n)| format!("{n} {} ({})", why.what(), driver.why_left_out(*why)))
+        .map(|(why, n)| {
+            let because = if by_skip.contains(why) {
+                format!("--skip {}", SkipClass::of(*why).name())
+            } else {
+                driver.why_left_out(*why).to_owned()
+            };
+            format!("{n} {} ({because})", why.what())
+        })
         .collect();
     Some(format!(
-        "left out {total} traces this driver does not replay: {}; the in-process driver replays \
-         them",
+        "left out {total} traces: {}; the in-process driver replays them",
         reasons.join("; ")
     ))
 }

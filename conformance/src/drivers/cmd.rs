@@ -302,7 +302,10 @@ fn side_effect_fields(effect: SideEffect) -> Value {
 
 /// The step a message's delivery is, in `before` (which names the slot a job is on).
 fn delivery(before: &State, m: &Message) -> Value {
-    let slot = before.jobs.get(usize::from(m.job)).map_or(m.job, |j| j.slot);
+    let slot = before
+        .jobs
+        .get(usize::from(m.job))
+        .map_or(m.job, |j| j.slot);
     match m.kind {
         MessageKind::Heartbeat => with(tuple(m), json!({"action": "heartbeat"})),
         MessageKind::Rejoin => with(tuple(m), json!({"action": "rejoin"})),
@@ -371,7 +374,10 @@ pub fn step_request(
             runner,
             message,
             forge,
-        } => delivery(before, &LeaseModel::replayed(before, message, *runner, *forge)),
+        } => delivery(
+            before,
+            &LeaseModel::replayed(before, message, *runner, *forge),
+        ),
         Action::Tick => json!({"action": "tick"}),
         // The model's sweep covers every job of both projects. A version 1 or 2 driver is sent
         // `project` 0 (its traces have no job of another project); version 3 says no project:
