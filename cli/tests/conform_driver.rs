@@ -32,9 +32,23 @@ fn conform(args: &[&str], traces: &Path) -> (i32, String, String) {
 fn the_python_example_passes_the_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let (code, out, err) = conform(
+        &["--driver-cmd", &example(), "--suite", "scenarios", "--json"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    // Version 3 of the driver protocol replays every scenario, the shared-slot ones included.
+    assert_eq!(doc["left_out"], serde_json::json!({}), "{doc}");
+    assert_eq!(doc["left_out_unskipped"], serde_json::json!([]), "{doc}");
+    assert_eq!(doc["driver"], "driver-cmd (python-example)", "{doc}");
+    assert_eq!(doc["divergences"], 0);
+    assert_eq!(doc["traces"], 8);
+    assert!(!err.contains("left out"), "{err}");
+    // A version 2 driver leaves the shared-slot scenarios out, and the summary says why.
+    let (code, out, err) = conform(
         &[
             "--driver-cmd",
-            &example(),
+            &format!("LEASEWRIGHT_EXAMPLE_VERSION=2 {}", example()),
             "--suite",
             "scenarios",
             "--json",
@@ -46,20 +60,49 @@ fn the_python_example_passes_the_scenarios() {
     assert_eq!(code, 0, "{out}{err}");
     let doc: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["left_out"]["shared-slots"], 3, "{doc}");
-    assert_eq!(doc["left_out_unskipped"], serde_json::json!([]), "{doc}");
-    let doc: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(doc["driver"], "driver-cmd (python-example)", "{doc}");
-    assert_eq!(doc["divergences"], 0);
     assert_eq!(doc["traces"], 5);
-    // The shared-slot scenarios are left out, with the reason (the driver protocol names slot j
-    // for job j); the HTTP driver replays them.
     assert!(
         err.contains(
-            "left out 3 traces this driver does not replay: 3 with a shared target slot (the \
-             driver protocol names slot j for job j); the in-process driver replays them"
+            "left out 3 traces: 3 with a shared target slot (--skip shared-slots); the \
+             in-process driver replays them"
         ),
         "{err}"
     );
+}
+
+/// The example's seeded bug `token-across-jobs` (a fenced target comparing a slot token with the
+/// highest token of the mutation's own job, not of its slot) is caught by the shared-slot
+/// traces, and only by them: with the class skipped the same suite passes.
+#[test]
+fn a_token_compared_per_job_is_caught_only_by_the_shared_slot_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let buggy = format!("LEASEWRIGHT_EXAMPLE_BUG=token-across-jobs {}", example());
+    let (code, out, err) = conform(
+        &["--driver-cmd", &buggy, "--suite", "scenarios"],
+        dir.path(),
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("divergence in scenario-slot-stale-token-refused")
+            && err.contains("expected rejected (stale_fence), observed accepted"),
+        "{out}{err}"
+    );
+    let (code, out, err) = conform(
+        &[
+            "--driver-cmd",
+            &buggy,
+            "--suite",
+            "scenarios",
+            "--json",
+            "--skip",
+            "shared-slots",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["left_out"]["shared-slots"], 3, "{doc}");
+    assert_eq!(doc["divergences"], 0, "{doc}");
 }
 
 /// A driver that leaves out a class of traces the suite asked for fails the run with exit 3 and
@@ -67,8 +110,9 @@ fn the_python_example_passes_the_scenarios() {
 #[test]
 fn a_driver_that_leaves_out_a_class_not_skipped_is_exit_3() {
     let dir = tempfile::tempdir().unwrap();
+    let old = format!("LEASEWRIGHT_EXAMPLE_VERSION=2 {}", example());
     let (code, out, err) = conform(
-        &["--driver-cmd", &example(), "--suite", "scenarios", "--json"],
+        &["--driver-cmd", &old, "--suite", "scenarios", "--json"],
         dir.path(),
     );
     assert_eq!(code, 3, "{out}{err}");
@@ -90,7 +134,7 @@ fn a_driver_that_leaves_out_a_class_not_skipped_is_exit_3() {
     let (code, _, err) = conform(
         &[
             "--driver-cmd",
-            &example(),
+            &old,
             "--suite",
             "scenarios",
             "--skip",
@@ -196,5 +240,99 @@ fn export_writes_the_corpus_and_its_manifest_without_a_database() {
         &["--export", corpus.to_str().unwrap(), "--suite", "proptest"],
         dir.path(),
     );
+    assert_eq!(code, 2, "{err}");
+}
+
+/// The replay form (`--export-format jsonl-gz` and `jsonl`) replayed without Rust: the Python
+/// checker examples/python/replay.py drives the example's driver through the exported requests
+/// and compares verdicts and projections step by step: the correct example agrees everywhere, the
+/// seeded bugs diverge (a reason precedence; a token compared per job on a shared slot), with the
+/// trace, the step and the difference.
+#[test]
+fn the_replay_form_is_replayed_without_rust_and_catches_the_seeded_bugs() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay_py: std::path::PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "examples",
+        "python",
+        "replay.py",
+    ]
+    .iter()
+    .collect();
+    let replay = |corpus: &Path, bug: Option<&str>| {
+        let mut command = Command::new("python3");
+        command.arg(&replay_py).arg(corpus);
+        match bug {
+            Some(bug) => command.env("LEASEWRIGHT_EXAMPLE_BUG", bug),
+            None => command.env_remove("LEASEWRIGHT_EXAMPLE_BUG"),
+        };
+        let out = command.output().expect("runs python3");
+        (
+            out.status.code().expect("an exit code"),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    for (format, file) in [("jsonl-gz", "traces.jsonl.gz"), ("jsonl", "traces.jsonl")] {
+        let corpus = dir.path().join(format);
+        let (code, out, err) = conform(
+            &[
+                "--export",
+                corpus.to_str().unwrap(),
+                "--export-format",
+                format,
+                "--suite",
+                "scenarios",
+            ],
+            dir.path(),
+        );
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(corpus.join(file).is_file(), "{out}");
+        let manifest: Value =
+            serde_json::from_str(&std::fs::read_to_string(corpus.join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["file"], file);
+        assert_eq!(manifest["traces"], 8);
+        let (code, out, err) = replay(&corpus, None);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(
+            out.contains("traces          8") && out.contains("divergences     0"),
+            "{out}"
+        );
+        let (code, out, err) = replay(&corpus, Some("token-across-jobs"));
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            out.contains("divergence in scenario-slot-stale-token-refused at step 13 (verdict)")
+                && out.contains("expected rejected stale_fence, observed accepted"),
+            "{out}"
+        );
+    }
+    // A larger corpus of random walks: the reason-precedence bug diverges too.
+    let corpus = dir.path().join("random");
+    let (code, out, err) = conform(
+        &[
+            "--export",
+            corpus.to_str().unwrap(),
+            "--export-format",
+            "jsonl-gz",
+            "--suite",
+            "random",
+            "--steps",
+            "2000",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = replay(&corpus, None);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = replay(&corpus, Some("expired-before-not-current"));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("verdict: expected rejected not_current, observed rejected lease_expired"),
+        "{out}"
+    );
+    // Not a corpus: exit 2.
+    let (code, _, err) = replay(dir.path(), None);
     assert_eq!(code, 2, "{err}");
 }

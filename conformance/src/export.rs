@@ -94,3 +94,148 @@ pub fn write(dir: &Path, suites: &[Suite<'_>]) -> std::io::Result<Value> {
     )?;
     Ok(manifest)
 }
+
+/// The replay form's format name and version (the header line of `traces.jsonl`): bumped when
+/// the meaning of a record changes.
+pub const REPLAY_FORMAT: &str = "leasewright-replay";
+/// See [`REPLAY_FORMAT`].
+pub const REPLAY_VERSION: u64 = 1;
+
+/// The compact form of the corpus (`conform --export DIR --export-format jsonl|jsonl-gz`): what a
+/// checker needs to replay the suite against a driver-protocol command and judge it without the
+/// model (examples/python/replay.py does, with Python's standard library alone).
+///
+/// `DIR/traces.jsonl` (or `traces.jsonl.gz`) holds one JSON object per line: first a header
+/// (`format`, `version`, the driver protocol version the requests are in, every rejection reason
+/// the spec names), then one record per trace: its name and generator, when its projection is
+/// compared, the `open` request, and each step's request as the harness sends it over the driver
+/// protocol (`null`: a step the server does not see), with the verdict and the projection the
+/// model expects (the harness's comparison form, docs/conformance.md "The replay form").
+pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Result<Value> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let name = if gzip {
+        "traces.jsonl.gz"
+    } else {
+        "traces.jsonl"
+    };
+    let file = std::io::BufWriter::new(std::fs::File::create(dir.join(name))?);
+    let mut out: Box<dyn std::io::Write> = if gzip {
+        Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        ))
+    } else {
+        Box::new(file)
+    };
+    let header = json!({
+        "format": REPLAY_FORMAT,
+        "version": REPLAY_VERSION,
+        "driver_protocol": crate::drivers::cmd::VERSION,
+        "reasons": leasewright_model::Reason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>(),
+    });
+    writeln!(out, "{header}")?;
+    let mut generators: BTreeMap<&str, Counts> = BTreeMap::new();
+    let mut configs: BTreeMap<String, Value> = BTreeMap::new();
+    let mut traces = 0u64;
+    for suite in suites {
+        let hash = model_hash(&suite.model.config);
+        configs.insert(
+            hash.clone(),
+            serde_json::to_value(&suite.model.config).expect("a configuration serializes"),
+        );
+        for trace in suite.traces {
+            let record = replay_record(suite.model, trace)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+            serde_json::to_writer(&mut out, &record)?;
+            out.write_all(b"\n")?;
+            traces += 1;
+            let entry = generators.entry(trace.generator).or_default();
+            entry.traces += 1;
+            entry.steps += trace.steps.len() as u64;
+            entry.seeds.extend(trace.seed);
+            if !entry.model_hashes.contains(&hash) {
+                entry.model_hashes.push(hash.clone());
+            }
+        }
+    }
+    out.flush()?;
+    drop(out);
+    let steps: u64 = generators.values().map(|g| g.steps).sum();
+    let manifest = json!({
+        "schema_version": MANIFEST_VERSION,
+        "format": REPLAY_FORMAT,
+        "format_version": REPLAY_VERSION,
+        "file": name,
+        "model": {
+            "crate": "leasewright-model",
+            "version": env!("CARGO_PKG_VERSION"),
+            "configs": configs,
+        },
+        "traces": traces,
+        "steps": steps,
+        "suites": generators,
+    });
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_string_pretty(&manifest).expect("a manifest serializes"),
+    )?;
+    Ok(manifest)
+}
+
+/// One trace of the replay form: the requests the harness sends over the driver protocol for it
+/// and what the model expects back, step by step, as [`crate::replay::replay`] compares them.
+pub fn replay_record(
+    model: &LeaseModel,
+    trace: &Generated<LeaseModel>,
+) -> Result<Value, crate::driver::DriverError> {
+    use crate::drivers::cmd::{open_request, step_request};
+    use crate::replay::Compare;
+    let compare = Compare::for_generator(trace.generator);
+    let mut before = &trace.init;
+    let mut steps = Vec::with_capacity(trace.steps.len());
+    let last = trace.steps.len();
+    for (i, (action, after)) in trace.steps.iter().enumerate() {
+        let request = step_request(before, action, after)?.map(|r| r["step"].clone());
+        let expected = model.expected(before, action);
+        let compared = compare == Compare::EveryStep || i + 1 == last;
+        let mut step = serde_json::Map::new();
+        step.insert(
+            "describe".into(),
+            json!(leasewright_model::describe::action(action)),
+        );
+        step.insert("request".into(), request.unwrap_or(Value::Null));
+        step.insert(
+            "expected".into(),
+            serde_json::to_value(expected).expect("a verdict serializes"),
+        );
+        if compare == Compare::LastStep && i + 1 == last && i > 0 {
+            // The harness marks before the last step of a trace compared at its last step only.
+            step.insert("mark".into(), json!(true));
+        }
+        if let Some(payload) = crate::coverage::delivered(before, action)
+            .and_then(|m| crate::driver::payload_label(&m))
+        {
+            step.insert("payload".into(), json!(payload));
+        }
+        if compared {
+            let want = crate::driver::project_model(model, before, action, after);
+            step.insert(
+                "projection".into(),
+                serde_json::to_value(&want).expect("a projection serializes"),
+            );
+        }
+        steps.push(Value::Object(step));
+        before = after;
+    }
+    let open = open_request(model, &trace.name);
+    Ok(json!({
+        "trace": trace.name,
+        "generator": trace.generator,
+        "open": open,
+        "steps": steps,
+    }))
+}

@@ -219,17 +219,19 @@ impl SuiteDriver for HttpDriver {
 /// Why a driver leaves a trace out (the in-process driver replays every trace).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LeftOut {
-    /// Several jobs on one target slot (`Config::shared_slot`): the `--driver-cmd` protocol maps
-    /// slot j to job j.
+    /// Several jobs on one target slot (`Config::shared_slot`): versions 1 and 2 of the
+    /// `--driver-cmd` protocol map slot j to job j.
     SharedSlot,
-    /// The outsider project's own jobs (`Config::outsider_jobs`): the `--driver-cmd` protocol
-    /// has one project's jobs.
+    /// The outsider project's own jobs (`Config::outsider_jobs`): versions 1 and 2 of the
+    /// `--driver-cmd` protocol have one project's jobs.
     OutsiderJobs,
-    /// The side effects of R8 (`Config::side_effects`): not in the `--driver-cmd` protocol.
+    /// The side effects of R8 (`Config::side_effects`): not in versions 1 and 2 of the
+    /// `--driver-cmd` protocol.
     SideEffects,
     /// A probe naming a runner, job or attempt no one created: over HTTP an unknown runner is
     /// refused 401 before any check (docs/protocol.md §6.1) and an unknown job's record is
-    /// readable by no project; the `--driver-cmd` protocol names only created identities.
+    /// readable by no project; versions 1 and 2 of the `--driver-cmd` protocol name only created
+    /// identities.
     UnknownIdentity,
 }
 
@@ -282,19 +284,31 @@ pub fn http_leaves_out(_model: &LeaseModel, trace: &Generated<LeaseModel>) -> Op
     names_unknown_identity(trace).then_some(LeftOut::UnknownIdentity)
 }
 
-/// Why the `--driver-cmd` driver leaves `trace` (of `model`) out, if it does: what its JSON-lines
-/// protocol (docs/conformance-driver/) cannot say, the first reason of [`LeftOut::ALL`].
-pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+/// Every class of [`LeftOut::ALL`] `trace` (of `model`) is in, in that order (`--skip` leaves out
+/// a trace in any class it names).
+pub fn classes(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Vec<LeftOut> {
     let c = &model.config;
+    let mut classes = Vec::new();
     if c.shared_slot {
-        Some(LeftOut::SharedSlot)
-    } else if c.outsider && c.outsider_jobs > 0 {
-        Some(LeftOut::OutsiderJobs)
-    } else if c.side_effects {
-        Some(LeftOut::SideEffects)
-    } else {
-        http_leaves_out(model, trace)
+        classes.push(LeftOut::SharedSlot);
     }
+    if c.outsider && c.outsider_jobs > 0 {
+        classes.push(LeftOut::OutsiderJobs);
+    }
+    if c.side_effects {
+        classes.push(LeftOut::SideEffects);
+    }
+    if names_unknown_identity(trace) {
+        classes.push(LeftOut::UnknownIdentity);
+    }
+    classes
+}
+
+/// Why a version 1 or 2 `--driver-cmd` driver leaves `trace` (of `model`) out, if it does: what
+/// those versions of its JSON-lines protocol (docs/conformance-driver/) cannot say, the first
+/// class of [`classes`]. A version 3 driver replays every trace.
+pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+    classes(model, trace).into_iter().next()
 }
 
 /// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`

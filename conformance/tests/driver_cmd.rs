@@ -13,8 +13,8 @@ use leasewright_conformance::drivers::cmd::{python_example, CmdDriver, SetupErro
 use leasewright_conformance::generate::random_walks;
 use leasewright_conformance::property::{self, PropertyOptions};
 use leasewright_conformance::replay::replay;
-use leasewright_conformance::suite::{self, RunOptions};
-use leasewright_conformance::{scenarios, traces};
+use leasewright_conformance::suite::{self, LeftOut, RunOptions};
+use leasewright_conformance::{probe, scenarios, select, traces};
 use leasewright_model::{Config, LeaseModel, Reason, Verdict};
 
 fn example() -> String {
@@ -42,12 +42,8 @@ async fn the_python_example_agrees_on_the_scenarios_and_random_walks() {
     let driver = connect(&example()).await;
     assert_eq!(driver.name(), "driver-cmd (python-example)");
     let mut steps = 0;
-    for (model, trace) in scenarios::all()
-        .expect("the scenarios")
-        .into_iter()
-        // What the driver protocol cannot say is left out (suite::driver_cmd_leaves_out).
-        .filter(|(m, t)| leasewright_conformance::suite::driver_cmd_leaves_out(m, t).is_none())
-    {
+    // Every scenario, the shared-slot ones included (version 3 of the driver protocol).
+    for (model, trace) in scenarios::all().expect("the scenarios") {
         let mut session = driver.open(&model, &trace.name).await.expect("open");
         match replay(&model, &mut session, &trace).await {
             Ok(tally) => steps += tally.steps,
@@ -161,11 +157,11 @@ async fn a_command_that_does_not_speak_the_protocol_is_refused_at_setup() {
     let error = silent.err().expect("it answers nothing").to_string();
     assert!(error.contains("closed its output"), "{error}");
     let other_version = CmdDriver::connect(
-        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":3,"implementation":"x","in_reply_to":1}'"#,
+        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":4,"implementation":"x","in_reply_to":1}'"#,
     )
     .await;
     assert!(
-        matches!(other_version, Err(SetupError::Version { theirs: 3, .. })),
+        matches!(other_version, Err(SetupError::Version { theirs: 4, .. })),
         "{:?}",
         other_version.err()
     );
@@ -275,10 +271,19 @@ async fn every_message_of_a_conversation_matches_its_schema() {
     );
     let driver = connect(&command).await;
     let mut traces = scenarios::all().expect("the scenarios");
-    traces.retain(|(m, t)| leasewright_conformance::suite::driver_cmd_leaves_out(m, t).is_none());
     let model = LeaseModel::new(Config::one_job());
     for walk in random_walks(&model, 5, 300, 40) {
         traces.push((model.clone(), walk));
+    }
+    // Version 3: the side effects of R8 and the outsider project's jobs on a shared slot.
+    for config in [
+        select::side_effect_config(&Config::one_job()),
+        select::shared_slot_configs(&Config::one_job())[0].1.clone(),
+    ] {
+        let model = LeaseModel::new(config);
+        for walk in random_walks(&model, 5, 1_500, 40) {
+            traces.push((model.clone(), walk));
+        }
     }
     for (model, trace) in &traces {
         let mut session = driver.open(model, &trace.name).await.expect("open");
@@ -321,6 +326,22 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         assert!(kinds.contains(kind), "no `{kind}` in {kinds:?}");
     }
     assert!(actions.len() >= 8, "{actions:?}");
+    for action in [
+        "source_fetch",
+        "log_append",
+        "artifact_put",
+        "artifact_get",
+        "cache_put",
+        "cache_get",
+    ] {
+        assert!(actions.contains(action), "no `{action}` in {actions:?}");
+    }
+    assert!(
+        sent.iter().any(|m| m["config"]["jobs"]
+            .as_array()
+            .is_some_and(|jobs| jobs.iter().any(|j| j["project"] == 1))),
+        "no job of the outsider's project"
+    );
     // The checker catches a broken message.
     let mut broken = sent.iter().find(|m| m["type"] == "step").unwrap().clone();
     broken["step"]["action"] = serde_json::json!("teleport");
@@ -332,8 +353,8 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         .clone();
     broken["reason"] = serde_json::json!("because");
     assert!(violation(&schema("verdict"), &broken, "verdict").is_some());
-    // Version 2: the rule details are there, and checked.
-    for answer in ["claim", "heartbeat", "rejoin", "sweep"] {
+    // Version 2: the rule details are there, and checked (version 3: a get's content).
+    for answer in ["claim", "heartbeat", "rejoin", "sweep", "served"] {
         assert!(
             answered.iter().any(|m| m["answer"].get(answer).is_some()),
             "no `{answer}` answer"
@@ -371,7 +392,7 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     };
     let bug = format!("LEASEWRIGHT_EXAMPLE_BUG=rejoin-misses-cancel {}", example());
     let driver = connect(&bug).await;
-    assert_eq!(driver.version(), 2);
+    assert_eq!(driver.version(), 3);
     assert!(driver.not_compared().is_empty());
     let outcome = suite::run(driver, Arc::clone(&model), walks.clone(), &options, |_| {}).await;
     let d = outcome
@@ -397,4 +418,60 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     if let Some(d) = outcome.divergences.first() {
         panic!("{}", d.render());
     }
+}
+
+/// Version 3 of the driver protocol says every trace: the Python example agrees with the model on
+/// random walks and probes of each class versions 1 and 2 leave out (a slot shared by jobs of one
+/// project and of two, the outsider project's jobs, the side effects of R8, messages naming ids no
+/// one created); over a version 2 driver the same traces are left out, each for its first class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_3_replays_every_class_versions_1_and_2_leave_out() {
+    use leasewright_conformance::suite::SuiteDriver as _;
+    let base = Config::one_job();
+    let [shared_projects, shared_jobs] = select::shared_slot_configs(&base);
+    let configs = [
+        shared_projects.1,
+        shared_jobs.1,
+        select::side_effect_config(&base),
+        base.clone(),
+    ];
+    let driver = connect(&example()).await;
+    let old = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=2 {}", example())).await;
+    assert_eq!((driver.version(), old.version()), (3, 2));
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for config in configs {
+        let model = Arc::new(LeaseModel::new(config));
+        let walks = random_walks(model.as_ref(), 3, 400, 20);
+        let paths: Vec<_> = walks
+            .iter()
+            .flat_map(|w| (1..=w.steps.len()).map(|n| (w.init.clone(), w.steps[..n].to_vec())))
+            .take(40)
+            .collect();
+        let mut traces = walks.clone();
+        traces.extend(probe::probes(model.as_ref(), &paths, 1, 40, "probe", "probe").traces);
+        for trace in &traces {
+            let classes = suite::classes(&model, trace);
+            assert_eq!(driver.leaves_out(&model, trace), None, "{}", trace.name);
+            assert_eq!(
+                old.leaves_out(&model, trace),
+                classes.first().copied(),
+                "{}",
+                trace.name
+            );
+            seen.extend(classes);
+        }
+        let outcome = suite::run(Arc::clone(&driver), model, traces, &options, |_| {}).await;
+        if let Some(d) = outcome.divergences.first() {
+            panic!("{}", d.render());
+        }
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        LeftOut::ALL.to_vec(),
+        "a class never generated"
+    );
 }

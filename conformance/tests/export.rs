@@ -395,3 +395,86 @@ fn the_exported_corpus_is_read_back_by_the_itf_crate() {
     }
     assert_eq!(steps_read, manifest["steps"].as_u64().unwrap());
 }
+
+/// The replay form (`--export-format jsonl-gz`): a header, then one line per trace holding the
+/// `open` request and, per step, the request the harness sends over the driver protocol, the
+/// model's verdict, and the projection where the harness compares one (every step of a walk or
+/// scenario; the last step of a cover trace, after a `mark`), so that a checker needs no model.
+#[test]
+fn the_replay_form_holds_each_steps_request_verdict_and_projection() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let model = LeaseModel::new(Config::one_job());
+    let walks = random_walks(&model, 3, 200, 20);
+    let cover_model = LeaseModel::new(Config {
+        runners: 1,
+        attempts_per_job: 1,
+        disconnects: false,
+        ..Config::one_job()
+    });
+    let cover: Vec<_> = transition_cover(cover_model.clone(), None)
+        .into_iter()
+        .take(30)
+        .collect();
+    let manifest = export::write_replay(
+        dir.path(),
+        &[
+            Suite {
+                model: &model,
+                traces: &walks,
+            },
+            Suite {
+                model: &cover_model,
+                traces: &cover,
+            },
+        ],
+        true,
+    )
+    .unwrap();
+    assert_eq!(manifest["file"], "traces.jsonl.gz");
+    assert_eq!(manifest["traces"], (walks.len() + cover.len()) as u64);
+    let file = std::fs::File::open(dir.path().join("traces.jsonl.gz")).unwrap();
+    let lines: Vec<Value> = std::io::BufReader::new(flate2::read::GzDecoder::new(file))
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert_eq!(lines[0]["format"], "leasewright-replay");
+    assert_eq!(lines[0]["driver_protocol"], 3);
+    assert!(lines[0]["reasons"]
+        .as_array()
+        .unwrap()
+        .contains(&"stale_fence".into()));
+    let traces = &lines[1..];
+    assert_eq!(traces.len(), walks.len() + cover.len());
+    let all = walks
+        .iter()
+        .map(|t| (&model, t))
+        .chain(cover.iter().map(|t| (&cover_model, t)));
+    for ((m, trace), record) in all.zip(traces) {
+        assert_eq!(record["trace"], trace.name.as_str());
+        assert_eq!(record["open"]["type"], "open");
+        let steps = record["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), trace.steps.len());
+        let mut before = trace.init.clone();
+        for (i, ((action, after), step)) in trace.steps.iter().zip(steps).enumerate() {
+            assert_eq!(
+                step["expected"],
+                serde_json::to_value(m.expected(&before, action)).unwrap()
+            );
+            let last = i + 1 == steps.len();
+            let walk = trace.generator == "random";
+            assert_eq!(step.get("projection").is_some(), walk || last, "{step}");
+            assert_eq!(step.get("mark").is_some(), !walk && last && i > 0, "{step}");
+            if let Some(p) = step.get("projection") {
+                let want =
+                    leasewright_conformance::driver::project_model(m, &before, action, after);
+                assert_eq!(p, &serde_json::to_value(&want).unwrap());
+            }
+            // A step sent nothing has no verdict (a tick is sent and has none).
+            if step["request"].is_null() {
+                assert!(m.expected(&before, action).is_none(), "{step}");
+            }
+            before = after.clone();
+        }
+    }
+}

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The driver of lease_server.py: speaks the language-neutral driver protocol of
-docs/conformance.md ("The driver protocol", version 2) on stdin and stdout, one JSON object per
+docs/conformance.md ("The driver protocol", version 3) on stdin and stdout, one JSON object per
 line, so that `leasewright conform --driver-cmd "python3 examples/python/driver.py"` replays the
 model's traces against the in-memory implementation.
 
 The driver's one job is mapping: the harness names everything with the model's abstract ids
-(runner 0, job 1, attempt 2, lease 3, slot 0), the implementation with its own UUIDs. Time is
-the harness's: `tick` moves the server clock by one, and every call passes `now`.
+(runner 0, job 1, attempt 2, lease 3, slot 0), the implementation with its own UUIDs. An index the
+trace never created (a runner or job beyond those `open` made, an attempt no claim made) stands
+for an id no one created: the same fresh UUID for the same index within a trace, and reported
+back by that index. Time is the harness's: `tick` moves the server clock by one, and every call
+passes `now`.
 """
 
 import json
@@ -17,9 +20,12 @@ import uuid
 from lease_server import ControlPlane, Rejected
 
 PROTOCOL = "leasewright-driver"
-# LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), to test the harness's
-# handling of an older driver.
-VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "2"))
+# LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), =2 version 2 (no shared
+# slots, outsider jobs, side effects or unknown ids), to test the harness's handling of an older
+# driver.
+VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "3"))
+SIDE_EFFECTS = ("source_fetch", "log_append", "artifact_put", "artifact_get", "cache_put",
+                "cache_get")
 
 
 class Namespace:
@@ -36,15 +42,27 @@ class Namespace:
         self.slot_names = {}
         self.jobs = []
         for j in config["jobs"]:
+            # Jobs naming one slot share it (version 3: `slot` is the trace's slot name).
             name = self.slot_names.setdefault(j["slot"], f"slot-{j['slot']}-{uuid.uuid4().hex}")
-            self.jobs.append(self.cp.submit(self.projects[0], name, j["target_kind"]))
+            project = self.projects[j.get("project", 0)]
+            self.jobs.append(self.cp.submit(project, name, j["target_kind"]))
         self.attempts = {}  # abstract attempt -> UUID
         self.leases = {}  # abstract lease -> UUID
+        self.unknown = {}  # (what, index) -> the UUID no one created that stands for it
         self.seen = 0  # observations already reported
+
+    def made_up(self, what, index):
+        return self.unknown.setdefault((what, index), uuid.uuid4())
+
+    def runner(self, r):
+        return self.runners[r] if r < len(self.runners) else self.made_up("runner", r)
+
+    def job(self, j):
+        return self.jobs[j] if j < len(self.jobs) else self.made_up("job", j)
 
     def attempt(self, a):
         # An attempt the harness never named in a claim is one no claim made.
-        return self.attempts.get(a) or uuid.UUID(int=a + 1)
+        return self.attempts.get(a) or self.made_up("attempt", a)
 
     def lease(self, lease):
         # A lease the harness never named in a claim (0: the forger's) is one no claim issued.
@@ -59,7 +77,7 @@ class Namespace:
             return None, None, None
         if action == "claim":
             try:
-                created = self.cp.claim(self.runners[s["runner"]], self.now)
+                created = self.cp.claim(self.runner(s["runner"]), self.now)
             except Rejected as r:
                 return "rejected", r.reason, None
             self.attempts[s["attempt"]] = created.id
@@ -71,9 +89,15 @@ class Namespace:
                 "lease_ticks": created.lease_expiry - self.now,
                 "slot_token": created.slot_token,
             }}
-        if action in ("heartbeat", "result", "rejoin"):
-            args = (self.runners[s["runner"]], self.jobs[s["job"]], self.attempt(s["attempt"]),
+        if action in ("heartbeat", "result", "rejoin") + SIDE_EFFECTS:
+            args = (self.runner(s["runner"]), self.job(s["job"]), self.attempt(s["attempt"]),
                     self.lease(s["lease"]), s["fence"])
+            if action in SIDE_EFFECTS:
+                verdict, reason, served = self.cp.side_effect(
+                    action, *args, now=self.now, runner_time=s["runner_time"], seq=s.get("seq"),
+                    name=s.get("name", s.get("key")), content=s.get("content"))
+                answer = None if served is None else {"served": {"content": served}}
+                return verdict, reason, answer
             if action == "heartbeat":
                 verdict, reason, granted = self.cp.heartbeat(*args, now=self.now,
                                                              runner_time=s["runner_time"])
@@ -92,10 +116,15 @@ class Namespace:
             return verdict, reason, {"rejoin": {"instruction": instruction}}
         if action == "target_mutation":
             verdict, reason = self.cp.target_mutation(
-                self.slot_names[s["slot"]], s["slot_token"], str(self.jobs[s["deployment"]]))
+                self.slot_names[s["slot"]], s["slot_token"], str(self.jobs[s["deployment"]]),
+                self.job(s["job"]))
             return verdict, reason, None
         if action == "expiry_sweep":
-            verdict, swept = self.cp.expiry_sweep(self.now, self.projects[s["project"]])
+            # Version 3 names no project: the sweep over every project, as a server's sweeper
+            # runs it.
+            project = s.get("project")
+            verdict, swept = self.cp.expiry_sweep(
+                self.now, None if project is None else self.projects[project])
             return verdict, None, {"sweep": {"uncertain": sorted(self.jobs.index(j)
                                                                  for j in swept)}}
         if action in ("cancel", "reconcile"):
@@ -109,9 +138,12 @@ class Namespace:
                 return "rejected", r.reason, None
         raise ValueError(f"unknown action {action}")
 
-    def abstract(self, mapping, concrete):
+    def abstract(self, mapping, concrete, what=None):
         for k, v in mapping.items():
             if v == concrete:
+                return k
+        for (w, k), v in self.unknown.items():
+            if w == what and v == concrete:
                 return k
         raise ValueError(f"the implementation shows an id the harness never named: {concrete}")
 
@@ -156,10 +188,10 @@ class Namespace:
         for o in self.cp.observations[self.seen:]:
             observations.append({
                 "attempt": None if o.attempt is None else self.abstract(self.attempts, o.attempt),
-                "runner": self.abstract(runners, o.sender),
+                "runner": self.abstract(runners, o.sender, "runner"),
                 "kind": o.kind,
-                "job": self.jobs.index(o.job),
-                "named_attempt": self.abstract(self.attempts, o.named_attempt),
+                "job": self.abstract(dict(enumerate(self.jobs)), o.job, "job"),
+                "named_attempt": self.abstract(self.attempts, o.named_attempt, "attempt"),
                 "verdict": o.verdict,
                 "reason": o.reason,
                 # Version 2: the rest of what the observation recorded.

@@ -17,8 +17,15 @@ departure from the specification, so that a test can show the conformance suite 
     rejoin-misses-cancel         R5: a rejoin accepted while a cancel is requested answers
                                  `continue` instead of `cancel` (the verdict is right; only the
                                  rule's returned value is wrong).
+    token-across-jobs            §8.4: a fenced target compares a mutation's slot token with the
+                                 highest token of the mutation's own job instead of its slot's:
+                                 a stale token of one job is applied after another job on the
+                                 same slot applied a higher one. Only a slot shared by several
+                                 jobs can show it (with a slot of its own, a job's highest token
+                                 is its slot's).
 """
 
+import hashlib
 import os
 import uuid
 
@@ -114,12 +121,17 @@ class Target:
         self.highest_token = 0
         self.deployments = set()
         self.applied = 0
+        self.highest_by_job = {}  # only for the seeded bug `token-across-jobs`
 
-    def mutate(self, slot_token, deployment):
+    def mutate(self, slot_token, deployment, job=None):
         if self.kind == "fenced":
-            if slot_token < self.highest_token:
+            highest = self.highest_token
+            if SEEDED_BUG == "token-across-jobs":
+                highest = self.highest_by_job.get(job, 0)
+            if slot_token < highest:
                 return ("rejected", "stale_fence")
-            self.highest_token = slot_token
+            self.highest_by_job[job] = max(self.highest_by_job.get(job, 0), slot_token)
+            self.highest_token = max(self.highest_token, slot_token)
         elif self.kind == "idempotent":
             if deployment in self.deployments:
                 return ("acknowledged", None)
@@ -139,6 +151,11 @@ class ControlPlane:
         self.targets = {}  # slot name -> the target it stands for
         self.observations = []
         self._seq = 0
+        # R8's stores (§7.1): log chunks by (attempt, seq), artifacts by (attempt, name), the
+        # cache by (project, key) with the attempt that stored each entry.
+        self.logs = {}
+        self.artifacts = {}
+        self.cache = {}
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -287,6 +304,46 @@ class ControlPlane:
             return verdict, reason, "cancel"
         return verdict, reason, "continue"
 
+    # -- R8 side effects (§7.1) ---------------------------------------------------------------
+
+    def side_effect(self, kind, sender, job_id, attempt_id, lease_id, fence, now, runner_time=None,
+                    seq=None, name=None, content=None):
+        """`source_fetch`, `log_append(seq, content)`, `artifact_put(name, content)`,
+        `artifact_get(name)`, `cache_put(name, content)` or `cache_get(name)` (a cache's key is
+        its `name`). Checked by §6.1 checks 1-13, then 14 (`log_append`) and 15 (the gets).
+        Returns (verdict, reason, served): `served` is the content an accepted get serves."""
+        verdict, reason, attempt = self._check(
+            kind, sender, job_id, attempt_id, lease_id, fence, now)
+        served = None
+        if verdict == "accepted":
+            project = self.jobs[job_id].project
+            if kind == "log_append":
+                stored = self.logs.get((attempt.id, seq))
+                if stored is None:
+                    self.logs[(attempt.id, seq)] = content
+                elif stored == content:
+                    verdict = "acknowledged"
+                else:
+                    verdict, reason = "rejected", "sequence_conflict"
+            elif kind == "artifact_put":
+                self.artifacts[(attempt.id, name)] = content
+            elif kind == "cache_put":
+                self.cache[(project, name)] = (content, attempt.id)
+            elif kind in ("artifact_get", "cache_get"):
+                entry = (self.artifacts.get((attempt.id, name)) if kind == "artifact_get"
+                         else (self.cache.get((project, name)) or (None,))[0])
+                if entry is None:
+                    verdict, reason = "rejected", "not_found"
+                else:
+                    served = entry
+        # The payload digest: of the content sent, of the name a get names; a fetch has none.
+        payload = content if content is not None else name
+        digest = None if payload is None else \
+            "sha256:" + hashlib.sha256(payload.encode()).hexdigest()
+        self._record(kind, sender, job_id, attempt_id, lease_id, fence, attempt, now,
+                     runner_time, verdict, reason, digest=digest)
+        return verdict, reason, served
+
     # -- R4 expiry sweep -----------------------------------------------------------------------
 
     def expiry_sweep(self, now, project=None):
@@ -361,8 +418,8 @@ class ControlPlane:
 
     # -- R9 target mutation (runner -> target, not through the control plane) -----------------
 
-    def target_mutation(self, slot, slot_token, deployment):
-        return self.targets[slot].mutate(slot_token, deployment)
+    def target_mutation(self, slot, slot_token, deployment, job=None):
+        return self.targets[slot].mutate(slot_token, deployment, job)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -98,6 +98,17 @@ impl SkipClass {
     }
 }
 
+/// The form of `--export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// One ITF file per trace and a manifest.
+    Itf,
+    /// The replay form, JSON Lines: DIR/traces.jsonl and a manifest.
+    Jsonl,
+    /// The replay form, gzipped: DIR/traces.jsonl.gz and a manifest.
+    JsonlGz,
+}
+
 /// Exit code of a run whose driver left out traces of a class the user did not `--skip`: the
 /// suite asked for them and they were not replayed (docs/ci.md).
 pub const EXIT_INCOMPLETE: i32 = 3;
@@ -138,6 +149,12 @@ pub struct ConformArgs {
     /// (no implementation is run): the corpus for other tooling.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["http", "driver_cmd", "mutants", "mutant", "replay"])]
     export: Option<PathBuf>,
+    /// The form of --export: `itf` (one ITF file per trace, pretty JSON), `jsonl` (the replay
+    /// form: DIR/traces.jsonl, one trace per line with the requests the harness sends over the
+    /// driver protocol and the verdicts and projections the model expects; replayed without Rust
+    /// by examples/python/replay.py) or `jsonl-gz` (the same, gzipped: traces.jsonl.gz).
+    #[arg(long, value_enum, default_value_t = ExportFormat::Itf, requires = "export")]
+    export_format: ExportFormat,
     /// Which traces to replay.
     #[arg(long, value_enum, default_value_t = SuiteName::All)]
     suite: SuiteName,
@@ -166,8 +183,9 @@ pub struct ConformArgs {
     /// like any other), for example `--mutant ConflictOverwrites`; names in docs/conformance.md.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["mutants", "http"])]
     mutant: Option<String>,
-    /// A class of traces the driver may leave out without failing the run (repeat for several).
-    /// A driver that leaves out a class not named here fails the run with exit 3 (docs/ci.md).
+    /// A class of traces left out of the run (repeat for several), whatever the driver can
+    /// replay. A driver that leaves out a class not named here fails the run with exit 3
+    /// (docs/ci.md).
     #[arg(long = "skip", value_enum, value_name = "CLASS")]
     skip: Vec<SkipClass>,
     /// Run only shard I of N (I from 1).
@@ -318,7 +336,12 @@ fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
             traces: &b.traces,
         })
         .collect();
-    match export::write(dir, &suites) {
+    let written = match args.export_format {
+        ExportFormat::Itf => export::write(dir, &suites),
+        ExportFormat::Jsonl => export::write_replay(dir, &suites, false),
+        ExportFormat::JsonlGz => export::write_replay(dir, &suites, true),
+    };
+    match written {
         Ok(manifest) => {
             if args.json {
                 let summary = serde_json::json!({
@@ -334,9 +357,13 @@ fn export(args: &ConformArgs, dir: &std::path::Path) -> i32 {
                 }
             } else {
                 println!(
-                    "exported {} traces ({} steps) to {}; manifest: {}",
+                    "exported {} traces ({} steps{}) to {}; manifest: {}",
                     manifest["traces"],
                     manifest["steps"],
+                    match manifest["file"].as_str() {
+                        Some(file) => format!(", replay form {file}"),
+                        None => String::new(),
+                    },
                     dir.display(),
                     dir.join("manifest.json").display()
                 );
@@ -488,6 +515,7 @@ fn generate_reporting(args: &ConformArgs) -> Result<Vec<Batch>, i32> {
 fn left_out_line<D: SuiteDriver>(
     driver: &D,
     left_out: &std::collections::BTreeMap<LeftOut, usize>,
+    by_skip: &std::collections::BTreeSet<LeftOut>,
 ) -> Option<String> {
     let total: usize = left_out.values().sum();
     if total == 0 {
@@ -495,11 +523,17 @@ fn left_out_line<D: SuiteDriver>(
     }
     let reasons: Vec<String> = left_out
         .iter()
-        .map(|(why, n)| format!("{n} {} ({})", why.what(), driver.why_left_out(*why)))
+        .map(|(why, n)| {
+            let because = if by_skip.contains(why) {
+                format!("--skip {}", SkipClass::of(*why).name())
+            } else {
+                driver.why_left_out(*why).to_owned()
+            };
+            format!("{n} {} ({because})", why.what())
+        })
         .collect();
     Some(format!(
-        "left out {total} traces this driver does not replay: {}; the in-process driver replays \
-         them",
+        "left out {total} traces: {}; the in-process driver replays them",
         reasons.join("; ")
     ))
 }

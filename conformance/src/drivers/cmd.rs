@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use leasewright_model::{
     Action, AttemptState, Expected, Fence, JobState, LeaseModel, Message, MessageKind, Reason,
-    RunnerId, State, TargetKind,
+    RunnerId, SideEffect, State, TargetKind,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -36,12 +36,17 @@ use crate::driver::{heartbeat, result_digest};
 pub const PROTOCOL: &str = "leasewright-driver";
 /// The newest protocol version this harness speaks, sent in `hello`. A driver answers with the
 /// version it speaks: [`VERSIONS`] are accepted, any other is refused at setup.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 /// The versions this harness accepts. Version 2 adds the rule details (class 5 of
 /// docs/conformance.md): a verdict's `answer` and an observation's `lease`, `fence`, `outcome`,
 /// `runner_time` and `digest`. Over a version 1 driver they are not compared, and the summary says
-/// so.
-pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=2;
+/// so. Version 3 adds the traces versions 1 and 2 cannot say ([`crate::suite::LeftOut`]): slots
+/// shared by the jobs the model puts on them, the outsider project's jobs, the side effects of R8
+/// and messages naming ids no one created. Over a version 1 or 2 driver those traces are left out,
+/// and the summary says how many.
+pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=3;
+/// The first version that replays every trace of every suite.
+pub const VERSION_WITH_EVERY_TRACE: u64 = 3;
 /// How long the harness waits for one answer.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -238,10 +243,18 @@ impl CmdDriver {
 /// The `open` request for a trace of `model` (see the schema `open.schema.json`).
 pub fn open_request(model: &LeaseModel, trace: &str) -> Value {
     let c = &model.config;
-    // Today's model gives every job a slot of its own (slot j is job j's); the protocol names
-    // slots apart from jobs so that a model with shared slots needs no new version.
-    let jobs: Vec<Value> = (0..c.jobs)
-        .map(|j| json!({"slot": j, "target_kind": c.target.as_str()}))
+    // Every job of both projects, in the model's order (project 0's, then the outsider
+    // project's), each with the slot the model puts it on: jobs naming one slot share it (its
+    // reservation and its token counter, docs/protocol.md §8.1). A version 1 or 2 driver is sent
+    // only traces where `project` is 0 and slot j is job j's (`suite::driver_cmd_leaves_out`).
+    let jobs: Vec<Value> = (0..c.all_jobs())
+        .map(|j| {
+            json!({
+                "slot": c.slot_of(j),
+                "target_kind": c.target.as_str(),
+                "project": if j < c.jobs { 0 } else { 1 },
+            })
+        })
         .collect();
     json!({
         "type": "open",
@@ -267,8 +280,32 @@ fn tuple(m: &Message) -> Value {
     })
 }
 
-/// The step a message's delivery is.
-fn delivery(m: &Message) -> Value {
+/// The fields of a side-effect step (version 3): its action and its payload.
+fn side_effect_fields(effect: SideEffect) -> Value {
+    use crate::side_effects::{payload_bytes, ARTIFACT_NAME, CACHE_KEY};
+    let content = payload_bytes(effect).map(|b| String::from_utf8(b).expect("UTF-8 payloads"));
+    match effect {
+        SideEffect::SourceFetch => json!({"action": "source_fetch"}),
+        SideEffect::LogAppend { seq, .. } => {
+            json!({"action": "log_append", "seq": seq, "content": content})
+        }
+        SideEffect::ArtifactPut { .. } => {
+            json!({"action": "artifact_put", "name": ARTIFACT_NAME, "content": content})
+        }
+        SideEffect::ArtifactGet => json!({"action": "artifact_get", "name": ARTIFACT_NAME}),
+        SideEffect::CachePut { .. } => {
+            json!({"action": "cache_put", "key": CACHE_KEY, "content": content})
+        }
+        SideEffect::CacheGet => json!({"action": "cache_get", "key": CACHE_KEY}),
+    }
+}
+
+/// The step a message's delivery is, in `before` (which names the slot a job is on).
+fn delivery(before: &State, m: &Message) -> Value {
+    let slot = before
+        .jobs
+        .get(usize::from(m.job))
+        .map_or(m.job, |j| j.slot);
     match m.kind {
         MessageKind::Heartbeat => with(tuple(m), json!({"action": "heartbeat"})),
         MessageKind::Rejoin => with(tuple(m), json!({"action": "rejoin"})),
@@ -276,17 +313,16 @@ fn delivery(m: &Message) -> Value {
             tuple(m),
             json!({"action": "result", "outcome": outcome.as_str(), "digest": result_digest(outcome, m.digest)}),
         ),
+        // Version 3: the side effects of R8, each with its payload as a string (the bytes the
+        // other drivers send, `crate::side_effects`).
+        MessageKind::SideEffect(effect) => with(tuple(m), side_effect_fields(effect)),
         // The slot token the message carries (a stale or forged one included), not the named
-        // attempt's own: the target compares what it is sent (§8.4). The traces this driver
-        // replays give every job a slot of its own (`suite::driver_cmd_leaves_out`), so slot j is
-        // job j's.
-        // Not in the driver protocol yet: the traces with side effects are left out
-        // (`suite::driver_cmd_leaves_out`), so none reaches here.
-        MessageKind::SideEffect(effect) => json!({"action": effect.name().replace(' ', "_")}),
+        // attempt's own: the target compares what it is sent (§8.4). The slot is the one the
+        // model puts the job on (shared by several jobs with `Config::shared_slot`).
         MessageKind::TargetMutation => json!({
             "action": "target_mutation",
             "runner": m.sender,
-            "slot": m.job,
+            "slot": slot,
             "job": m.job,
             "attempt": m.attempt,
             "slot_token": m.token,
@@ -310,7 +346,16 @@ pub fn step_request(
     action: &Action,
     after: &State,
 ) -> Result<Option<Value>, DriverError> {
-    let operator = |outsider: bool| if outsider { 1 } else { 0 };
+    // The project whose operator takes an operator step: the job's own, or (the model's
+    // `outsider_*` actions) the other one.
+    let operator = |job: u8, outsider: bool| {
+        let own = LeaseModel::project_of(before, job);
+        if outsider {
+            1 - own.min(1)
+        } else {
+            own
+        }
+    };
     let step = match action {
         // Left out before replay (`select::replayable`): no driver can roll a database back.
         Action::Failover => return Err(DriverError::Unmappable(crate::select::FAILOVER.into())),
@@ -323,18 +368,24 @@ pub fn step_request(
         Action::Heartbeat {
             runner,
             runner_time,
-        } => delivery(&heartbeat(before, *runner, *runner_time)?),
-        Action::Deliver { message } => delivery(message),
+        } => delivery(before, &heartbeat(before, *runner, *runner_time)?),
+        Action::Deliver { message } => delivery(before, message),
         Action::Replay {
             runner,
             message,
             forge,
-        } => delivery(&LeaseModel::replayed(before, message, *runner, *forge)),
+        } => delivery(
+            before,
+            &LeaseModel::replayed(before, message, *runner, *forge),
+        ),
         Action::Tick => json!({"action": "tick"}),
-        Action::ExpirySweep => json!({"action": "expiry_sweep", "project": 0}),
+        // The model's sweep covers every job of both projects. A version 1 or 2 driver is sent
+        // `project` 0 (its traces have no job of another project); version 3 says no project:
+        // the sweep over every project of the trace, as the server's sweeper runs it.
+        Action::ExpirySweep => json!({"action": "expiry_sweep"}),
         Action::Cancel { job } | Action::OutsiderCancel { job } => json!({
             "action": "cancel",
-            "project": operator(matches!(action, Action::OutsiderCancel { .. })),
+            "project": operator(*job, matches!(action, Action::OutsiderCancel { .. })),
             "job": job,
         }),
         Action::Reconcile {
@@ -348,12 +399,13 @@ pub fn step_request(
             decision,
         } => json!({
             "action": "reconcile",
-            "project": operator(matches!(action, Action::OutsiderReconcile { .. })),
+            "project": operator(*job, matches!(action, Action::OutsiderReconcile { .. })),
             "job": job,
             "finding": finding.as_str(),
             "decision": decision.as_str(),
         }),
         Action::SideEffect { runner, effect } => delivery(
+            before,
             &LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0).ok_or_else(
                 || DriverError::Unmappable(format!("a side effect from runner {runner}")),
             )?,
@@ -382,7 +434,9 @@ impl Driver for CmdDriver {
             process: Some(process),
             idle: Arc::clone(&self.idle),
             model: model.clone(),
-            jobs: model.config.jobs as usize,
+            jobs: usize::from(model.config.all_jobs()),
+            slots: usize::from(model.config.slots()),
+            version: self.version,
             details: self.version >= 2,
             answer: None,
             sent_payload: None,
@@ -397,7 +451,11 @@ pub struct CmdSession {
     process: Option<Process>,
     idle: Idle,
     model: LeaseModel,
+    /// The jobs (of both projects) and the slots the trace opened.
     jobs: usize,
+    slots: usize,
+    /// The protocol version the driver speaks.
+    version: u64,
     /// Whether the driver reports the rule details (version 2).
     details: bool,
     /// The value the last step's rule returned, as the driver reported it.
@@ -439,15 +497,23 @@ impl Session for CmdSession {
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
-        self.sent_payload =
-            crate::coverage::delivered(before, action).and_then(|m| payload_label(&m));
-        let Some(request) = step_request(before, action, after)? else {
+        let delivered = crate::coverage::delivered(before, action);
+        self.sent_payload = delivered.and_then(|m| payload_label(&m));
+        let effect = match delivered.map(|m| m.kind) {
+            Some(MessageKind::SideEffect(effect)) => Some(effect),
+            _ => None,
+        };
+        let Some(mut request) = step_request(before, action, after)? else {
             return Ok(None);
         };
+        if self.version < VERSION_WITH_EVERY_TRACE && request["step"]["action"] == "expiry_sweep" {
+            // Versions 1 and 2 name the project swept; their traces have project 0's jobs only.
+            request["step"]["project"] = json!(0);
+        }
         let answer = self.call(request).await?;
         expect_type(&answer, "verdict")?;
         let verdict: WireVerdict = parse(&answer, "verdict")?;
-        self.answer = verdict.answer.map(WireAnswer::into_answer);
+        self.answer = verdict.answer.map(|a| a.into_answer(effect));
         let observed = match (verdict.verdict.as_deref(), verdict.reason.as_deref()) {
             (None, _) => None,
             (Some(v), reason) => Some(Expected {
@@ -469,6 +535,13 @@ impl Session for CmdSession {
                 "the projection shows {} jobs; the trace submitted {}",
                 wire.jobs.len(),
                 self.jobs
+            )));
+        }
+        if wire.slots.len() != self.slots {
+            return Err(failed(format!(
+                "the projection shows {} slots; the trace named {}",
+                wire.slots.len(),
+                self.slots
             )));
         }
         let kind = self.model.config.target;
@@ -521,16 +594,13 @@ impl Session for CmdSession {
             [o] => Some(ObservationProjection {
                 attempt: o.attempt,
                 sender: o.runner,
-                kind: match o.kind.as_str() {
-                    "heartbeat" => "heartbeat",
-                    "result" => "result",
-                    "rejoin" => "rejoin",
-                    other => {
-                        return Err(failed(format!(
-                            "an observation of kind `{other}` in a trace that sends none"
-                        )))
-                    }
-                },
+                // `heartbeat`, `result`, `rejoin` or (version 3) a side effect's code.
+                kind: crate::side_effects::kind_name(&o.kind).ok_or_else(|| {
+                    failed(format!(
+                        "an observation of kind `{}` in a trace that sends none",
+                        o.kind
+                    ))
+                })?,
                 job: o.job,
                 named_attempt: o.named_attempt,
                 verdict: name(&o.verdict)?,
@@ -600,15 +670,30 @@ impl crate::suite::SuiteDriver for CmdDriver {
         model: &LeaseModel,
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Option<crate::suite::LeftOut> {
-        crate::suite::driver_cmd_leaves_out(model, trace)
+        if self.version >= VERSION_WITH_EVERY_TRACE {
+            None
+        } else {
+            crate::suite::driver_cmd_leaves_out(model, trace)
+        }
     }
     fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
         use crate::suite::LeftOut;
+        // Only a version 1 or 2 driver leaves traces out (version 3 says all of them).
         match why {
-            LeftOut::SharedSlot => "the driver protocol names slot j for job j",
-            LeftOut::OutsiderJobs => "the driver protocol has one project's jobs",
-            LeftOut::SideEffects => "the driver protocol has no side-effect steps",
-            LeftOut::UnknownIdentity => "left out as over HTTP",
+            LeftOut::SharedSlot => {
+                "driver protocol versions 1 and 2 name slot j for job j (version 3 names slots \
+                 per trace)"
+            }
+            LeftOut::OutsiderJobs => {
+                "driver protocol versions 1 and 2 have one project's jobs (version 3 has both)"
+            }
+            LeftOut::SideEffects => {
+                "driver protocol versions 1 and 2 have no side-effect steps (version 3 has them)"
+            }
+            LeftOut::UnknownIdentity => {
+                "driver protocol versions 1 and 2 name only ids a trace created (version 3 names \
+                 the others too)"
+            }
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
@@ -674,10 +759,15 @@ enum WireAnswer {
     Sweep {
         uncertain: Vec<u8>,
     },
+    /// Version 3: the content an accepted `artifact get` or `cache get` served.
+    Served {
+        content: String,
+    },
 }
 
 impl WireAnswer {
-    fn into_answer(self) -> Answer {
+    /// The answer, for a step that sent `effect` (if it sent a side effect).
+    fn into_answer(self, effect: Option<SideEffect>) -> Answer {
         match self {
             WireAnswer::Claim {
                 job,
@@ -710,6 +800,12 @@ impl WireAnswer {
                 uncertain.sort_unstable();
                 Answer::Sweep { uncertain }
             }
+            WireAnswer::Served { content } => Answer::Served {
+                content: match effect {
+                    Some(effect) => crate::side_effects::served_label(effect, content.as_bytes()),
+                    None => format!("content served by a step that is no get: {content:?}"),
+                },
+            },
         }
     }
 }
@@ -767,7 +863,7 @@ struct WireObservation {
     /// Version 2: the runner time the message carried.
     #[serde(default)]
     runner_time: Option<u8>,
-    /// Version 2: the payload digest recorded (a result's digest).
+    /// Version 2: the payload digest recorded (a result's digest; version 3: a side effect's).
     #[serde(default)]
     digest: Option<String>,
 }
