@@ -452,3 +452,79 @@ async fn a_slot_counter_rolled_back_is_caught_under_since_when_a_job_of_the_slot
     l.caught(Kind::SlotCounter, l.second.job, "target slot `prod` (row)")
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_taking_one_job_per_slot_is_not_a_claim_order_but_passing_a_freed_slot_is() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let start = clock.now();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .unwrap();
+    let project = store.create_project("batch").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let on = |slot: &str| NewJob {
+        target: Some(slot.to_string()),
+        ..NewJob::new("rev", "d", "c")
+    };
+    let mut jobs = Vec::new();
+    for slot in ["s1", "s1", "s2", "s3"] {
+        jobs.push(store.submit_job(project, on(slot)).await.unwrap());
+    }
+    // A batch of 3 at 10 s: of the three earliest, one per slot (the second job's slot is the
+    // first's): two jobs, the second left queued with its slot held by the batch.
+    clock.set(start + Duration::seconds(10));
+    let Verdict::Accepted(batch) = store.claim_batch(runner, 3, None).await.unwrap() else {
+        panic!("a batch");
+    };
+    let taken: Vec<JobId> = batch.iter().map(|l| l.tuple.job).collect();
+    assert_eq!(taken, vec![jobs[0], jobs[2]]);
+    // At 100 s a claim passes over the second job (its slot still held) for the fourth.
+    clock.set(start + Duration::seconds(100));
+    let Verdict::Accepted(fourth) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    assert_eq!(fourth.tuple.job, jobs[3]);
+    // Time passes (the ledger's latest record, at 200 s, shows the second job still queued).
+    clock.set(start + Duration::seconds(200));
+    store.heartbeat(&fourth.tuple, None).await.unwrap();
+    store.close().await;
+    let report = run(db.url(), None).await;
+    assert!(report.is_clean(), "{:#?}", report.violations);
+    // The first job passed at once (its result received at its claim, releasing `s1`),
+    // consistently in its rows, the slot's and an accepted result: the claim at 100 s then
+    // passed over the second job, queued with its slot free.
+    let first = jobs[0].0;
+    sql(
+        db.url(),
+        &[
+            format!(
+                "UPDATE attempts SET state = 'passed', outcome = 'passed', result_digest = 'x', \
+                 ended_at = claimed_at WHERE job_id = '{first}'"
+            ),
+            format!(
+                "UPDATE jobs SET state = 'passed', outcome = 'passed', result_digest = 'x', \
+                 finished_at = '{}' WHERE id = '{first}'",
+                start + Duration::seconds(10)
+            ),
+            "UPDATE target_slots SET holder_project_id = NULL, holder_job_id = NULL, \
+             holder_attempt_id = NULL, reserved_at = NULL WHERE slot = 's1'"
+                .to_string(),
+            format!(
+                "INSERT INTO observations (sender_runner_id, kind, named_job_id, \
+                 named_attempt_id, named_lease_id, named_fence, attempt_id, received_at, \
+                 verdict, outcome, payload_sha256) \
+                 SELECT runner_id, 'result', job_id, id, lease_id, fence, id, claimed_at, \
+                 'accepted', 'passed', encode(sha256('passed:x'), 'hex') FROM attempts \
+                 WHERE job_id = '{first}'"
+            ),
+        ],
+    )
+    .await;
+    let report = run(db.url(), None).await;
+    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+    let v = &report.violations[0];
+    assert_eq!((v.kind, v.job), (Kind::ClaimOrder, jobs[3].0), "{v:#?}");
+    assert!(v.detail.contains(&jobs[1].0.to_string()), "{v:#?}");
+}
