@@ -278,3 +278,63 @@ pub fn check(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{check, MutationRow, TargetRow};
+    use crate::Kind;
+    use chrono::{TimeZone, Utc};
+    use uuid::Uuid;
+
+    fn mutation(id: i64, kind: &str, token: i64, deployment: &str, verdict: &str) -> MutationRow {
+        let job = Uuid::from_u128(1);
+        let at = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, id as u32).unwrap();
+        MutationRow {
+            id,
+            slot: "s".into(),
+            kind: kind.into(),
+            job,
+            attempt: Uuid::from_u128(10 + token as u128),
+            slot_token: token,
+            deployment_id: deployment.into(),
+            verdict: verdict.into(),
+            reason: (verdict == "rejected").then(|| "stale_fence".to_string()),
+            applied: verdict == "accepted",
+            received_at: at,
+            attempt_job: Some(job),
+            attempt_token: Some(token),
+            attempt_claimed_at: Some(at),
+            job_target: Some("s".into()),
+            job_project: Some(Uuid::nil()),
+        }
+    }
+
+    #[test]
+    fn an_idempotent_target_applies_a_deployment_once_and_acknowledges_repeats() {
+        let target = |kind: &str| TargetRow {
+            slot: "s".into(),
+            kind: kind.into(),
+            highest_slot_token: None,
+        };
+        let clean = [
+            mutation(1, "idempotent", 1, "d", "accepted"),
+            mutation(2, "idempotent", 2, "d", "acknowledged"),
+            mutation(3, "idempotent", 2, "e", "accepted"),
+        ];
+        assert!(check(&clean, &[target("idempotent")], None).is_empty());
+        let twice = [
+            mutation(1, "idempotent", 1, "d", "accepted"),
+            mutation(2, "idempotent", 2, "d", "accepted"),
+        ];
+        let found = check(&twice, &[target("idempotent")], None);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].kind, Kind::TargetMutation);
+        assert!(found[0].record.starts_with("target mutation #2 "));
+        // Unfenced: everything applied, a lower token too.
+        let unfenced = [
+            mutation(1, "unfenced", 2, "d", "accepted"),
+            mutation(2, "unfenced", 1, "d", "accepted"),
+        ];
+        assert!(check(&unfenced, &[target("unfenced")], None).is_empty());
+    }
+}
