@@ -472,10 +472,10 @@ pub async fn audit(
     report
         .violations
         .extend(claim_order.check(&mut conn).await?);
-    let (target_mutations, targets) = mutations::read(&mut conn).await?;
+    let targets = mutations::read(&mut conn).await?;
     report
         .violations
-        .extend(mutations::check(&target_mutations, &targets, project));
+        .extend(mutations::check(&targets, project));
     for o in read::orphan_observations(&mut conn, options.since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {

@@ -60,18 +60,25 @@ pub struct TargetRow {
     pub highest_slot_token: Option<i64>,
 }
 
-/// Every mutation, in slot and target order, and every target row. Empty when the schema has no
-/// `target_mutations` table.
-pub async fn read(
-    conn: &mut PgConnection,
-) -> Result<(Vec<MutationRow>, Vec<TargetRow>), sqlx::Error> {
+/// What the targets recorded: every mutation, in slot and target order, every target row, and
+/// whether a prune may have deleted some (an audit watermark is recorded: a prune deletes a
+/// finished job's mutations with it).
+#[derive(Default)]
+pub struct Record {
+    pub mutations: Vec<MutationRow>,
+    pub targets: Vec<TargetRow>,
+    pub pruned: bool,
+}
+
+/// The targets' record. Empty when the schema has no `target_mutations` table.
+pub async fn read(conn: &mut PgConnection) -> Result<Record, sqlx::Error> {
     let exists: bool = sqlx::query_scalar(
         "SELECT to_regclass('target_mutations') IS NOT NULL AND to_regclass('targets') IS NOT NULL",
     )
     .fetch_one(&mut *conn)
     .await?;
     if !exists {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Record::default());
     }
     let rows = sqlx::query(
         "SELECT m.id, m.slot, t.kind, m.job_id, m.attempt_id, m.slot_token, m.deployment_id, \
@@ -121,7 +128,12 @@ pub async fn read(
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
-    Ok((mutations, targets))
+    let pruned = super::order::pruned_through(conn).await?.is_some();
+    Ok(Record {
+        mutations,
+        targets,
+        pruned,
+    })
 }
 
 fn violation(m: &MutationRow, detail: String) -> Violation {
@@ -136,12 +148,11 @@ fn violation(m: &MutationRow, detail: String) -> Violation {
 }
 
 /// The violations the targets' record shows. `project`: only mutations naming a job of it (every
-/// slot's history is still replayed whole).
-pub fn check(
-    mutations: &[MutationRow],
-    targets: &[TargetRow],
-    project: Option<Uuid>,
-) -> Vec<Violation> {
+/// slot's history is still replayed whole). After a prune (`record.pruned`) a refusal the rule
+/// does not explain is not reported: the applied mutation behind it may have been pruned (an
+/// applied mutation the rule refuses still is: a prune only removes what came before).
+pub fn check(record: &Record, project: Option<Uuid>) -> Vec<Violation> {
+    let (mutations, targets) = (&record.mutations, &record.targets);
     let mut out = Vec::new();
     // Per slot: the highest token applied so far (and by which mutation), the deployment ids
     // applied so far.
@@ -169,9 +180,10 @@ pub fn check(
             }
             _ => ("accepted", None),
         };
-        if (m.verdict.as_str(), m.reason.as_deref()) != expected
-            || m.applied != (m.verdict == "accepted")
-        {
+        let refusal_unexplained = expected.0 == "accepted" && m.verdict != "accepted";
+        let disagrees = (m.verdict.as_str(), m.reason.as_deref()) != expected
+            || m.applied != (m.verdict == "accepted");
+        if disagrees && !(record.pruned && refusal_unexplained) {
             let why = match (m.kind.as_str(), highest.get(m.slot.as_str())) {
                 ("fenced", Some((top, by))) => format!(
                     "the slot had applied slot token {top} (target mutation #{by}); a fenced \
@@ -281,7 +293,7 @@ pub fn check(
 
 #[cfg(test)]
 mod tests {
-    use super::{check, MutationRow, TargetRow};
+    use super::{check, MutationRow, Record, TargetRow};
     use crate::Kind;
     use chrono::{TimeZone, Utc};
     use uuid::Uuid;
@@ -321,12 +333,17 @@ mod tests {
             mutation(2, "idempotent", 2, "d", "acknowledged"),
             mutation(3, "idempotent", 2, "e", "accepted"),
         ];
-        assert!(check(&clean, &[target("idempotent")], None).is_empty());
+        let record = |mutations: &[MutationRow], kind: &str| Record {
+            mutations: mutations.to_vec(),
+            targets: vec![target(kind)],
+            pruned: false,
+        };
+        assert!(check(&record(&clean, "idempotent"), None).is_empty());
         let twice = [
             mutation(1, "idempotent", 1, "d", "accepted"),
             mutation(2, "idempotent", 2, "d", "accepted"),
         ];
-        let found = check(&twice, &[target("idempotent")], None);
+        let found = check(&record(&twice, "idempotent"), None);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].kind, Kind::TargetMutation);
         assert!(found[0].record.starts_with("target mutation #2 "));
@@ -335,6 +352,13 @@ mod tests {
             mutation(1, "unfenced", 2, "d", "accepted"),
             mutation(2, "unfenced", 1, "d", "accepted"),
         ];
-        assert!(check(&unfenced, &[target("unfenced")], None).is_empty());
+        assert!(check(&record(&unfenced, "unfenced"), None).is_empty());
+        // After a prune, a repeat acknowledged without its first application is not reported.
+        let pruned = Record {
+            pruned: true,
+            ..record(&clean[1..], "idempotent")
+        };
+        assert!(check(&pruned, None).is_empty());
+        assert_eq!(check(&record(&clean[1..], "idempotent"), None).len(), 1);
     }
 }

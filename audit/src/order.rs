@@ -232,6 +232,12 @@ impl ClaimOrder {
         let Some(horizon) = self.horizon else {
             return Ok(Vec::new());
         };
+        // A prune deletes finished jobs whose records are all at or below the recorded audit
+        // watermark, and with them reservations that blocked claims then: only claims above it
+        // are judged (docs/audit.md, "Claim order").
+        let pruned_through = pruned_through(conn).await?;
+        self.claims
+            .retain(|c| pruned_through.is_none_or(|w| c.ledger_seq > w));
         for held in &mut self.held {
             held.sort_by_key(|h| h.start);
         }
@@ -346,6 +352,21 @@ impl ClaimOrder {
         }
         Ok(out)
     }
+}
+
+/// The audit watermark a prune may have deleted jobs up to (`ledger_audit_watermark`, migration
+/// 0013), if the schema has one recorded.
+pub(crate) async fn pruned_through(conn: &mut PgConnection) -> Result<Option<i64>, sqlx::Error> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT to_regclass('ledger_audit_watermark') IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await?;
+    if !exists {
+        return Ok(None);
+    }
+    sqlx::query_scalar("SELECT max(watermark) FROM ledger_audit_watermark")
+        .fetch_one(&mut *conn)
+        .await
 }
 
 /// Whether any attempt of any job naming `slot` (read or not) held it within the margin of
