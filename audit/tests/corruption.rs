@@ -528,3 +528,138 @@ async fn a_batch_claim_taking_one_job_per_slot_is_not_a_claim_order_but_passing_
     assert_eq!((v.kind, v.job), (Kind::ClaimOrder, jobs[3].0), "{v:#?}");
     assert!(v.detail.contains(&jobs[1].0.to_string()), "{v:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_whose_reconciliation_was_deleted_is_caught_under_since() {
+    let l = build().await;
+    sql(
+        l.db.url(),
+        &[format!(
+            "DELETE FROM reconciliations WHERE job_id = '{}' AND verdict = 'accepted'",
+            l.retried.job.0
+        )],
+    )
+    .await;
+    l.touch(&[l.retried]).await;
+    l.caught(
+        Kind::RetryWithoutReconciliation,
+        l.retried.job,
+        &format!("attempt {} (claim", l.retried.attempt.0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeats_granted_expiry_rewritten_is_caught_under_since() {
+    let l = build().await;
+    let url = l.db.url();
+    let heartbeat = scalar(
+        url,
+        &format!(
+            "SELECT id FROM observations WHERE named_job_id = '{}' AND kind = 'heartbeat'",
+            l.second.job.0
+        ),
+    )
+    .await;
+    sql(
+        url,
+        &[format!(
+            "UPDATE observations SET lease_expiry = lease_expiry + interval '10 seconds' \
+             WHERE id = {heartbeat}"
+        )],
+    )
+    .await;
+    l.touch(&[l.second]).await;
+    l.caught(
+        Kind::TimeAuthority,
+        l.second.job,
+        &format!("observation #{heartbeat} "),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_inserted_for_a_superseded_attempt_is_caught_under_since() {
+    let l = build().await;
+    let url = l.db.url();
+    let first = scalar(
+        url,
+        &format!(
+            "SELECT count(*) FROM attempts WHERE job_id = '{}' AND fence = 1",
+            l.retried.job.0
+        ),
+    )
+    .await;
+    assert_eq!(first, 1);
+    sql(
+        url,
+        &[format!(
+            "INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id, \
+             named_lease_id, named_fence, attempt_id, received_at, verdict, outcome, \
+             payload_sha256) \
+             SELECT runner_id, 'result', job_id, id, lease_id, fence, id, '{}', 'accepted', \
+             'failed', 'x' FROM attempts WHERE job_id = '{}' AND fence = 1",
+            l.start + Duration::seconds(60),
+            l.retried.job.0
+        )],
+    )
+    .await;
+    let id = scalar(url, "SELECT max(id) FROM observations").await;
+    l.caught(
+        Kind::StaleAcceptance,
+        l.retried.job,
+        &format!("observation #{id} "),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_of_a_thousand_times_the_ttl_is_caught_under_since() {
+    let l = build().await;
+    sql(
+        l.db.url(),
+        &[format!(
+            "UPDATE attempts SET claim_lease_expiry = claimed_at + interval '30000 seconds', \
+             lease_expiry = claimed_at + interval '30000 seconds' WHERE id = '{}'",
+            l.earlier.attempt.0
+        )],
+    )
+    .await;
+    l.touch(&[l.earlier]).await;
+    l.caught(
+        Kind::LeaseTtl,
+        l.earlier.job,
+        &format!("attempt {} (claim", l.earlier.attempt.0),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_copied_into_a_free_slots_row_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let url = l.db.url();
+    let held = scalar(
+        url,
+        &format!(
+            "SELECT count(*) FROM target_slots AS s JOIN jobs AS j ON j.target = s.slot \
+             WHERE j.id = '{}' AND s.holder_job_id = j.id",
+            l.later.job.0
+        ),
+    )
+    .await;
+    assert_eq!(held, 1);
+    sql(
+        url,
+        &[format!(
+            "UPDATE target_slots AS s SET holder_project_id = h.holder_project_id, \
+             holder_job_id = h.holder_job_id, holder_attempt_id = h.holder_attempt_id, \
+             reserved_at = h.reserved_at \
+             FROM target_slots AS h JOIN jobs AS j ON j.target = h.slot \
+             WHERE j.id = '{}' AND s.slot = 'prod'",
+            l.later.job.0
+        )],
+    )
+    .await;
+    l.caught(Kind::SlotHolder, l.later.job, "target slot `prod` (row)")
+        .await;
+}
