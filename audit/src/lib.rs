@@ -7,6 +7,8 @@
 //! order through the model's own verdict and transition functions ([`replay`]), and checks across
 //! jobs that no two attempts held one target slot at once.
 
+mod mutations;
+pub mod order;
 pub mod read;
 pub mod replay;
 mod slots;
@@ -62,6 +64,13 @@ pub enum Kind {
     SideEffectRecord,
     /// A lease granted for longer than the largest configured ttl (`lease_policy`).
     LeaseTtl,
+    /// A demonstration target's mutation against the target's own rule (a stale slot token
+    /// applied, a deployment applied twice), or applied with a token the ledger never issued to
+    /// the attempt it names (`target_mutations`).
+    TargetMutation,
+    /// A claim that took a later job while an earlier one of its project, queued with its slot
+    /// free, stayed queued, where no recorded concurrency explains it (audit/src/order.rs).
+    ClaimOrder,
 }
 
 impl Kind {
@@ -84,6 +93,8 @@ impl Kind {
             Kind::ReceiptTimeOrder => "receipt_time_order",
             Kind::LeaseTtl => "lease_ttl",
             Kind::SideEffectRecord => "side_effect_record",
+            Kind::TargetMutation => "target_mutation",
+            Kind::ClaimOrder => "claim_order",
         }
     }
 }
@@ -406,8 +417,10 @@ pub async fn audit(
     let mut still_leased = Vec::new();
     let mut reservations = Vec::new();
     let mut issued = slots::Issued::default();
+    let mut claim_order = order::ClaimOrder::default();
     for chunk in ids.chunks(options.batch.max(1)) {
         let mut stored = read::stored(&mut conn, chunk).await?;
+        let submitted = order::submissions(&mut conn, chunk).await?;
         for jl in read::ledgers(&mut conn, chunk).await? {
             for a in &jl.attempts {
                 let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
@@ -429,6 +442,7 @@ pub async fn audit(
             report.records += jl.records();
             report.watermark = report.watermark.max(jl.max_seq());
             issued.read(&jl);
+            claim_order.read(&jl, submitted.get(&jl.job.id).copied());
             match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
                 replay::Outcome::Violation(v, held) => {
@@ -436,6 +450,8 @@ pub async fn audit(
                     reservations.extend(held);
                 }
                 replay::Outcome::Unauditable(why) => {
+                    // What needs no lease expiry is still checked, and named.
+                    report.violations.extend(replay::unjudged_checks(&jl));
                     report.unjudged_records += jl.records();
                     report.unauditable.push((jl.job.id, why));
                 }
@@ -453,6 +469,13 @@ pub async fn audit(
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
     let slot_rows = read::slots(&mut conn).await?;
     report.violations.extend(issued.check(&slot_rows));
+    report
+        .violations
+        .extend(claim_order.check(&mut conn).await?);
+    let targets = mutations::read(&mut conn).await?;
+    report
+        .violations
+        .extend(mutations::check(&targets, project));
     for o in read::orphan_observations(&mut conn, options.since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {

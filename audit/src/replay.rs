@@ -244,6 +244,57 @@ pub fn replay(
     Outcome::Clean(replay.reservations)
 }
 
+/// The checks that need no lease expiry, for a job the replay cannot judge (an attempt without
+/// `claim_lease_expiry`, too many attempts or runners): each claim's fence follows the job's
+/// previous claim's (`fence_order`, named on the claim), and receipt times do not go backwards in
+/// commit order (`receipt_time_order`). The job is still counted as not judged: its verdicts,
+/// leases and rows are not. (Its stored side effects and its slot's counter and holder are checked
+/// for every job, judged or not.)
+pub fn unjudged_checks(jl: &JobLedger) -> Option<Violation> {
+    let violation = |kind, record: String, detail: String| Violation {
+        kind,
+        job: jl.job.id,
+        project: jl.job.project,
+        record,
+        detail,
+        steps: vec![format!(
+            "job {} submitted (jobs row, ledger {}), target `{}`; not judged (see below)",
+            jl.job.id, jl.job.ledger_seq, jl.job.target
+        )],
+    };
+    let mut records: Vec<Record<'_>> = (0..jl.attempts.len()).map(Record::Claim).collect();
+    records.extend(jl.observations.iter().map(Record::Message));
+    records.extend(jl.reconciliations.iter().map(Record::Reconcile));
+    records.extend(jl.cancels.iter().map(Record::Cancel));
+    records.extend(jl.sweeps.iter().map(Record::Sweep));
+    records.sort_by_key(|r| r.seq(jl));
+    let mut receipt_order = super::time::ReceiptOrder::default();
+    for record in &records {
+        let (at, name) = record.received(jl);
+        if let Err(detail) = receipt_order.next(at, &name) {
+            return Some(violation(Kind::ReceiptTimeOrder, name, detail));
+        }
+        if let Record::Claim(i) = record {
+            let a = &jl.attempts[*i];
+            let last = if *i == 0 { 0 } else { jl.attempts[i - 1].fence };
+            if !fence_follows(last, a.fence) {
+                return Some(violation(
+                    Kind::FenceOrder,
+                    name,
+                    format!(
+                        "fence {} at the job's claim number {}: fences are the job's last fence \
+                         + 1 (expected {}), or the first of a later epoch (epoch * 2^32 + 1)",
+                        a.fence,
+                        i + 1,
+                        last + 1
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
 type Step = Result<(), Box<Violation>>;
 
 /// Whether a claim's fence `next` may follow the job's last fence `last` (0: none): it is
