@@ -471,6 +471,11 @@ pub const UNREACHED: &[(&str, &str)] = &[
          (/healthz, /metrics, finding the primary); server/tests/failover.rs runs it",
     ),
     (
+        "lease_policy_record",
+        "runs once when a store opens (every server start), before the suite's count begins: \
+         the driver opens its store before the first trace",
+    ),
+    (
         "epoch_select_current",
         "no rule: the current epoch as /healthz and `migrate` read it",
     ),
