@@ -49,7 +49,7 @@ async fn both_drivers(db: &TestDatabase) -> (Server, HttpDriver, PgDriver) {
 #[derive(Debug, PartialEq)]
 enum Seen {
     Step(Option<Observed>),
-    State(Projection),
+    State(Box<Projection>),
 }
 
 /// A session that records what every step showed.
@@ -78,7 +78,7 @@ impl<S: Session> Session for Recording<S> {
         let mut seen = projection.clone();
         seen.stored = None;
         seen.unread.retain(|p| *p != Part::Stored);
-        self.seen.push(Seen::State(seen));
+        self.seen.push(Seen::State(Box::new(seen)));
         Ok(projection)
     }
 
