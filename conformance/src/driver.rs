@@ -35,6 +35,9 @@ pub struct Projection {
     /// from the drivers that read it (`None` from a driver that does not: then it is not
     /// compared).
     pub details: Option<Details>,
+    /// What the side effects of R8 stored, with who stored it (`None` from a driver that does
+    /// not read it, or for a configuration without side effects: then it is not compared).
+    pub stored: Option<Stored>,
     /// The parts this driver cannot read from its implementation: neither side's is compared
     /// ([`blank`]), and the summary says so ([`crate::suite::SuiteDriver::not_compared`]).
     #[serde(skip)]
@@ -59,6 +62,9 @@ pub enum Part {
     /// The values the rules return (a claim's job, fence and lease time, a heartbeat's lease time
     /// and cancel flag, a rejoin's instruction, the jobs a sweep made uncertain).
     Answers,
+    /// What the side effects stored: each attempt's log chunks and artifact, each project's
+    /// cache entry and the attempt that stored it.
+    Stored,
 }
 
 impl Part {
@@ -76,6 +82,10 @@ impl Part {
             Part::Targets => "the target slots (mutations applied, highest token)",
             Part::Answers => {
                 "the values the rules return (claim, heartbeat, rejoin, sweep, a get's content)"
+            }
+            Part::Stored => {
+                "what the side effects stored (log chunks, artifacts, the cache entry and the \
+                 attempt that stored it)"
             }
         }
     }
@@ -118,6 +128,7 @@ pub fn blank(p: &mut Projection, unread: &[Part]) {
                     d.answer = None;
                 }
             }
+            Part::Stored => p.stored = None,
         }
     }
 }
@@ -222,6 +233,79 @@ pub fn rejoin_instruction(accepted: bool, cancel_requested: bool) -> &'static st
         (true, false) => "continue",
         (true, true) => "cancel",
         (false, _) => "stop",
+    }
+}
+
+/// What the side effects of R8 stored (docs/protocol.md §7.1): every field the implementation
+/// records of a stored log chunk, artifact and cache entry that the model has, the storer of a
+/// cache entry included. Contents are the model's (0 or 1; [`UNKNOWN_CONTENT`]: bytes no step
+/// sent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stored {
+    /// Each attempt that stored a log chunk or an artifact, by model attempt index.
+    pub attempts: Vec<StoredByAttempt>,
+    /// Each project's cache entry (model project 0, then the outsider's project).
+    pub cache: Vec<Option<CacheProjection>>,
+}
+
+/// What one attempt stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StoredByAttempt {
+    /// Model attempt index.
+    pub attempt: u8,
+    /// Its log chunks: (seq, content), in sequence order.
+    pub log: Vec<(u8, u8)>,
+    /// The content of its artifact, if it stored one.
+    pub artifact: Option<u8>,
+}
+
+/// A project's cache entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CacheProjection {
+    /// Its content.
+    pub content: u8,
+    /// The attempt whose `cache put` stored it last (model attempt index; its job and runner
+    /// are the ledger's).
+    pub stored_by: u8,
+}
+
+/// The content of stored bytes that no step of a trace sends.
+pub const UNKNOWN_CONTENT: u8 = u8::MAX;
+
+/// The model's content of stored `bytes` of kind `what` ([`crate::side_effects::content_bytes`]).
+pub fn stored_content(what: &str, bytes: &[u8]) -> u8 {
+    (0..2)
+        .find(|&c| crate::side_effects::content_bytes(what, c) == bytes)
+        .unwrap_or(UNKNOWN_CONTENT)
+}
+
+/// What the model's state `s` holds as stored by side effects.
+pub fn model_stored(s: &State) -> Stored {
+    use leasewright_model::side_effects::{artifact_of, chunk_at};
+    Stored {
+        attempts: s
+            .attempts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| StoredByAttempt {
+                attempt: i as u8,
+                log: (0..2)
+                    .filter_map(|seq| chunk_at(a.log, seq).map(|c| (seq, c)))
+                    .collect(),
+                artifact: artifact_of(a.artifact),
+            })
+            .filter(|a| !a.log.is_empty() || a.artifact.is_some())
+            .collect(),
+        cache: s
+            .cache
+            .iter()
+            .map(|e| {
+                e.map(|e| CacheProjection {
+                    content: e.content,
+                    stored_by: e.stored_by,
+                })
+            })
+            .collect(),
     }
 }
 
@@ -361,6 +445,7 @@ pub fn project_model(
         jobs,
         targets,
         details,
+        stored: model.config.side_effects.then(|| model_stored(state)),
         unread: Vec::new(),
         observation: match action {
             Action::Deliver { message } if recorded_by_server(message.kind) => {
@@ -385,16 +470,49 @@ pub fn project_model(
             )),
             _ => None,
         }
-        .map(|o| ObservationProjection {
-            attempt: o.attempt,
-            sender: o.sender,
-            kind: o.kind.name(),
-            job: o.job,
-            named_attempt: o.named_attempt,
-            verdict: o.verdict,
-            reason: o.reason,
-        }),
+        .map(observation_projection),
     }
+}
+
+/// The projection of the model's record of a message.
+pub fn observation_projection(o: leasewright_model::Observation) -> ObservationProjection {
+    ObservationProjection {
+        attempt: o.attempt,
+        sender: o.sender,
+        kind: o.kind.name(),
+        job: o.job,
+        named_attempt: o.named_attempt,
+        verdict: o.verdict,
+        reason: o.reason,
+    }
+}
+
+/// The second result a driver sends right after the result `m` delivered in the model's state
+/// `after` (the echo: for the same job, the same result again, or with `conflicting` the same
+/// with another digest), with the verdict and the record the model expects for it, judged as if
+/// sent right after `m` (docs/protocol.md, "Batch result"). `None` when the model would accept
+/// it (it would change the state, which the model's trace does not): never, as a result that
+/// differs from `m` only by its digest passes the same checks, and `m` or an earlier result
+/// committed the attempt when it is accepted.
+pub fn result_echo(
+    model: &LeaseModel,
+    after: &State,
+    m: &leasewright_model::Message,
+    conflicting: bool,
+) -> Option<(leasewright_model::Message, Expected, ObservationProjection)> {
+    if !matches!(m.kind, MessageKind::Result(_)) {
+        return None;
+    }
+    let mut echo = *m;
+    if conflicting {
+        // A digest no runner of the model reports.
+        echo.digest ^= 0x40;
+    }
+    let expected = model.delivery_verdict(after, &echo);
+    (expected.verdict != Verdict::Accepted).then(|| {
+        let record = observation_projection(model.observation(after, &echo));
+        (echo, expected, record)
+    })
 }
 
 /// The server-recorded message `action` delivers in `before`, if any.
@@ -524,6 +642,14 @@ pub trait Session: Send {
     /// step of a cover trace): from now on, [`Session::project`] reports only what is recorded
     /// after this point.
     fn mark(&mut self) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// What the driver itself found to differ from the model in the last step or projection,
+    /// one line each, drained: the extra items a driver sends beside a step (a batch result's
+    /// second item for the same job, judged as if sent right after the step's own message) are
+    /// compared by the driver, which has the model. Empty by default.
+    fn differences(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The message kinds whose observations the server records (target mutations are the target's).

@@ -189,6 +189,10 @@ pub async fn replay_comparing<S: Session>(
                 &prefix,
             ));
         }
+        let extra = session.differences();
+        if !extra.is_empty() {
+            return Err(diverge("verdict", extra, &prefix));
+        }
         tally.steps += 1;
         *tally.actions.entry(action_key(action)).or_default() += 1;
         if let Some(v) = &expected {
@@ -203,9 +207,17 @@ pub async fn replay_comparing<S: Session>(
             Ok(got) => got,
             Err(error) => return Err(diverge("driver", vec![driver_error(&error)], &prefix)),
         };
+        let extra = session.differences();
+        if !extra.is_empty() {
+            return Err(diverge("state", extra, &prefix));
+        }
         if got.details.is_none() {
             // A driver that does not read the details (a version 1 driver command).
             want.details = None;
+        }
+        if got.stored.is_none() {
+            // A driver that does not read what the side effects stored.
+            want.stored = None;
         }
         // What the driver cannot read is compared on neither side.
         let unread = std::mem::take(&mut got.unread);

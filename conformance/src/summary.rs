@@ -280,6 +280,10 @@ impl Summary<'_> {
                 "hit": counts.iter().filter(|(_, n)| *n > 0).count(),
                 "total": counts.len(),
                 "never_hit": self.statements_never(),
+                "never_hit_why": self.statements_never().map(|never| never.iter().map(|name| json!({
+                    "statement": name,
+                    "why": unreached_why(name),
+                })).collect::<Vec<_>>()),
                 "executions": counts.iter().map(|(name, n)| (name.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             })).unwrap_or_else(|| json!("not available: the implementation runs in another process")),
             "not_compared": self.not_compared.iter().map(|p| p.describe()).collect::<Vec<_>>(),
@@ -369,10 +373,31 @@ impl Summary<'_> {
                     counts.len() - never.len(),
                     counts.len()
                 );
+                let unexplained: Vec<&str> = never
+                    .iter()
+                    .copied()
+                    .filter(|n| unreached_why(n).is_none())
+                    .collect();
+                if unexplained.is_empty() {
+                    let _ = writeln!(out, "  SQL statements never hit without a reason: none");
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "  SQL statements never hit without a reason: {}",
+                        unexplained.join(", ")
+                    );
+                }
                 if never.is_empty() {
                     let _ = writeln!(out, "  SQL statements never hit: none");
                 } else {
-                    let _ = writeln!(out, "  SQL statements never hit: {}", never.join(", "));
+                    let _ = writeln!(out, "  SQL statements never hit ({}):", never.len());
+                    for name in never {
+                        let _ = writeln!(
+                            out,
+                            "    {name}: {}",
+                            unreached_why(name).unwrap_or("NO REASON: a gap of the suite")
+                        );
+                    }
                 }
             }
             _ => {
@@ -422,6 +447,98 @@ impl Summary<'_> {
     }
 }
 
+/// The statements no trace of the default suite can reach, each with why (issue 28 item 4): the
+/// summary prints the reason beside a statement never hit, and names any statement never hit
+/// without one.
+pub const UNREACHED: &[(&str, &str)] = &[
+    (
+        "runner_select_token_hash",
+        "runner authentication by token is the HTTP server's: the in-process driver calls the Store \
+         with runner ids (over --http the server runs it on every runner call)",
+    ),
+    (
+        "observation_select_of_attempt",
+        "a read-only view (an attempt's observations) the projection does not need: it reads \
+         the job's observations",
+    ),
+    (
+        "reconciliation_select_of_job",
+        "a read-only view (a job's reconciliations) the projection does not need",
+    ),
+    (
+        "database_select_replication",
+        "no rule: what a session knows of its server (primary or standby, epoch), read by serve \
+         (/healthz, /metrics, finding the primary); server/tests/failover.rs runs it",
+    ),
+    (
+        "lease_policy_record",
+        "runs once when a store opens (every server start), before the suite's count begins: \
+         the driver opens its store before the first trace",
+    ),
+    (
+        "epoch_select_current",
+        "no rule: the current epoch as /healthz and `migrate` read it",
+    ),
+    (
+        "epoch_advance",
+        "a failover: the traces with the model's failover are left out in-process (a database \
+         cannot be rolled back to an earlier commit); impl/tests/epochs.rs runs it",
+    ),
+    (
+        "audit_watermark_record",
+        "retention (pruning audited finished jobs) is no rule of the model; impl/tests/retention.rs \
+         runs it",
+    ),
+    (
+        "audit_watermark_select",
+        "retention is no rule of the model; impl/tests/retention.rs runs it",
+    ),
+    (
+        "job_lock_finished_before",
+        "retention is no rule of the model; impl/tests/retention.rs runs it",
+    ),
+    (
+        "job_delete_with_ledger",
+        "retention is no rule of the model; impl/tests/retention.rs runs it",
+    ),
+    (
+        "job_count_finished_before_unaudited",
+        "retention is no rule of the model; impl/tests/retention.rs runs it",
+    ),
+    (
+        "job_count_unfinished_by_project_and_state",
+        "no rule: the queue depth /metrics reads",
+    ),
+    (
+        "job_pick_earliest_queued_with_free_target",
+        "the claim's path past a slot a concurrent claim took after the claim statement's snapshot: \
+         a trace replays one step at a time (impl/tests run two claims at once)",
+    ),
+    (
+        "target_reserve_if_free",
+        "the claim's path past a slot a concurrent claim took (see \
+         job_pick_earliest_queued_with_free_target)",
+    ),
+    (
+        "job_start_if_queued",
+        "the claim's path past a slot a concurrent claim took (see \
+         job_pick_earliest_queued_with_free_target)",
+    ),
+    (
+        "attempt_insert_on_claim",
+        "the claim's path past a slot a concurrent claim took (see \
+         job_pick_earliest_queued_with_free_target)",
+    ),
+];
+
+/// Why no trace of the default suite reaches the statement `name`, if that is known.
+pub fn unreached_why(name: &str) -> Option<&'static str> {
+    UNREACHED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, why)| *why)
+}
+
 fn write_counts(out: &mut String, counts: &BTreeMap<String, u64>) {
     for (k, v) in counts {
         let _ = writeln!(out, "    {k:<28} {v:>9}");
@@ -439,4 +556,26 @@ pub fn describe_config(c: &Config) -> String {
         c.lease_ttl,
         c.target
     )
+}
+
+#[cfg(test)]
+mod unreached_tests {
+    use super::UNREACHED;
+
+    /// Every statement the summary explains is one of the implementation's, named once.
+    #[test]
+    fn every_unreached_statement_is_a_statement_of_the_implementation() {
+        let names: Vec<&str> = leasewright_impl::statement_counts()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        for (i, (name, why)) in UNREACHED.iter().enumerate() {
+            assert!(names.contains(name), "{name} is no statement");
+            assert!(!why.is_empty());
+            assert!(
+                UNREACHED[..i].iter().all(|(n, _)| n != name),
+                "{name} twice"
+            );
+        }
+    }
 }

@@ -61,11 +61,25 @@ pub enum Mutant {
     /// with another fence (a stale worker's copied tuple) is accepted instead of
     /// `fence_mismatch`.
     SideEffectIgnoresFence,
+    // Issue 28 item 4: the statements the server runs every minute that the suite once left
+    // unreplayed.
+    /// The expiry sweep over every project (`project` NULL: what the server's background sweeper
+    /// runs) matches no job: `($2::uuid IS NULL OR j.project_id = $2)` loses its first branch.
+    GlobalSweepNoOp,
+    /// The batch result's statement tries the last of one job's items first (`DISTINCT ON` keeps
+    /// the highest position), so of two results for one job in one batch the second wins.
+    BatchResultsReverseOrder,
+    /// The batch result's statement accepts `cancelled` while the job is `running` (its
+    /// `j.state = 'cancelling'` condition dropped; the single result's statement keeps it).
+    BatchResultCancelledWhileRunning,
+    /// `cache put` over an existing entry keeps the first storer's attempt (the upsert no longer
+    /// sets `stored_by_attempt`).
+    CacheKeepsFirstStorer,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -86,6 +100,10 @@ impl Mutant {
         Mutant::IdempotentRepeatReapplies,
         Mutant::FencedTargetRefusesSameToken,
         Mutant::SideEffectIgnoresFence,
+        Mutant::GlobalSweepNoOp,
+        Mutant::BatchResultsReverseOrder,
+        Mutant::BatchResultCancelledWhileRunning,
+        Mutant::CacheKeepsFirstStorer,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -140,6 +158,26 @@ impl Mutant {
                 "target_fenced_apply_if_not_stale",
                 "highest_slot_token <= $2",
                 "highest_slot_token < $2",
+            ),
+            Mutant::GlobalSweepNoOp => (
+                "job_make_uncertain_if_lease_expired",
+                "AND ($2::uuid IS NULL OR j.project_id = $2)",
+                "AND j.project_id = $2",
+            ),
+            Mutant::BatchResultsReverseOrder => (
+                "attempt_commit_results_if_current",
+                "ORDER BY i.job, i.position\n",
+                "ORDER BY i.job, i.position DESC\n",
+            ),
+            Mutant::BatchResultCancelledWhileRunning => (
+                "attempt_commit_results_if_current",
+                "OR (j.state = 'cancelling' AND i.outcome = 'cancelled'))",
+                "OR i.outcome = 'cancelled')",
+            ),
+            Mutant::CacheKeepsFirstStorer => (
+                "cache_entry_put",
+                "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
+                "",
             ),
             _ => return None,
         })

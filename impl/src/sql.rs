@@ -86,6 +86,7 @@ statements! {
     ARTIFACT_GET = "artifact_get";
     CACHE_ENTRY_PUT = "cache_entry_put";
     CACHE_ENTRY_GET = "cache_entry_get";
+    CACHE_ENTRY_SELECT_STORER = "cache_entry_select_storer";
     JOB_MAKE_UNCERTAIN_IF_LEASE_EXPIRED = "job_make_uncertain_if_lease_expired";
     JOB_CANCEL_IF_QUEUED = "job_cancel_if_queued";
     JOB_REQUEST_CANCEL_IF_RUNNING = "job_request_cancel_if_running";

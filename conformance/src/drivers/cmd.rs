@@ -639,6 +639,7 @@ impl Session for CmdSession {
                 observation: observation_details,
                 answer: self.answer.clone(),
             }),
+            stored: None,
             unread: Vec::new(),
         })
     }

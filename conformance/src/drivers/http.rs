@@ -33,7 +33,7 @@ use leasewright_server::client::{
 };
 use leasewright_server::source::{build_snapshot, SourceFile};
 use leasewright_server::wire::{
-    ClockRequest, DeployRequest, GetRequest, GetResponse, SubmitJobRequest, TupleBody,
+    ClockRequest, DeployRequest, GetRequest, GetResponse, ResultAnswer, SubmitJobRequest, TupleBody,
 };
 use model::{Action, Expected, LeaseModel, MessageKind, State};
 use serde::Deserialize;
@@ -42,13 +42,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
 use crate::driver::{
-    code, model_runner_time, result_digest, runner_time, trace_epoch, FORGED_LEASE,
+    code, model_runner_time, result_digest, result_echo, runner_time, trace_epoch, FORGED_LEASE,
 };
 use crate::driver::{
     payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
+use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
 
 /// Why the driver cannot run against a server (a setup failure, not a divergence).
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +138,9 @@ pub struct HttpDriver {
     unread: Vec<Part>,
     /// The `?limit=` of every list the driver reads (it reads every page).
     page_limit: i64,
+    /// Held by a trace that sweeps over every project on a server that takes a time per request
+    /// (`sweeps_globally`), for its whole replay: such traces run one at a time.
+    global_lane: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A lease as a claim answers it: the fields the driver reads.
@@ -336,6 +340,8 @@ impl HttpDriver {
             }
         }
         let mut unread: Vec<Part> = connected.iter().flat_map(|c| c.unread.clone()).collect();
+        // No route of docs/http.md reads what the side effects stored with who stored it.
+        unread.push(Part::Stored);
         unread.sort();
         unread.dedup();
         // Servers that share a database would expire each other's leases when their sweeps run
@@ -374,6 +380,7 @@ impl HttpDriver {
             archive_base64: snapshot,
             unread,
             page_limit: leasewright_server::app::MAX_PAGE_LIMIT,
+            global_lane: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -720,10 +727,22 @@ impl Driver for HttpDriver {
             idle: Arc::clone(&self.idle),
             _permit: permit,
         };
+        // A trace that sweeps over every project, as the server's background sweeper does, on a
+        // server where traces run at once (each at its own time): alone among such traces, at a
+        // time long before every other trace's, as in-process (`pg::sweeps_globally`). On a
+        // shared clock every sweep is over every project already (one trace per server).
+        let global = if self.servers[index].own_time && sweeps_globally(trace) {
+            Some(Arc::clone(&self.global_lane).lock_owned().await)
+        } else {
+            None
+        };
+        let epoch = if global.is_some() {
+            global_sweep_epoch()
+        } else {
+            trace_epoch()
+        };
         // The trace's own time, sent with every request, where the server takes it.
-        let time = self.servers[index]
-            .own_time
-            .then(|| TestTime::new(trace_epoch()));
+        let time = self.servers[index].own_time.then(|| TestTime::new(epoch));
         let server = match &time {
             Some(time) => self.servers[index].at(time),
             None => self.servers[index].clone(),
@@ -738,7 +757,7 @@ impl Driver for HttpDriver {
                     return Ok(None);
                 }
                 op.clock(&ClockRequest {
-                    set: Some(trace_epoch()),
+                    set: Some(epoch),
                     advance_ms: None,
                 })
                 .await
@@ -845,6 +864,14 @@ impl Driver for HttpDriver {
             payloads: PayloadDigests::default(),
             server,
             time,
+            epoch,
+            global,
+            batch_results: sends_batch_results(trace),
+            conflicting_echo: trace_hash_bit(trace),
+            echo: None,
+            echo_expected: None,
+            echo_after: None,
+            differences: Vec::new(),
             _taken: taken,
         })
     }
@@ -891,8 +918,29 @@ pub struct HttpSession {
     /// The trace's own time, sent with every request (`None`: the server's shared clock,
     /// set by [`HttpSession::sync_clock`]).
     time: Option<TestTime>,
+    /// The server time the trace starts at.
+    epoch: DateTime<Utc>,
+    /// The lane of traces that sweep over every project, held while this one does.
+    global: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// Results go as one-item batches (`/v1/runner/results`), as in-process.
+    batch_results: bool,
+    /// The echo of a result has another digest ([`result_echo`]).
+    conflicting_echo: bool,
+    /// The record the model expects of the echo the last step sent.
+    echo: Option<ObservationProjection>,
+    /// The verdict the model expects of the echo about to be sent.
+    echo_expected: Option<Expected>,
+    /// The model's state after the current step (the echo is judged in it).
+    echo_after: Option<State>,
+    /// What the driver found to differ from the model ([`Session::differences`]).
+    differences: Vec<String>,
     /// The server is this trace's until the session ends.
     _taken: Taken,
+}
+
+/// The bit of a trace's name that chooses a conflicting echo over a duplicate, as in-process.
+fn trace_hash_bit(trace: &str) -> bool {
+    crate::drivers::pg::conflicting_echo(trace)
 }
 
 impl HttpSession {
@@ -929,7 +977,16 @@ impl HttpSession {
 
     /// The server's time now, by the trace's clock.
     fn now(&self) -> DateTime<Utc> {
-        trace_epoch() + Duration::milliseconds(self.ticks * self.tick_ms)
+        self.epoch + Duration::milliseconds(self.ticks * self.tick_ms)
+    }
+
+    /// The echo of the result `m` ([`result_echo`]), remembering what the model expects of it.
+    fn echo_of(&mut self, m: &model::Message) -> Option<model::Message> {
+        let after = self.echo_after.as_ref()?;
+        let (echo, expected, record) = result_echo(&self.model, after, m, self.conflicting_echo)?;
+        self.echo_expected = Some(expected);
+        self.echo = Some(record);
+        Some(echo)
     }
 
     /// Whole ticks from now to `at`.
@@ -1025,12 +1082,71 @@ impl HttpSession {
                 }
                 answer(result, |r| &r.verdict)
             }
-            MessageKind::Result(outcome) => answer(
-                client
-                    .result(&tuple, outcome.as_str(), &result_digest(outcome, m.digest))
-                    .await,
-                |r| &r.verdict,
-            ),
+            MessageKind::Result(outcome) => {
+                // As in-process: every result is followed by its echo through the batch route
+                // (`/v1/runner/results`), in one batch with it when the trace sends batches.
+                let client = client.clone();
+                let item = (
+                    tuple,
+                    outcome.as_str().to_owned(),
+                    result_digest(outcome, m.digest),
+                );
+                let echo = self.echo_of(m);
+                let echo_item = echo.map(|e| {
+                    (
+                        tuple,
+                        outcome.as_str().to_owned(),
+                        result_digest(outcome, e.digest),
+                    )
+                });
+                let (verdict, echo_verdict) = if self.batch_results {
+                    let items: Vec<_> = [Some(item), echo_item].into_iter().flatten().collect();
+                    let answers = client.results(&items).await.map_err(http_failed)?;
+                    if answers.len() != items.len() {
+                        return Err(failed(format!(
+                            "a batch result of {} items answered {} verdicts",
+                            items.len(),
+                            answers.len()
+                        )));
+                    }
+                    (
+                        item_verdict(&answers[0])?,
+                        answers.get(1).map(item_verdict).transpose()?,
+                    )
+                } else {
+                    let verdict = answer(client.result(&item.0, &item.1, &item.2).await, |r| {
+                        &r.verdict
+                    })?;
+                    let echo_verdict = match echo_item {
+                        Some(e) => {
+                            let answers = client.results(&[e]).await.map_err(http_failed)?;
+                            match answers.as_slice() {
+                                [a] => Some(item_verdict(a)?),
+                                other => {
+                                    return Err(failed(format!(
+                                        "a batch result of one item answered {} verdicts",
+                                        other.len()
+                                    )))
+                                }
+                            }
+                        }
+                        None => None,
+                    };
+                    (verdict, echo_verdict)
+                };
+                if let (Some(e), Some(got)) = (echo, echo_verdict) {
+                    let expected = self.echo_expected.take().unwrap_or(Expected::ACCEPTED);
+                    if got != expected {
+                        self.differences.push(format!(
+                            "the batch result's second item for job {} ({}, right after the \
+                             step's result): expected {expected}, observed {got}",
+                            e.job,
+                            result_digest(outcome, e.digest)
+                        ));
+                    }
+                }
+                Ok(verdict)
+            }
             MessageKind::Rejoin => {
                 let result: Result<RejoinRead, CallError> =
                     client.http.post("/v1/runner/rejoin", &tuple).await;
@@ -1282,6 +1398,10 @@ impl Session for HttpSession {
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
         self.sent_payload = None;
+        self.echo = None;
+        self.echo_expected = None;
+        self.echo_after =
+            matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
             // A database cannot be rolled back to an earlier commit from here: such traces are
             // left out before replay (`select::replayable`).
@@ -1365,6 +1485,7 @@ impl Session for HttpSession {
                 // with the trace's own time, over the trace's projects only (other traces run
                 // at other times). Either way only this trace's jobs count.
                 let bodies = match (&self.time, self.outsider_project == self.project) {
+                    _ if self.global.is_some() => vec![json!({})],
                     (None, _) => vec![json!({})],
                     (Some(_), true) => vec![json!({ "project": self.project })],
                     (Some(_), false) => vec![
@@ -1503,6 +1624,25 @@ impl Session for HttpSession {
             self.seen[j] = list.len();
             recorded.extend(list.into_iter().skip(seen).map(|o| (j, o)));
         }
+        if let Some(want) = self.echo.take() {
+            // The echo's record is the step's last (it was judged after the step's message).
+            match recorded.pop() {
+                Some((j, o)) => {
+                    let got = self.observation(j, &o)?;
+                    if got != want {
+                        self.differences.push(format!(
+                            "the record of the batch result's second item for job {}: expected \
+                             {want}, observed {got}",
+                            want.job
+                        ));
+                    }
+                }
+                None => self.differences.push(format!(
+                    "the batch result's second item for job {} recorded nothing",
+                    want.job
+                )),
+            }
+        }
         let (observation, observation_details) = match recorded.as_slice() {
             [] => (None, None),
             [(j, o)] => (
@@ -1528,8 +1668,39 @@ impl Session for HttpSession {
                 observation: observation_details,
                 answer: self.answer.clone(),
             }),
+            // No route reads who stored a cache entry (or an attempt's log chunks): not
+            // compared over HTTP (`Part::Stored`, named in the summary).
+            stored: None,
             unread: self.unread.clone(),
         })
+    }
+
+    fn differences(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.differences)
+    }
+}
+
+/// The verdict of one item of a batch result's answer.
+fn item_verdict(a: &ResultAnswer) -> Result<Observed, DriverError> {
+    match a.verdict.as_str() {
+        "accepted" => Ok(Expected::ACCEPTED),
+        "acknowledged" => Ok(Expected::ACKNOWLEDGED),
+        "rejected" => Ok(
+            match a
+                .reason
+                .as_deref()
+                .and_then(|r| r.parse::<model::Reason>().ok())
+            {
+                Some(reason) => Expected::rejected(reason),
+                None => Expected {
+                    verdict: model::Verdict::Rejected,
+                    reason: None,
+                },
+            },
+        ),
+        other => Err(failed(format!(
+            "a batch item answered the verdict `{other}`"
+        ))),
     }
 }
 

@@ -21,6 +21,7 @@ use crate::driver::{
     JobProjection, ObservationDetails, ObservationProjection, Observed, Projection, Session,
     TargetProjection, FORGED_LEASE, TICK,
 };
+use crate::driver::{result_echo, stored_content, CacheProjection, Stored, StoredByAttempt};
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = 0;
@@ -32,6 +33,9 @@ const ATTEMPT: u8 = 2;
 pub struct PgDriver {
     /// The store every trace's store is derived from (its migrations applied once).
     store: imp::Store,
+    /// Held by a trace that sweeps over every project ([`sweeps_globally`]) for its whole
+    /// replay: such traces run one at a time.
+    global_lane: Arc<tokio::sync::Mutex<()>>,
     #[cfg(feature = "mutants")]
     mutant: Option<imp::mutants::Mutant>,
 }
@@ -47,6 +51,7 @@ impl PgDriver {
         .await?;
         Ok(Self {
             store,
+            global_lane: Arc::new(tokio::sync::Mutex::new(())),
             #[cfg(feature = "mutants")]
             mutant: None,
         })
@@ -79,12 +84,28 @@ impl Driver for PgDriver {
 
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<PgSession, DriverError> {
         let config = &model.config;
-        let clock = Arc::new(imp::ManualClock::new(trace_epoch()));
+        // A trace that sweeps over every project runs alone among such traces, in a time of its
+        // own long before every other trace's (see `sweeps_globally`).
+        let global = if sweeps_globally(trace) {
+            Some(Arc::clone(&self.global_lane).lock_owned().await)
+        } else {
+            None
+        };
+        let start = if global.is_some() {
+            global_sweep_epoch()
+        } else {
+            trace_epoch()
+        };
+        let clock = Arc::new(imp::ManualClock::new(start));
         let lease_ttl = TICK * i32::from(config.lease_ttl);
         let store = self
             .store
             .with_clock(clock.clone(), lease_ttl.to_std().map_err(unmappable)?)
             .map_err(failed)?;
+        // The per-attempt quota the server runs with by default (`serve`), never reached by a
+        // trace's few bytes: its check is a statement the server runs on every store.
+        let store =
+            store.with_attempt_quota(Some(leasewright_server::app::DEFAULT_ATTEMPT_QUOTA_BYTES));
         #[cfg(feature = "mutants")]
         let store = match self.mutant {
             Some(mutant) => store.with_mutant(mutant),
@@ -166,6 +187,12 @@ impl Driver for PgDriver {
             payloads: BTreeMap::new(),
             unknown_base: Uuid::new_v4().as_u128() & !0xffff,
             batch_results: sends_batch_results(trace),
+            conflicting_echo: conflicting_echo(trace),
+            echo: None,
+            echo_expected: None,
+            echo_after: None,
+            differences: Vec::new(),
+            global,
         })
     }
 }
@@ -175,12 +202,41 @@ impl Driver for PgDriver {
 /// by a stable hash of the name, so that every suite probes both statements in every state it
 /// reaches and a run is reproducible (the server runs both: `/v1/runner/result` and
 /// `/v1/runner/results`).
-fn sends_batch_results(trace: &str) -> bool {
-    // FNV-1a: stable across runs and versions, unlike std's hasher.
-    let hash = trace.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+pub fn sends_batch_results(trace: &str) -> bool {
+    trace_hash(trace) & 1 == 1
+}
+
+/// Whether the echo of the trace's results ([`result_echo`]) is a conflicting result (another
+/// digest) rather than a duplicate: half of the traces, by a stable hash of the name.
+pub fn conflicting_echo(trace: &str) -> bool {
+    trace_hash(trace) & 2 == 2
+}
+
+/// A stable hash of a trace's name (FNV-1a: stable across runs and versions, unlike std's
+/// hasher), to choose between paths that the suite must all take.
+fn trace_hash(trace: &str) -> u64 {
+    trace.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    hash & 1 == 1
+    })
+}
+
+/// Whether the trace named `trace` runs the model's expiry sweep as the server's background
+/// sweeper does: over every project at once (`Store::sweep_expired`), not scoped to the trace's
+/// projects. One trace in 32, by a stable hash of the name.
+///
+/// A sweep over every project would expire the leases of every other trace running at once, each
+/// on its own clock, so such a trace runs alone among such traces (it holds the driver's lane for
+/// its whole replay) and at a time long before every other trace's ([`global_sweep_epoch`]): no
+/// lease of a trace scoped to its projects has expired by then. The jobs of earlier such traces
+/// (over) may still be swept; only the trace's own jobs count.
+pub fn sweeps_globally(trace: &str) -> bool {
+    (trace_hash(trace) >> 8) & 31 == 0
+}
+
+/// The server time a trace that sweeps over every project starts at: ten years before
+/// [`trace_epoch`].
+pub fn global_sweep_epoch() -> DateTime<Utc> {
+    trace_epoch() - chrono::Duration::days(3653)
 }
 
 /// One trace's namespace in the database.
@@ -217,6 +273,19 @@ pub struct PgSession {
     unknown_base: u128,
     /// Results go through the batch result's statement ([`sends_batch_results`]).
     batch_results: bool,
+    /// The second result sent for the same job (the echo, [`PgSession::deliver`]) has another
+    /// digest (a conflicting result) rather than the same (a duplicate).
+    conflicting_echo: bool,
+    /// The echo the last step sent: the observation the model expects it to record.
+    echo: Option<ObservationProjection>,
+    /// The verdict the model expects for the echo about to be sent.
+    echo_expected: Option<Expected>,
+    /// The model's state after the current step (the echo is judged in it).
+    echo_after: Option<State>,
+    /// What the driver found to differ from the model ([`Session::differences`]).
+    differences: Vec<String>,
+    /// The lane of traces that sweep over every project, held while this one does.
+    global: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl PgSession {
@@ -233,6 +302,15 @@ impl PgSession {
         } else {
             self.outsider_project
         }
+    }
+
+    /// The echo of the result `m` ([`result_echo`]), remembering what the model expects of it.
+    fn echo_of(&mut self, m: &model::Message) -> Option<model::Message> {
+        let after = self.echo_after.as_ref()?;
+        let (echo, expected, record) = result_echo(&self.model, after, m, self.conflicting_echo)?;
+        self.echo_expected = Some(expected);
+        self.echo = Some(record);
+        Some(echo)
     }
 
     fn tuple(&self, m: &model::Message) -> Result<imp::Tuple, DriverError> {
@@ -312,39 +390,82 @@ impl PgSession {
             MessageKind::Result(outcome) => {
                 let o = imp::Outcome::from_code(outcome.as_str())
                     .ok_or_else(|| unmappable(format!("outcome {outcome}")))?;
-                let digest = result_digest(outcome, m.digest);
-                if self.batch_results {
-                    // The batch result's statement, one item: exactly the single result's
-                    // verdict, reason and record (docs/protocol.md, "Batch result").
-                    let item = imp::ResultReport {
-                        tuple,
-                        outcome: o,
-                        result_digest: digest,
-                        runner_time: at,
-                    };
-                    let mut verdicts = self
+                let item = imp::ResultReport {
+                    tuple,
+                    outcome: o,
+                    result_digest: result_digest(outcome, m.digest),
+                    runner_time: at,
+                };
+                // Every result is followed by a second for the same job (the echo): the same
+                // result again, or the same with another digest, through the batch result's
+                // statement, judged as if sent right after the first (docs/protocol.md, "Batch
+                // result"), so that the batch route meets every state and failing check the
+                // single route does. A trace that sends its results as batches sends both in
+                // one batch.
+                let echo = self.echo_of(m);
+                let echo_item = echo.map(|e| imp::ResultReport {
+                    result_digest: result_digest(outcome, e.digest),
+                    ..item.clone()
+                });
+                let (verdict, echo_verdict) = if self.batch_results {
+                    let items: Vec<imp::ResultReport> =
+                        [Some(item), echo_item].into_iter().flatten().collect();
+                    let mut verdicts = self.store.report_results(&items).await.map_err(failed)?;
+                    if verdicts.len() != items.len() {
+                        return Err(DriverError::Implementation(format!(
+                            "a batch result of {} items answered {} verdicts",
+                            items.len(),
+                            verdicts.len()
+                        )));
+                    }
+                    let echo_verdict = (items.len() == 2).then(|| verdicts.remove(1));
+                    (verdicts.remove(0), echo_verdict)
+                } else {
+                    let verdict = self
                         .store
-                        .report_results(std::slice::from_ref(&item))
+                        .report_result(&item.tuple, o, &item.result_digest, at)
                         .await
                         .map_err(failed)?;
-                    match (verdicts.pop(), verdicts.is_empty()) {
-                        (Some(verdict), true) => observed(&verdict),
-                        _ => {
-                            return Err(DriverError::Implementation(
-                                "a batch result of one item answered another number of verdicts"
-                                    .into(),
-                            ))
+                    let echo_verdict = match echo_item {
+                        Some(e) => {
+                            let mut v = self
+                                .store
+                                .report_results(std::slice::from_ref(&e))
+                                .await
+                                .map_err(failed)?;
+                            match (v.pop(), v.is_empty()) {
+                                (Some(v), true) => Some(v),
+                                _ => {
+                                    return Err(DriverError::Implementation(
+                                        "a batch result of one item answered another number \
+                                         of verdicts"
+                                            .into(),
+                                    ))
+                                }
+                            }
                         }
+                        None => None,
+                    };
+                    (verdict, echo_verdict)
+                };
+                if let (Some(e), Some(v)) = (echo, echo_verdict) {
+                    let expected = self.echo_expected.take().unwrap_or(Expected::ACCEPTED);
+                    let got = observed(&v);
+                    if got != expected {
+                        self.differences.push(format!(
+                            "the batch result's second item for job {} ({} {}, right after the \
+                             step's result): expected {expected}, observed {got}",
+                            e.job,
+                            if self.conflicting_echo {
+                                "a conflicting result"
+                            } else {
+                                "a duplicate"
+                            },
+                            result_digest(outcome, e.digest)
+                        ));
                     }
-                } else {
-                    observed(
-                        &self
-                            .store
-                            .report_result(&tuple, o, &digest, at)
-                            .await
-                            .map_err(failed)?,
-                    )
                 }
+                observed(&verdict)
             }
             MessageKind::Rejoin => {
                 let answer = self.store.rejoin(&tuple, at).await.map_err(failed)?;
@@ -390,6 +511,10 @@ impl Session for PgSession {
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
         self.sent_payload = None;
+        self.echo = None;
+        self.echo_expected = None;
+        self.echo_after =
+            matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
             // A database cannot be rolled back to an earlier commit from here: such traces are
             // left out before replay (`select::replayable`).
@@ -467,15 +592,22 @@ impl Session for PgSession {
                 // The model's sweep covers the jobs of both projects (the outsider's too); the
                 // implementation's is scoped to one project so that concurrent traces do not see
                 // each other's leases: one sweep per project of the trace.
+                // A trace of the global lane (`sweeps_globally`) sweeps over every project, as the
+                // server's background sweeper does, and counts its own jobs only.
                 let mut jobs = Vec::new();
-                for project in [self.project, self.outsider_project] {
-                    let swept = self
-                        .store
-                        .sweep_expired_in(Some(project))
-                        .await
-                        .map_err(failed)?;
+                let scopes = if self.global.is_some() {
+                    vec![None]
+                } else {
+                    vec![Some(self.project), Some(self.outsider_project)]
+                };
+                for project in scopes {
+                    let swept = match project {
+                        Some(project) => self.store.sweep_expired_in(Some(project)).await,
+                        None => self.store.sweep_expired().await,
+                    }
+                    .map_err(failed)?;
                     if let imp::SweepVerdict::Uncertain(more) = swept {
-                        jobs.extend(more);
+                        jobs.extend(more.into_iter().filter(|j| self.jobs.contains(j)));
                     }
                 }
                 let verdict = if jobs.is_empty() {
@@ -556,6 +688,26 @@ impl Session for PgSession {
         if let Some(max) = recorded.iter().map(|o| o.id).max() {
             self.last_observation = max;
         }
+        let mut recorded = recorded;
+        if let Some(want) = self.echo.take() {
+            // The echo's record is the step's last (it was judged after the step's message).
+            match recorded.pop() {
+                Some(o) => {
+                    let got = self.observation(&o)?;
+                    if got != want {
+                        self.differences.push(format!(
+                            "the record of the batch result's second item for job {}: expected \
+                             {want}, observed {got}",
+                            want.job
+                        ));
+                    }
+                }
+                None => self.differences.push(format!(
+                    "the batch result's second item for job {} recorded nothing",
+                    want.job
+                )),
+            }
+        }
         self.recorded = recorded;
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for (j, id) in self.jobs.iter().enumerate() {
@@ -632,13 +784,23 @@ impl Session for PgSession {
             },
             answer: self.answer.clone(),
         });
+        let stored = if self.model.config.side_effects {
+            Some(self.stored().await?)
+        } else {
+            None
+        };
         Ok(Projection {
             jobs,
             targets,
             observation,
             details,
+            stored,
             unread: Vec::new(),
         })
+    }
+
+    fn differences(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.differences)
     }
 }
 
@@ -682,6 +844,53 @@ impl PgSession {
             });
         }
         Ok(observed(&served.without_value()))
+    }
+
+    /// What the side effects stored: every attempt's log chunks and artifact, both projects'
+    /// cache entries with the attempt that stored each.
+    async fn stored(&self) -> Result<Stored, DriverError> {
+        use crate::side_effects::{ARTIFACT_NAME, CACHE_KEY};
+        let mut attempts = Vec::new();
+        for (i, id) in self.attempts.iter().enumerate() {
+            let mut log = Vec::new();
+            for (seq, bytes) in self.store.logs(*id).await.map_err(failed)? {
+                let seq = u8::try_from(seq).map_err(|_| {
+                    DriverError::Implementation(format!("log seq {seq} out of range"))
+                })?;
+                log.push((seq, stored_content("log chunk", &bytes)));
+            }
+            let artifact = self
+                .store
+                .artifact(*id, ARTIFACT_NAME)
+                .await
+                .map_err(failed)?
+                .map(|bytes| stored_content("artifact", &bytes));
+            if !log.is_empty() || artifact.is_some() {
+                attempts.push(StoredByAttempt {
+                    attempt: i as u8,
+                    log,
+                    artifact,
+                });
+            }
+        }
+        let mut cache = Vec::new();
+        for project in [self.project, self.outsider_project] {
+            cache.push(
+                match self
+                    .store
+                    .cache_entry(project, CACHE_KEY)
+                    .await
+                    .map_err(failed)?
+                {
+                    Some((bytes, by)) => Some(CacheProjection {
+                        content: stored_content("cache", &bytes),
+                        stored_by: Self::index_of(&self.attempts, &by, "attempt")?,
+                    }),
+                    None => None,
+                },
+            );
+        }
+        Ok(Stored { attempts, cache })
     }
 
     /// Whole ticks from the clock's now to `at`.

@@ -193,6 +193,35 @@ impl Store {
             .collect()
     }
 
+    /// The attempt's artifact `name`, if it stored one (a read: no tuple, nothing recorded).
+    pub async fn artifact(&self, attempt: AttemptId, name: &str) -> Result<Option<Vec<u8>>, Error> {
+        Ok(sqlx::query_scalar(self.sql(sql::ARTIFACT_GET))
+            .bind(attempt.0)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// The project's cache entry `key`: its content and the attempt that stored it last.
+    pub async fn cache_entry(
+        &self,
+        project: ProjectId,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, AttemptId)>, Error> {
+        let row = sqlx::query(self.sql(sql::CACHE_ENTRY_SELECT_STORER))
+            .bind(project.0)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            Ok((
+                row.try_get("content")?,
+                AttemptId(row.try_get("stored_by_attempt")?),
+            ))
+        })
+        .transpose()
+    }
+
     /// The job's target reservation: the target and the attempt holding it.
     pub async fn target_reservation(
         &self,

@@ -1,0 +1,197 @@
+//! Every statement the server runs in production is replayed (issue 28 item 4), shown with a bug
+//! planted in each path the suite once left out (feature `mutants`): the sweep over every project
+//! (what the server's background sweeper runs), the batch result's order and checks, and who
+//! stored a cache entry. Each mutant is caught by traces the default suite replays the same way;
+//! the unmutated implementation passes them. Run:
+//! `cargo test -p leasewright-conformance --features mutants --test statements`.
+#![cfg(feature = "mutants")]
+
+use std::sync::Arc;
+
+use leasewright_conformance::drivers::pg::{sends_batch_results, sweeps_globally, PgDriver};
+use leasewright_conformance::generate::{random_walks, Generated};
+use leasewright_conformance::probe;
+use leasewright_conformance::select::side_effect_config;
+use leasewright_conformance::suite::{self, RunOptions};
+use leasewright_impl::database::TestDatabase;
+use leasewright_impl::mutants::Mutant;
+use leasewright_model::{
+    Action, Config, LeaseModel, MessageKind, Outcome, SideEffect, State, Verdict,
+};
+use stateright::Model;
+
+async fn pool() -> (TestDatabase, sqlx::PgPool) {
+    let db = TestDatabase::create().await.expect("a test database");
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    (db, pool)
+}
+
+/// `traces` renamed `{prefix}-{i}-{k}`, with the first `k` for which `wanted` holds of the name
+/// (the drivers choose a path by a stable hash of the name).
+fn named(
+    mut traces: Vec<Generated<LeaseModel>>,
+    prefix: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<Generated<LeaseModel>> {
+    for (i, t) in traces.iter_mut().enumerate() {
+        t.name = (0..)
+            .map(|k| format!("{prefix}-{i}-{k}"))
+            .find(|n| wanted(n))
+            .expect("some name");
+    }
+    traces
+}
+
+/// The number of divergences of `traces` against the implementation (with `mutant`), printing
+/// the first.
+async fn divergences(
+    pool: &sqlx::PgPool,
+    model: &Arc<LeaseModel>,
+    traces: &[Generated<LeaseModel>],
+    mutant: Option<Mutant>,
+) -> usize {
+    let driver = PgDriver::new(pool.clone()).await.expect("migrations");
+    let driver = Arc::new(match mutant {
+        Some(m) => driver.with_mutant(m),
+        None => driver,
+    });
+    let outcome = suite::run(
+        driver,
+        Arc::clone(model),
+        traces.to_vec(),
+        &RunOptions {
+            parallel: 4,
+            stop_at_first: false,
+        },
+        |_| {},
+    )
+    .await;
+    if let Some(first) = outcome.divergences.first() {
+        eprintln!("{mutant:?}: {}", first.render());
+    }
+    outcome.divergences.len()
+}
+
+async fn caught(model: LeaseModel, traces: Vec<Generated<LeaseModel>>, mutant: Mutant) {
+    assert!(!traces.is_empty(), "{mutant:?}: no trace to replay");
+    let (_db, pool) = pool().await;
+    let model = Arc::new(model);
+    assert_eq!(
+        divergences(&pool, &model, &traces, None).await,
+        0,
+        "the unmutated implementation diverges"
+    );
+    assert!(
+        divergences(&pool, &model, &traces, Some(mutant)).await > 0,
+        "{mutant:?} survives {} traces",
+        traces.len()
+    );
+}
+
+/// Random walks of `model` in which some step satisfies `wanted` (of the state before it and the
+/// step), the first `limit`.
+fn walks_with(
+    model: &LeaseModel,
+    limit: usize,
+    wanted: impl Fn(&State, &Action, &State) -> bool,
+) -> Vec<Generated<LeaseModel>> {
+    random_walks(model, 7, 200_000, 40)
+        .into_iter()
+        .filter(|w| {
+            let mut before = &w.init;
+            w.steps.iter().any(|(a, after)| {
+                let hit = wanted(before, a, after);
+                before = after;
+                hit
+            })
+        })
+        .take(limit)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_over_every_project_made_a_no_op_is_caught() {
+    let model = LeaseModel::new(Config::one_job());
+    let walks = walks_with(&model, 12, |before, a, after| {
+        matches!(a, Action::ExpirySweep) && before.jobs != after.jobs
+    });
+    caught(
+        model,
+        named(walks, "global", sweeps_globally),
+        Mutant::GlobalSweepNoOp,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_handling_one_jobs_results_in_reverse_order_is_caught() {
+    let model = LeaseModel::new(Config::one_job());
+    let walks = walks_with(
+        &model,
+        12,
+        |_, a, _| matches!(a, Action::Deliver { message } if matches!(message.kind, MessageKind::Result(_))),
+    );
+    caught(
+        model,
+        named(walks, "batch", sends_batch_results),
+        Mutant::BatchResultsReverseOrder,
+    )
+    .await;
+}
+
+/// A claim, then a `cancelled` result the running job's holder sends: refused by the single
+/// result and, sent again through the batch route (as every trace's results are), by the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_accepting_cancelled_from_a_running_job_is_caught() {
+    let model = LeaseModel::new(Config::one_job());
+    let init = model.init_states().remove(0);
+    let claim = Action::Claim { runner: 0 };
+    let claimed = model.next_state(&init, claim.clone()).expect("a claim");
+    let probe = probe::candidates(&model, &claimed)
+        .into_iter()
+        .find(|a| {
+            matches!(a, Action::Replay { message, .. }
+                if message.kind == MessageKind::Result(Outcome::Cancelled))
+                && model
+                    .expected(&claimed, a)
+                    .is_some_and(|e| e.verdict == Verdict::Rejected)
+        })
+        .expect("a probe of a cancelled result while running");
+    let after = probe::apply(&model, &claimed, &probe).expect("the probe applies");
+    // One trace sending its results one by one, one as batches.
+    let traces = [false, true]
+        .into_iter()
+        .map(|batch| Generated {
+            name: (0..)
+                .map(|k| format!("cancelled-while-running-{k}"))
+                .find(|n| sends_batch_results(n) == batch)
+                .expect("a name"),
+            generator: "random",
+            seed: None,
+            init: init.clone(),
+            steps: vec![
+                (claim.clone(), claimed.clone()),
+                (probe.clone(), after.clone()),
+            ],
+        })
+        .collect();
+    caught(model, traces, Mutant::BatchResultCancelledWhileRunning).await;
+}
+
+/// A `cache put` by a later attempt over an entry an earlier attempt stored: the entry names
+/// the later attempt (compared in the projection, `Stored::cache`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_keeping_the_first_storer_is_caught() {
+    let model = LeaseModel::new(side_effect_config(&Config::one_job()));
+    let walks = walks_with(&model, 8, |before, a, after| {
+        matches!(
+            a,
+            Action::SideEffect {
+                effect: SideEffect::CachePut { .. },
+                ..
+            }
+        ) && before.cache[0]
+            .is_some_and(|e| after.cache[0].is_some_and(|n| n.stored_by != e.stored_by))
+    });
+    caught(model, walks, Mutant::CacheKeepsFirstStorer).await;
+}
