@@ -81,6 +81,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = leasewright_server::app::DEFAULT_PROJECT_SHARE,
           value_parser = parse_share)]
     payload_project_share: f64,
+    /// The most requests to /v1/ routes served at once; past it a request is refused
+    /// `503 request_slots_exhausted` with Retry-After (a runner retries it).
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_MAX_REQUESTS_IN_FLIGHT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_requests_in_flight: u64,
+    /// The most of --max-requests-in-flight one project's runners (or the operator) may hold at
+    /// once, a fraction from 0.01 to 1: a project that floods the routes leaves the rest to the
+    /// others.
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_REQUEST_PROJECT_SHARE,
+          value_parser = parse_share)]
+    request_project_share: f64,
     /// Prune the jobs that finished longer ago than this (`30d`, `12h`), with everything they
     /// own, every --prune-interval; jobs whose ledgers are not audited are kept unless
     /// --prune-unaudited (docs/http.md, "Retention"). Default: never.
@@ -95,7 +106,7 @@ pub struct ServeArgs {
     prune_unaudited: bool,
 }
 
-/// `--payload-project-share`: a fraction from 0.01 to 1.
+/// `--payload-project-share`, `--request-project-share`: a fraction from 0.01 to 1.
 fn parse_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if (0.01..=1.0).contains(&share) => Ok(share),
@@ -178,6 +189,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         database_connections: args.database_connections,
         migrate: !args.no_migrate,
         payload_project_share: args.payload_project_share,
+        max_requests_in_flight: args.max_requests_in_flight as usize,
+        request_project_share: args.request_project_share,
         retention: args.retain_finished_jobs.map(|finished_jobs| {
             leasewright_server::app::Retention {
                 finished_jobs,

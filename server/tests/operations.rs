@@ -528,3 +528,118 @@ async fn a_revoked_runner_is_refused_by_every_replica_within_the_recheck_and_its
     assert_ne!(taken[0].job, lease.job);
     replica.stop().await.unwrap();
 }
+
+/// Issue 30 item 5: one project's runners could hold every request the server serves at once (and
+/// the database connections with them). With 4 request slots and each project's share half of
+/// them, a flooding project's stalled heartbeats are admitted until it holds 2, the next one is
+/// refused at once `503 request_slots_exhausted` with `Retry-After`, and a normal project's
+/// heartbeat and claim, and the operator's read, are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_flooding_the_routes_with_requests_leaves_the_other_projects_served() {
+    let mut config = config(false);
+    config.max_requests_in_flight = 4;
+    config.request_project_share = 0.5;
+    // The stalled requests are held until the test ends.
+    config.connections.body_read_timeout = Duration::from_secs(600);
+    config.connections.request_timeout = Duration::from_secs(600);
+    let (_db, server) = start_with(config).await;
+    let flood = fixture_named(&server, "flood").await;
+    let normal = fixture_named(&server, "normal").await;
+    for f in [&flood, &normal] {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    flood.runner.claim(1).await.unwrap();
+    let lease = normal.runner.claim(1).await.unwrap().remove(0);
+    let in_flight = |server: &leasewright_server::app::Server| {
+        let url = server.url();
+        async move {
+            let text = reqwest::get(format!("{url}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("leasewright_requests_in_flight "))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let before = in_flight(&server).await;
+        // A heartbeat that sends its headers and the start of its body, then nothing.
+        let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
+        let head = format!(
+            "POST /v1/runner/heartbeat HTTP/1.1\r\nHost: leasewright\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"job",
+            flood.token
+        );
+        stalled.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = [0u8; 512];
+        let admitted = loop {
+            tokio::select! {
+                read = stalled.read(&mut answer) => {
+                    let n = read.expect("read");
+                    refused.push(String::from_utf8_lossy(&answer[..n]).to_string());
+                    break false;
+                }
+                now = in_flight(&server) => {
+                    if now >= before + 1.0 {
+                        break true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        if admitted {
+            held.push(stalled);
+        }
+    }
+    assert_eq!(
+        (held.len(), refused.len()),
+        (2, 1),
+        "the flooding project holds its share, 2 of 4 slots, and no more: {refused:?}"
+    );
+    let text = &refused[0];
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("request_slots_exhausted"), "{text}");
+    assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
+    assert_eq!(in_flight(&server).await, 2.0);
+    // The normal project is served: a heartbeat, a claim (nothing left), the operator's read.
+    let tuple = serde_json::to_value(lease.tuple(None)).unwrap();
+    let (status, body) = post(&server, Some(&normal.token), "/v1/runner/heartbeat", &tuple).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(normal.runner.claim(1).await.unwrap().is_empty());
+    let view = normal
+        .operator
+        .job(normal.project, lease.job)
+        .await
+        .unwrap();
+    assert_eq!(view.state, "running");
+    // Once the flood's requests end, its slots are given back.
+    drop(held);
+    let mut waited = 0;
+    while in_flight(&server).await > 0.0 {
+        waited += 1;
+        assert!(waited < 1000, "the slots were given back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, body) = post(
+        &server,
+        Some(&flood.token),
+        "/v1/runner/claim",
+        &serde_json::json!({"capacity": 1}),
+    )
+    .await;
+    // Served (its one job is leased already): a verdict, not a 503.
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("no_queued_job")),
+        "{body}"
+    );
+}
