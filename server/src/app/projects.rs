@@ -1,8 +1,10 @@
 //! The operator routes of projects and runners.
 
 use super::error::{created, db_error, ok, ApiError, ApiResult};
-use super::extract::{identifier, parse_uuid, JsonBody, OperatorAuth, QueryParams, Segments};
-use super::jobs::{page, PageQuery};
+use super::extract::{
+    identifier, parse_uuid, JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, Segments,
+};
+use super::jobs::{page, EmptyRequest, PageQuery};
 use super::AppState;
 use crate::wire::{
     CreateProjectRequest, CreateRunnerRequest, ErrorBody, ProjectResponse, RunnerBody, RunnerList,
@@ -140,6 +142,7 @@ pub(super) async fn list_runners(
         ("project" = Uuid, Path, description = "the project id"),
         ("runner" = Uuid, Path, description = "the runner id")
     ),
+    request_body(content = Option<EmptyRequest>, description = "`{}` or no body"),
     responses(
         (status = 200, description = "the revoked runner (revoking it again answers the first revocation's time)", body = RunnerBody),
         (status = 404, description = "`unknown_project`, or `unknown_runner` (a runner of another project too)", body = ErrorBody)
@@ -149,6 +152,7 @@ pub(super) async fn revoke_runner(
     State(state): State<AppState>,
     _: OperatorAuth,
     Segments((project, runner)): Segments<(String, String)>,
+    OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
 ) -> ApiResult {
     let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
     let runner = RunnerId(parse_uuid(&runner, "runner")?);
