@@ -81,6 +81,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = leasewright_server::app::DEFAULT_PROJECT_SHARE,
           value_parser = parse_share)]
     payload_project_share: f64,
+    /// The most requests to /v1/ routes served at once; past it a request is refused
+    /// `503 request_slots_exhausted` with Retry-After (a runner retries it).
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_MAX_REQUESTS_IN_FLIGHT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_requests_in_flight: u64,
+    /// The most of --max-requests-in-flight one project's runners (or the operator) may hold at
+    /// once, a fraction from 0.01 to 1: a project that floods the routes leaves the rest to the
+    /// others.
+    #[arg(long, default_value_t = leasewright_server::app::DEFAULT_REQUEST_PROJECT_SHARE,
+          value_parser = parse_share)]
+    request_project_share: f64,
     /// Prune the jobs that finished longer ago than this (`30d`, `12h`), with everything they
     /// own, every --prune-interval; jobs whose ledgers are not audited are kept unless
     /// --prune-unaudited (docs/http.md, "Retention"). Default: never.
@@ -95,7 +106,7 @@ pub struct ServeArgs {
     prune_unaudited: bool,
 }
 
-/// `--payload-project-share`: a fraction from 0.01 to 1.
+/// `--payload-project-share`, `--request-project-share`: a fraction from 0.01 to 1.
 fn parse_share(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(share) if (0.01..=1.0).contains(&share) => Ok(share),
@@ -178,6 +189,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         database_connections: args.database_connections,
         migrate: !args.no_migrate,
         payload_project_share: args.payload_project_share,
+        max_requests_in_flight: args.max_requests_in_flight as usize,
+        request_project_share: args.request_project_share,
         retention: args.retain_finished_jobs.map(|finished_jobs| {
             leasewright_server::app::Retention {
                 finished_jobs,
@@ -211,8 +224,29 @@ pub struct OpArgs {
 enum OpCommand {
     /// Create a project; prints its id.
     Project { name: String },
-    /// Create a runner of a project; prints its token (shown once).
-    Runner { project: uuid::Uuid, name: String },
+    /// Create a runner of a project (`op runner PROJECT NAME`; prints its token, shown once), or
+    /// revoke one (`op runner revoke PROJECT RUNNER`).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Runner {
+        #[command(subcommand)]
+        action: Option<RunnerAction>,
+        #[arg(required = true)]
+        project: Option<uuid::Uuid>,
+        #[arg(required = true)]
+        name: Option<String>,
+    },
+    /// Print one page of the project's runners in creation order, revoked ones with their
+    /// `revoked_at` (JSON: `{"runners": [...], "next"?}`; pass `next` as --after for the page
+    /// after it).
+    Runners {
+        project: uuid::Uuid,
+        /// At most this many runners (1 to 1000; default: the server's, 100).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1000))]
+        limit: Option<i64>,
+        /// The cursor of the page to print: a previous page's `next`.
+        #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+        after: Option<i64>,
+    },
     /// Submit a job with a git revision (`--git`) or a directory (`--dir`) as its source; prints
     /// the job id.
     #[command(group(clap::ArgGroup::new("source").required(true).args(["git", "dir"])))]
@@ -309,6 +343,17 @@ enum OpCommand {
     },
 }
 
+#[derive(clap::Subcommand)]
+enum RunnerAction {
+    /// Revoke a runner of the project: its token is refused (401) at once by this server and
+    /// within 5 s by every server on the database; its leases run out and are swept as a lost
+    /// runner's (prints the revoked runner as JSON).
+    Revoke {
+        project: uuid::Uuid,
+        runner: uuid::Uuid,
+    },
+}
+
 /// `git -C repo ARGS`: its stdout, or an error with git's own message.
 fn git(repo: &std::path::Path, args: &[&str]) -> anyhow::Result<Vec<u8>> {
     let output = std::process::Command::new("git")
@@ -387,10 +432,24 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
             OpCommand::Project { name } => {
                 text(&format!("{}\n", client.create_project(&name).await?))
             }
-            OpCommand::Runner { project, name } => text(&format!(
+            OpCommand::Runner {
+                action: Some(RunnerAction::Revoke { project, runner }),
+                ..
+            } => json(&client.revoke_runner(project, runner).await?),
+            OpCommand::Runner {
+                action: None,
+                project: Some(project),
+                name: Some(name),
+            } => text(&format!(
                 "{}\n",
                 client.create_runner(project, &name).await?.token
             )),
+            OpCommand::Runner { .. } => unreachable!("clap requires PROJECT NAME or a subcommand"),
+            OpCommand::Runners {
+                project,
+                limit,
+                after,
+            } => json(&client.runners_page(project, after, limit).await?),
             OpCommand::Submit {
                 project,
                 git: rev,

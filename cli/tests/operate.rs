@@ -164,3 +164,93 @@ async fn op_lists_jobs_by_state_page_by_page_and_prints_one_document_per_command
     assert_eq!(code, 2, "{err}");
     server.stop().await.unwrap();
 }
+
+/// `op runners` lists a project's runners page by page, `op runner revoke` revokes one (its token
+/// is refused from then on), each printing one JSON document; another project's revoke does not
+/// find the runner (exit 2, `unknown_runner`), and `op runner PROJECT NAME` still creates one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn op_lists_runners_and_revokes_one_whose_token_is_then_refused() {
+    let (_db, server) = start_server().await;
+    let url = server.url();
+    let operator = OperatorClient::new(&url, OPERATOR).unwrap();
+    let project = operator.create_project("p").await.unwrap();
+    let other = operator.create_project("other").await.unwrap();
+    let first = operator.create_runner(project, "first").await.unwrap();
+    let (code, token, stderr) = op(&url, &["runner", &project.to_string(), "second"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(token.trim().starts_with("lw_"), "{token}");
+    operator.submit(project, &submit_request()).await.unwrap();
+    let runner = RunnerClient::new(&url, &first.token, Duration::from_secs(10)).unwrap();
+    runner.claim(1).await.unwrap();
+
+    let (code, stdout, stderr) = op(&url, &["runners", &project.to_string(), "--limit", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let page = one_document(&stdout);
+    assert_eq!(page["runners"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["runners"][0]["runner"], first.runner.to_string());
+    assert_eq!(page["runners"][0]["name"], "first");
+    assert!(page["runners"][0].get("revoked_at").is_none(), "{page}");
+    let next = page["next"].as_i64().expect("a next page").to_string();
+    let (code, stdout, _) = op(
+        &url,
+        &[
+            "runners",
+            &project.to_string(),
+            "--limit",
+            "1",
+            "--after",
+            &next,
+        ],
+    );
+    assert_eq!(code, 0);
+    let rest = one_document(&stdout);
+    assert_eq!(rest["runners"][0]["name"], "second", "{rest}");
+    assert!(rest.get("next").is_none(), "{rest}");
+
+    // Another project's revoke finds no such runner and revokes nothing.
+    let (code, stdout, stderr) = op(
+        &url,
+        &[
+            "runner",
+            "revoke",
+            &other.to_string(),
+            &first.runner.to_string(),
+        ],
+    );
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(stderr.contains("unknown_runner"), "{stderr}");
+    assert!(runner.claim(1).await.is_ok(), "still authenticated");
+
+    let (code, stdout, stderr) = op(
+        &url,
+        &[
+            "runner",
+            "revoke",
+            &project.to_string(),
+            &first.runner.to_string(),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let revoked = one_document(&stdout);
+    assert_eq!(revoked["runner"], first.runner.to_string());
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let refused = runner
+        .claim(1)
+        .await
+        .expect_err("a revoked token is refused");
+    assert!(refused.to_string().contains("401"), "{refused}");
+
+    let (code, stdout, _) = op(&url, &["runners", &project.to_string()]);
+    assert_eq!(code, 0);
+    let all = one_document(&stdout);
+    assert_eq!(
+        all["runners"][0]["revoked_at"], revoked["revoked_at"],
+        "{all}"
+    );
+    assert!(all["runners"][1].get("revoked_at").is_none(), "{all}");
+    // Misuse is a usage error.
+    let (code, _, _) = op(&url, &["runner", "revoke", &project.to_string()]);
+    assert_eq!(code, 2);
+    let (code, _, _) = op(&url, &["runners", &project.to_string(), "--limit", "0"]);
+    assert_eq!(code, 2);
+}

@@ -22,6 +22,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::Error;
 pub use schema::DEFAULT_SCHEMA;
 pub use sql::statement_counts;
-pub use store::{PrunePolicy, PruneReport, ResultObserver, Store, StoreConfig};
+pub use store::{
+    PrunePolicy, PruneReport, ResultObserver, Store, StoreConfig, DEFAULT_TOKEN_RECHECK,
+};
 pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};
 pub use types::*;

@@ -58,6 +58,8 @@ statements! {
     RUNNER_INSERT = "runner_insert";
     RUNNER_SELECT_PROJECT = "runner_select_project";
     RUNNER_SELECT_TOKEN_HASH = "runner_select_token_hash";
+    RUNNER_REVOKE = "runner_revoke";
+    RUNNER_SELECT_PAGE_OF_PROJECT = "runner_select_page_of_project";
     JOB_INSERT = "job_insert";
     JOB_LOCK = "job_lock";
     CLAIM = "claim";

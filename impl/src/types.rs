@@ -430,6 +430,18 @@ pub struct SourceIdentity {
     pub command: String,
 }
 
+/// A runner as stored (its token's hash aside): what an operator lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerView {
+    pub id: RunnerId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked (`None`: its token authenticates).
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Its place in its project's listing (the cursor of a page).
+    pub listed_seq: i64,
+}
+
 /// A job as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobView {

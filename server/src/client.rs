@@ -631,6 +631,37 @@ impl OperatorClient {
         self.http.get(&path).await
     }
 
+    /// One page of the project's runners in creation order (revoked ones too): at most `limit`
+    /// (the server's default without one) after the cursor `after`.
+    pub async fn runners_page(
+        &self,
+        project: Uuid,
+        after: Option<i64>,
+        limit: Option<i64>,
+    ) -> Result<RunnerList, CallError> {
+        self.http
+            .get(&page_path(
+                &format!("/v1/projects/{project}/runners"),
+                after,
+                limit,
+            ))
+            .await
+    }
+
+    /// Revoke a runner of the project: its token authenticates nothing from now on.
+    pub async fn revoke_runner(
+        &self,
+        project: Uuid,
+        runner: Uuid,
+    ) -> Result<RunnerBody, CallError> {
+        self.http
+            .post(
+                &format!("/v1/projects/{project}/runners/{runner}/revoke"),
+                &serde_json::json!({}),
+            )
+            .await
+    }
+
     pub async fn job(&self, project: Uuid, job: Uuid) -> Result<JobBody, CallError> {
         self.http
             .get(&format!("/v1/projects/{project}/jobs/{job}"))

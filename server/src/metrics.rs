@@ -118,6 +118,7 @@ pub struct Metrics {
     pruned_jobs: Counter,
     pruned_unaudited_jobs: Counter,
     payload_in_flight: Gauge,
+    requests_in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -147,6 +148,7 @@ impl Default for Metrics {
         let pruned_jobs = Counter::default();
         let pruned_unaudited_jobs = Counter::default();
         let payload_in_flight = Gauge::default();
+        let requests_in_flight = Gauge::default();
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("leasewright_claims", "Accepted claims", claims.clone());
         registry.register(
@@ -230,9 +232,15 @@ impl Default for Metrics {
             "Payload bytes the requests being received hold of the payload budget",
             payload_in_flight.clone(),
         );
+        registry.register(
+            "leasewright_requests_in_flight",
+            "Requests to /v1/ routes admitted and not yet answered (the request slots held)",
+            requests_in_flight.clone(),
+        );
         Self {
             registry,
             payload_in_flight,
+            requests_in_flight,
             queue_depth,
             claim_latency,
             job_duration,
@@ -329,6 +337,11 @@ impl Metrics {
         self.job_duration
             .get_or_create(&JobLabels { outcome })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Request slots taken (positive) or given back (negative).
+    pub fn requests_in_flight(&self, n: i64) {
+        self.requests_in_flight.inc_by(n);
     }
 
     /// Payload bytes taken from (positive) or given back to (negative) the payload budget.

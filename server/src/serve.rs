@@ -32,6 +32,10 @@ pub struct ServeOptions {
     pub migrate: bool,
     /// The most of the payload budget one project may hold (a fraction).
     pub payload_project_share: f64,
+    /// The most requests to `/v1/` routes served at once.
+    pub max_requests_in_flight: usize,
+    /// The most of them one project may hold (a fraction).
+    pub request_project_share: f64,
     /// `--retain-finished-jobs`: prune finished jobs periodically (`None`: never).
     pub retention: Option<crate::app::Retention>,
 }
@@ -101,6 +105,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         max_connections: options.database_connections,
         migrate: options.migrate,
         payload_project_share: options.payload_project_share,
+        max_requests_in_flight: options.max_requests_in_flight,
+        request_project_share: options.request_project_share,
         retention: options.retention,
         ..ServerConfig::default()
     };

@@ -29,6 +29,12 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// `PATH_MAX`.
 pub const MAX_PATH_BYTES: usize = 4096;
 
+/// The operating system's limit of a path given to a system call, its terminating NUL included
+/// (Linux's `PATH_MAX`): a runner extracts a source file at `<workspace>/<path>`, which must be
+/// shorter than this, so a path within [`MAX_PATH_BYTES`] is refused by a runner whose workspace
+/// leaves no room for it ([`SourceError::WorkspacePathTooLong`]).
+pub const PATH_MAX: usize = 4096;
+
 /// Why a tree or an archive was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -40,6 +46,17 @@ pub enum SourceError {
     NameTooLong(String),
     #[error("archive entry {0:?} has a path longer than {MAX_PATH_BYTES} bytes")]
     PathTooLong(String),
+    #[error(
+        "archive entry {path:?} ({path_bytes} bytes) does not fit in this runner's workspace \
+         {workspace:?} ({workspace_bytes} bytes): together {total} bytes, past the operating \
+         system's limit of {max} bytes for a path (PATH_MAX {PATH_MAX} with its NUL); give the \
+         runner a shorter --workdir",
+        path_bytes = path.len(),
+        workspace_bytes = workspace.len(),
+        total = workspace.len() + 1 + path.len(),
+        max = PATH_MAX - 1
+    )]
+    WorkspacePathTooLong { path: String, workspace: String },
     #[error("archive entry {0:?} is a link or a special file; only regular files and directories are allowed")]
     ForbiddenEntryType(String),
     #[error("archive entry {0:?} appears twice")]
@@ -78,6 +95,7 @@ impl SourceError {
             SourceError::UnsupportedName(_) | SourceError::NonUtf8Path(_) => "unsupported_name",
             SourceError::NameTooLong(_) => "name_too_long",
             SourceError::PathTooLong(_) => "path_too_long",
+            SourceError::WorkspacePathTooLong { .. } => "workspace_path_too_long",
             SourceError::ForbiddenEntryType(_) | SourceError::UnsupportedFile(_) => {
                 "forbidden_entry"
             }
@@ -103,7 +121,8 @@ impl SourceError {
             | SourceError::PathTooLong(path)
             | SourceError::ForbiddenEntryType(path)
             | SourceError::DuplicatePath(path)
-            | SourceError::PathConflict { path, .. } => Some(path),
+            | SourceError::PathConflict { path, .. }
+            | SourceError::WorkspacePathTooLong { path, .. } => Some(path),
             _ => None,
         }
     }
@@ -642,8 +661,16 @@ pub fn verify_and_extract(
     }
     std::fs::create_dir_all(dest)?;
     let file = BufReader::new(std::fs::File::open(archive)?);
+    let workspace = dest.to_string_lossy().into_owned();
     let seen = read_entries(file, limits, |path, mode, _, reader| {
         let target = dest.join(path);
+        // Refused with its cause before any system call fails on it (ENAMETOOLONG).
+        if target.as_os_str().len() >= PATH_MAX {
+            return Err(SourceError::WorkspacePathTooLong {
+                path: path.to_owned(),
+                workspace: workspace.clone(),
+            });
+        }
         if let Some(parent) = target.parent() {
             // Every component was checked to be a normal name; no links are ever created, so
             // the parents are real directories under `dest`.
@@ -797,6 +824,64 @@ mod tests {
         let again = snapshot_dir(&dest).unwrap();
         assert_eq!(again.manifest_digest, snapshot.manifest_digest);
         assert_eq!(again.blob_sha256, snapshot.blob_sha256);
+    }
+
+    /// A path within the submission limit (3,820 bytes) extracts into a short workspace; a runner
+    /// whose workspace is so long that `<workspace>/<path>` passes PATH_MAX refuses it with its
+    /// cause (the path, both lengths, the limit, what to do), not an `ENAMETOOLONG` from deep
+    /// inside the extraction.
+    #[test]
+    fn a_path_that_does_not_fit_in_the_runners_workspace_is_refused_with_its_cause() {
+        let component = "a".repeat(200);
+        let path = format!("{}/f", vec![component.as_str(); 19].join("/"));
+        assert_eq!(path.len(), 3820);
+        let snapshot = build_snapshot(vec![SourceFile {
+            path: path.clone(),
+            mode: 0o644,
+            content: b"deep\n".to_vec(),
+        }])
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        std::fs::write(&archive, &snapshot.archive).unwrap();
+        let short = dir.path().join("ws");
+        assert!(short.as_os_str().len() + 1 + path.len() < PATH_MAX);
+        verify_and_extract(
+            &archive,
+            &snapshot.blob_sha256,
+            &snapshot.manifest_digest,
+            &short,
+            Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read(short.join(&path)).unwrap(), b"deep\n");
+
+        let long = dir
+            .path()
+            .join("b".repeat(200))
+            .join("c".repeat(200))
+            .join("src");
+        assert!(long.as_os_str().len() + 1 + path.len() >= PATH_MAX);
+        let error = verify_and_extract(
+            &archive,
+            &snapshot.blob_sha256,
+            &snapshot.manifest_digest,
+            &long,
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, SourceError::WorkspacePathTooLong { path: p, .. } if *p == path),
+            "{error:?}"
+        );
+        assert_eq!(error.rule(), "workspace_path_too_long");
+        assert_eq!(error.path(), Some(path.as_str()));
+        let message = error.to_string();
+        assert!(message.contains("(3820 bytes)"), "{message}");
+        assert!(message.contains("4095"), "{message}");
+        assert!(message.contains("shorter --workdir"), "{message}");
+        // Nothing was written under the long workspace.
+        assert!(!long.join(&component).exists());
     }
 
     #[test]

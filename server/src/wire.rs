@@ -212,6 +212,27 @@ pub struct RunnerResponse {
     pub token: String,
 }
 
+/// A runner of a project as an operator lists it (its token is never shown again).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct RunnerBody {
+    pub runner: Uuid,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked (server time); absent while its token authenticates. Not recorded:
+    /// when it was last seen (that would be a write per runner message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A page of a project's runners (`GET /v1/projects/{project}/runners`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct RunnerList {
+    pub runners: Vec<RunnerBody>,
+    /// The cursor of the next page (pass it as `?after=`), absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
+}
+
 /// `POST /v1/projects/{project}/jobs`.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct SubmitJobRequest {

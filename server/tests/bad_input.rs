@@ -354,6 +354,9 @@ fn fill(path: &str, project: &str, job: &str, slot: &str, name: &str) -> String 
         .replace("{job}", job)
         .replace("{slot}", slot)
         .replace("{name}", name)
+        // No runner of the world has this id: a revoke that gets past every check is
+        // `404 unknown_runner` and revokes nothing.
+        .replace("{runner}", "00000000-0000-4000-8000-00000000abcd")
 }
 
 /// The path a route's valid request uses.
@@ -435,6 +438,18 @@ fn the_requests_the_bad_ones_are_made_from_are_accepted_as_they_are() {
         // In the table's order: the claim takes a3, the result ends a1, the cancel is a3's.
         for route in ROUTES {
             let answer = w.send(&valid_raw(w, route)).await.unwrap();
+            // The revoke names a runner the world does not have (`fill`): a real revoke would
+            // change the world every later case is built on. It gets past every input check.
+            if route.path.ends_with("/revoke") {
+                assert_eq!(
+                    answer.status,
+                    404,
+                    "{}",
+                    String::from_utf8_lossy(&answer.body)
+                );
+                assert!(String::from_utf8_lossy(&answer.body).contains("unknown_runner"));
+                continue;
+            }
             assert!(
                 (200..300).contains(&answer.status),
                 "{}: {} {}",

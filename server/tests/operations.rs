@@ -344,3 +344,302 @@ async fn a_prune_takes_the_jobs_specs_keys_and_unused_sources_along() {
     assert_eq!(answer.status().as_u16(), 201);
     assert_eq!(count("server_source_blobs").await, 1);
 }
+
+/// GET `path` with `token`; the status and the JSON answer (Null when not JSON).
+async fn get(
+    server: &leasewright_server::app::Server,
+    token: &str,
+    path: &str,
+) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .get(format!("{}{path}", server.url()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// Issue 30 item 4: a revoked runner's token is refused `401` at once by the replica that revoked
+/// it and, within the documented recheck (5 s by the server's clock), by another replica on the
+/// same database that had authenticated it before; nothing is reassigned by the revocation: its
+/// lease runs out and the sweep makes the job `uncertain`. The listing shows the revocation; the
+/// revoke route of another project does not find the runner.
+#[tokio::test]
+async fn a_revoked_runner_is_refused_by_every_replica_within_the_recheck_and_its_lease_runs_out() {
+    let (db, primary) = start(true).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let replica =
+        leasewright_server::app::start(db.url(), Duration::from_secs(30), listener, config(true))
+            .await
+            .expect("a second replica");
+    let f = fixture(&primary).await;
+    let other = fixture_named(&primary, "other").await;
+    for _ in 0..2 {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    let tuple = serde_json::to_value(lease.tuple(None)).unwrap();
+    let claim = serde_json::json!({"capacity": 1});
+    // The replica authenticates the runner (and keeps its token's hash).
+    let (status, body) = post(&replica, Some(&f.token), "/v1/runner/heartbeat", &tuple).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Another project's revoke route does not find it; a runner token is no operator.
+    let foreign = format!(
+        "/v1/projects/{}/runners/{}/revoke",
+        other.project, f.runner_id
+    );
+    let (status, body) = post(&primary, Some(OPERATOR), &foreign, &serde_json::json!({})).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_runner")),
+        "{body}"
+    );
+    let revoke = format!("/v1/projects/{}/runners/{}/revoke", f.project, f.runner_id);
+    let (status, _) = post(
+        &primary,
+        Some(&other.token),
+        &revoke,
+        &serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(status, 401);
+    let (status, body) = post(&primary, Some(&f.token), "/v1/runner/heartbeat", &tuple).await;
+    assert_eq!(status, 200, "still authenticated: {body}");
+
+    let (status, revoked) = post(&primary, Some(OPERATOR), &revoke, &serde_json::json!({})).await;
+    assert_eq!(status, 200, "{revoked}");
+    assert_eq!(revoked["runner"], serde_json::json!(f.runner_id));
+    let revoked_at = revoked["revoked_at"]
+        .as_str()
+        .expect("revoked_at")
+        .to_owned();
+    // Again: the first revocation's time.
+    let (status, again) = post(&primary, Some(OPERATOR), &revoke, &serde_json::json!({})).await;
+    assert_eq!(
+        (status, again["revoked_at"].as_str()),
+        (200, Some(revoked_at.as_str()))
+    );
+
+    // The revoking replica refuses the token at once, on every runner route.
+    for (path, body) in [
+        ("/v1/runner/heartbeat", &tuple),
+        ("/v1/runner/claim", &claim),
+    ] {
+        let (status, answer) = post(&primary, Some(&f.token), path, body).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (401, Some("unauthorized")),
+            "{path}: {answer}"
+        );
+    }
+    // The other replica kept the hash it read: within the recheck it still authenticates...
+    let (status, body) = post(&replica, Some(&f.token), "/v1/runner/heartbeat", &tuple).await;
+    assert_eq!(status, 200, "within the recheck: {body}");
+    // ...and once the recheck has passed by its clock it reads the revocation.
+    let clock = replica.manual_clock.clone().expect("a manual clock");
+    clock.advance(chrono::Duration::from_std(leasewright_impl::DEFAULT_TOKEN_RECHECK).unwrap());
+    for (path, body) in [
+        ("/v1/runner/heartbeat", &tuple),
+        ("/v1/runner/claim", &claim),
+    ] {
+        let (status, answer) = post(&replica, Some(&f.token), path, body).await;
+        assert_eq!(status, 401, "{path} on the other replica: {answer}");
+    }
+    // The other project's runner is untouched.
+    assert!(other.runner.claim(1).await.unwrap().is_empty());
+
+    // The listing shows it revoked; a runner made afterwards is not; pages of one.
+    let second = f.operator.create_runner(f.project, "second").await.unwrap();
+    let (status, page) = get(
+        &primary,
+        OPERATOR,
+        &format!("/v1/projects/{}/runners?limit=1", f.project),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let runners = page["runners"].as_array().unwrap();
+    assert_eq!(runners.len(), 1);
+    assert_eq!(runners[0]["runner"], serde_json::json!(f.runner_id));
+    assert_eq!(runners[0]["name"], "r");
+    assert_eq!(runners[0]["revoked_at"].as_str(), Some(revoked_at.as_str()));
+    assert!(runners[0]["created_at"].is_string());
+    let next = page["next"].as_i64().expect("a next page");
+    let (_, rest) = get(
+        &primary,
+        OPERATOR,
+        &format!("/v1/projects/{}/runners?limit=1&after={next}", f.project),
+    )
+    .await;
+    let rest_runners = rest["runners"].as_array().unwrap();
+    assert_eq!(rest_runners.len(), 1);
+    assert_eq!(rest_runners[0]["runner"], serde_json::json!(second.runner));
+    assert!(rest_runners[0].get("revoked_at").is_none(), "{rest}");
+    assert!(rest.get("next").is_none(), "{rest}");
+    // Another project lists only its own runner.
+    let (_, theirs) = get(
+        &primary,
+        OPERATOR,
+        &format!("/v1/projects/{}/runners", other.project),
+    )
+    .await;
+    assert_eq!(theirs["runners"].as_array().unwrap().len(), 1);
+
+    // Nothing was reassigned: the job is still running under the revoked runner's lease, until
+    // the lease runs out and the sweep makes it uncertain.
+    let job = format!("/v1/projects/{}/jobs/{}", f.project, lease.job);
+    let (_, view) = get(&primary, OPERATOR, &job).await;
+    assert_eq!(view["state"], "running", "{view}");
+    let clock = primary.manual_clock.clone().expect("a manual clock");
+    // (Past the lease the other replica's heartbeat granted by its own clock, which started a
+    // little later than this one's.)
+    clock.advance(chrono::Duration::seconds(120));
+    let (status, swept) = post(
+        &primary,
+        Some(OPERATOR),
+        "/v1/sweep",
+        &serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, swept["verdict"].as_str()),
+        (200, Some("uncertain")),
+        "{swept}"
+    );
+    let (_, view) = get(&primary, OPERATOR, &job).await;
+    assert_eq!(view["state"], "uncertain", "{view}");
+    // The second runner takes the other queued job: the revoked one's is not requeued.
+    let second_runner = leasewright_server::client::RunnerClient::new(
+        &primary.url(),
+        &second.token,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let taken = second_runner.claim(2).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_ne!(taken[0].job, lease.job);
+    replica.stop().await.unwrap();
+}
+
+/// Issue 30 item 5: one project's runners could hold every request the server serves at once (and
+/// the database connections with them). With 4 request slots and each project's share half of
+/// them, a flooding project's stalled heartbeats are admitted until it holds 2, the next one is
+/// refused at once `503 request_slots_exhausted` with `Retry-After`, and a normal project's
+/// heartbeat and claim, and the operator's read, are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_flooding_the_routes_with_requests_leaves_the_other_projects_served() {
+    let mut config = config(false);
+    config.max_requests_in_flight = 4;
+    config.request_project_share = 0.5;
+    // The stalled requests are held until the test ends.
+    config.connections.body_read_timeout = Duration::from_secs(600);
+    config.connections.request_timeout = Duration::from_secs(600);
+    let (_db, server) = start_with(config).await;
+    let flood = fixture_named(&server, "flood").await;
+    let normal = fixture_named(&server, "normal").await;
+    for f in [&flood, &normal] {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+    }
+    flood.runner.claim(1).await.unwrap();
+    let lease = normal.runner.claim(1).await.unwrap().remove(0);
+    let in_flight = |server: &leasewright_server::app::Server| {
+        let url = server.url();
+        async move {
+            let text = reqwest::get(format!("{url}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .find_map(|l| l.strip_prefix("leasewright_requests_in_flight "))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    };
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let before = in_flight(&server).await;
+        // A heartbeat that sends its headers and the start of its body, then nothing.
+        let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
+        let head = format!(
+            "POST /v1/runner/heartbeat HTTP/1.1\r\nHost: leasewright\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"job",
+            flood.token
+        );
+        stalled.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = [0u8; 512];
+        let admitted = loop {
+            tokio::select! {
+                read = stalled.read(&mut answer) => {
+                    let n = read.expect("read");
+                    refused.push(String::from_utf8_lossy(&answer[..n]).to_string());
+                    break false;
+                }
+                now = in_flight(&server) => {
+                    if now >= before + 1.0 {
+                        break true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        if admitted {
+            held.push(stalled);
+        }
+    }
+    assert_eq!(
+        (held.len(), refused.len()),
+        (2, 1),
+        "the flooding project holds its share, 2 of 4 slots, and no more: {refused:?}"
+    );
+    let text = &refused[0];
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("request_slots_exhausted"), "{text}");
+    assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
+    assert_eq!(in_flight(&server).await, 2.0);
+    // The normal project is served: a heartbeat, a claim (nothing left), the operator's read.
+    let tuple = serde_json::to_value(lease.tuple(None)).unwrap();
+    let (status, body) = post(&server, Some(&normal.token), "/v1/runner/heartbeat", &tuple).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(normal.runner.claim(1).await.unwrap().is_empty());
+    let view = normal
+        .operator
+        .job(normal.project, lease.job)
+        .await
+        .unwrap();
+    assert_eq!(view.state, "running");
+    // Once the flood's requests end, its slots are given back.
+    drop(held);
+    let mut waited = 0;
+    while in_flight(&server).await > 0.0 {
+        waited += 1;
+        assert!(waited < 1000, "the slots were given back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, body) = post(
+        &server,
+        Some(&flood.token),
+        "/v1/runner/claim",
+        &serde_json::json!({"capacity": 1}),
+    )
+    .await;
+    // Served (its one job is leased already): a verdict, not a 503.
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("no_queued_job")),
+        "{body}"
+    );
+}

@@ -54,6 +54,11 @@ pub struct StoreConfig {
     pub schema: String,
 }
 
+/// How long a runner's token hash read by [`Store::authenticate`] is used before it is read
+/// again, by the store's clock, unless [`Store::with_token_recheck`] says otherwise: the bound
+/// within which a revocation made through another store (another replica) is honoured.
+pub const DEFAULT_TOKEN_RECHECK: Duration = Duration::from_secs(5);
+
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
@@ -222,7 +227,7 @@ impl Store {
             clock,
             lease_ttl,
             attempt_quota: None,
-            token_hashes: Arc::default(),
+            token_hashes: Arc::new(setup::TokenHashes::new(DEFAULT_TOKEN_RECHECK)),
             result_observer: None,
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -244,6 +249,15 @@ impl Store {
             lease_ttl,
             ..self.clone()
         })
+    }
+
+    /// The same store reading a runner's token hash again after `recheck` by its clock
+    /// ([`Store::authenticate`]; default [`DEFAULT_TOKEN_RECHECK`]): the bound within which a
+    /// revocation made by another store on the database is honoured here. Hashes kept so far are
+    /// forgotten.
+    pub fn with_token_recheck(mut self, recheck: Duration) -> Store {
+        self.token_hashes = Arc::new(setup::TokenHashes::new(recheck));
+        self
     }
 
     /// The same store with a per-attempt quota: a `log append`, `artifact put` or `cache put`

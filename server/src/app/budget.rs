@@ -21,7 +21,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use leasewright_impl::{ProjectId, RunnerId};
+use leasewright_impl::ProjectId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
@@ -33,9 +33,6 @@ enum Account {
     /// The operator's submissions and requests that authenticate no runner.
     Other,
 }
-
-/// The most runners whose project is kept in memory; past it the map is emptied and read again.
-const RUNNER_PROJECTS_KEPT: usize = 100_000;
 
 /// The budget shared by every payload route of one server.
 #[derive(Clone)]
@@ -49,8 +46,6 @@ pub(super) struct PayloadBudget {
     body_limit: usize,
     /// KiB held per account (an account holding nothing has no entry).
     held: Arc<Mutex<HashMap<Account, u32>>>,
-    /// The project of each runner seen (a runner's project never changes).
-    runner_projects: Arc<Mutex<HashMap<RunnerId, ProjectId>>>,
     /// The server's state, to authenticate a request's runner (`None`: every request is charged
     /// to one account, as in the OpenAPI document's router).
     state: Option<AppState>,
@@ -81,7 +76,6 @@ impl PayloadBudget {
             share_kib,
             body_limit,
             held: Arc::default(),
-            runner_projects: Arc::default(),
             state,
         }
     }
@@ -91,26 +85,10 @@ impl PayloadBudget {
         let (Some(state), Some(token)) = (&self.state, bearer(headers)) else {
             return Ok(Account::Other);
         };
-        let Some(runner) = state.0.store.authenticate(token).await? else {
-            return Ok(Account::Other);
-        };
-        if let Some(project) = self
-            .runner_projects
-            .lock()
-            .expect("runner projects")
-            .get(&runner)
-        {
-            return Ok(Account::Project(*project));
-        }
-        let Some(project) = state.0.store.project_of_runner(runner).await? else {
-            return Ok(Account::Other);
-        };
-        let mut kept = self.runner_projects.lock().expect("runner projects");
-        if kept.len() >= RUNNER_PROJECTS_KEPT {
-            kept.clear();
-        }
-        kept.insert(runner, project);
-        Ok(Account::Project(project))
+        Ok(match state.project_of_token(token).await? {
+            Some(project) => Account::Project(project),
+            None => Account::Other,
+        })
     }
 }
 

@@ -240,7 +240,7 @@ pub(super) struct PageQuery {
 
 impl PageQuery {
     /// (after, limit), checked.
-    fn bounds(&self) -> Result<(i64, i64), ApiError> {
+    pub(super) fn bounds(&self) -> Result<(i64, i64), ApiError> {
         let limit = self.limit.unwrap_or(DEFAULT_PAGE_LIMIT);
         if !(1..=MAX_PAGE_LIMIT).contains(&limit) {
             return Err(ApiError::bad_request(format!(
@@ -257,7 +257,11 @@ impl PageQuery {
 
 /// A page read with one row more than `limit`: the first `limit` rows, and the cursor of the
 /// next page when there is one.
-fn page<T>(mut rows: Vec<T>, limit: i64, cursor: impl Fn(&T) -> i64) -> (Vec<T>, Option<i64>) {
+pub(super) fn page<T>(
+    mut rows: Vec<T>,
+    limit: i64,
+    cursor: impl Fn(&T) -> i64,
+) -> (Vec<T>, Option<i64>) {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     if rows.len() <= limit {
         return (rows, None);

@@ -12,6 +12,7 @@ mod listen;
 mod openapi;
 mod projects;
 mod runner;
+mod slots;
 mod targets;
 mod time;
 
@@ -25,6 +26,7 @@ pub use extract::{
 pub use jobs::{DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT};
 pub use listen::ConnectionLimits;
 pub use runner::{MAX_CLAIM_CAPACITY, MAX_RESULTS_PER_BATCH};
+pub use slots::{DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_PROJECT_SHARE};
 
 use crate::metrics::Metrics;
 use crate::source::Limits;
@@ -33,7 +35,7 @@ use axum::Router;
 use chrono::Utc;
 use extract::digest32;
 use leasewright_impl::{
-    Clock, ManualClock, ProjectId, PrunePolicy, PruneReport, Store, SweepVerdict,
+    Clock, ManualClock, ProjectId, PrunePolicy, PruneReport, RunnerId, Store, SweepVerdict,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +86,14 @@ pub struct ServerConfig {
     /// once, as a fraction (0 to 1; default [`DEFAULT_PROJECT_SHARE`], half): a project that
     /// floods the payload routes leaves the rest to the others.
     pub payload_project_share: f64,
+    /// The most requests to `/v1/` routes served at once (`--max-requests-in-flight`); past it a
+    /// request is `503 request_slots_exhausted` (app/slots.rs).
+    pub max_requests_in_flight: usize,
+    /// The most of [`ServerConfig::max_requests_in_flight`] one project's runners (or the
+    /// operator, or unauthenticated requests) may hold at once, as a fraction (0 to 1; default
+    /// [`DEFAULT_REQUEST_PROJECT_SHARE`], half): a project that floods the routes leaves the rest
+    /// to the others.
+    pub request_project_share: f64,
     /// Prune finished jobs older than this, with everything they own (`None`: never; never on a
     /// manual clock). See [`Retention`].
     pub retention: Option<Retention>,
@@ -129,6 +139,8 @@ impl Default for ServerConfig {
             database_connect_timeout: Duration::from_secs(5),
             migrate: true,
             payload_project_share: DEFAULT_PROJECT_SHARE,
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            request_project_share: DEFAULT_REQUEST_PROJECT_SHARE,
             retention: None,
         }
     }
@@ -142,7 +154,13 @@ struct Inner {
     source_limits: Limits,
     /// The database the server follows (`None`: a state made over a store by a test).
     database: Option<Arc<database::Database>>,
+    /// The project of each runner seen (a runner's project never changes): whose share of the
+    /// payload budget and of the request slots a runner's request takes.
+    runner_projects: std::sync::Mutex<std::collections::HashMap<RunnerId, ProjectId>>,
 }
+
+/// The most runners whose project is kept in memory; past it the map is emptied and read again.
+const RUNNER_PROJECTS_KEPT: usize = 100_000;
 
 /// The shared state of the handlers.
 #[derive(Clone)]
@@ -260,7 +278,38 @@ impl AppState {
             metrics,
             source_limits,
             database,
+            runner_projects: Default::default(),
         }))
+    }
+
+    /// Whether `token` is the operator token.
+    fn is_operator_token(&self, token: &str) -> bool {
+        extract::constant_time_eq(&digest32(token.as_bytes()), &self.0.operator_token_sha256)
+    }
+
+    /// The project of the runner `token` authenticates (`None`: it authenticates no runner).
+    async fn project_of_token(&self, token: &str) -> Result<Option<ProjectId>, ApiError> {
+        let Some(runner) = self.0.store.authenticate(token).await? else {
+            return Ok(None);
+        };
+        if let Some(project) = self
+            .0
+            .runner_projects
+            .lock()
+            .expect("runner projects")
+            .get(&runner)
+        {
+            return Ok(Some(*project));
+        }
+        let Some(project) = self.0.store.project_of_runner(runner).await? else {
+            return Ok(None);
+        };
+        let mut kept = self.0.runner_projects.lock().expect("runner projects");
+        if kept.len() >= RUNNER_PROJECTS_KEPT {
+            kept.clear();
+        }
+        kept.insert(runner, project);
+        Ok(Some(project))
     }
 
     /// The store.
@@ -378,7 +427,8 @@ fn api(
         .routes(routes!(targets::target_deploy).layer(control))
         .routes(routes!(targets::target_get))
         .routes(routes!(projects::create_project).layer(control))
-        .routes(routes!(projects::create_runner).layer(control))
+        .routes(routes!(projects::create_runner, projects::list_runners).layer(control))
+        .routes(routes!(projects::revoke_runner).layer(control))
         .routes(routes!(jobs::submit_job).layer(payload))
         .routes(routes!(jobs::list_jobs))
         .routes(routes!(jobs::get_security_log))
@@ -440,6 +490,27 @@ pub fn router_with_budget(
     payload_in_flight_bytes: usize,
     payload_project_share: f64,
 ) -> Router {
+    router_with_slots(
+        state,
+        max_payload_bytes,
+        payload_in_flight_bytes,
+        payload_project_share,
+        DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+        DEFAULT_REQUEST_PROJECT_SHARE,
+    )
+}
+
+/// [`router_with_budget`] with the request slots' bound
+/// ([`ServerConfig::max_requests_in_flight`]) and each account's share of them
+/// ([`ServerConfig::request_project_share`]).
+fn router_with_slots(
+    state: AppState,
+    max_payload_bytes: usize,
+    payload_in_flight_bytes: usize,
+    payload_project_share: f64,
+    max_requests_in_flight: usize,
+    request_project_share: f64,
+) -> Router {
     let budget = budget::PayloadBudget::new(
         payload_in_flight_bytes,
         max_payload_bytes,
@@ -452,9 +523,12 @@ pub fn router_with_budget(
         // Test mode only: a request may carry a time of its own (time::request_time).
         router = router.layer(axum::middleware::from_fn(time::request_time));
     }
+    let slots =
+        slots::RequestSlots::new(state.clone(), max_requests_in_flight, request_project_share);
     router
         .fallback(health::fallback)
         .method_not_allowed_fallback(health::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(slots, slots::admit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             database::gate,
@@ -587,11 +661,13 @@ pub async fn start(
         config.source_limits,
         Some(database.clone()),
     );
-    let app = router_with_budget(
+    let app = router_with_slots(
         state.clone(),
         config.max_payload_bytes,
         config.payload_in_flight_bytes,
         config.payload_project_share,
+        config.max_requests_in_flight,
+        config.request_project_share,
     );
     let addr = listener.local_addr()?;
     let (shutdown, rx) = tokio::sync::oneshot::channel::<()>();

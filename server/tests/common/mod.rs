@@ -395,6 +395,22 @@ pub const ROUTES: &[Route] = &[
         None,
     ),
     route(
+        "GET",
+        "/v1/projects/{project}/runners",
+        Op,
+        NoB,
+        B::None,
+        None,
+    ),
+    route(
+        "POST",
+        "/v1/projects/{project}/runners/{runner}/revoke",
+        Op,
+        Ctl,
+        B::Empty,
+        None,
+    ),
+    route(
         "POST",
         "/v1/projects/{project}/jobs",
         Op,
