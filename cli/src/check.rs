@@ -54,6 +54,11 @@ pub struct CheckArgs {
     /// epoch rises (docs/model.md "Failover"; not with --side-effects).
     #[arg(long)]
     failover: bool,
+    /// Replica clocks (docs/protocol.md §3.1): every server-side step is judged at `clock + d`
+    /// for a `d` in [-N, N] the environment chooses, and the sweep and the wait after an epoch
+    /// change act 2N past a lease (0: one clock).
+    #[arg(long, default_value_t = 0)]
+    replica_skew: u8,
     /// Deployment target kind: fenced, idempotent or unfenced (a variant may require one).
     #[arg(long, default_value_t = Config::default().target)]
     target: TargetKind,
@@ -208,6 +213,22 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                     },
                 },
                 Named {
+                    // Replica clocks (docs/protocol.md §3.1): every server step judged at
+                    // clock + d, d in [-1, 1], through a failover; one attempt, one-tick leases,
+                    // no outsider and no forgery (each replica clock multiplies the states).
+                    name: "one-job-replica-clocks",
+                    config: Config {
+                        failover: true,
+                        replica_skew: 1,
+                        attempts_per_job: 1,
+                        lease_ttl: 1,
+                        disconnects: false,
+                        outsider: false,
+                        forgery: false,
+                        ..one_job.clone()
+                    },
+                },
+                Named {
                     name: "shared-slot",
                     config: Config {
                         jobs: 1,
@@ -236,6 +257,7 @@ impl CheckArgs {
             shared_slot: self.shared_slot,
             side_effects: self.side_effects,
             failover: self.failover,
+            replica_skew: self.replica_skew,
             ..Config::default()
         }
         .with_variant(self.variant)
@@ -820,6 +842,14 @@ fn summary(c: &Config) -> String {
         ", one failover (the last committed server transition lost, the epoch rises)"
     } else {
         ""
+    } + &if c.replica_skew > 0 {
+        format!(
+            ", replica clocks within ±{} of the clock (sweep and epoch wait {} past a lease)",
+            c.replica_skew,
+            2 * u16::from(c.replica_skew)
+        )
+    } else {
+        String::new()
     }
 }
 

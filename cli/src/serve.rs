@@ -46,6 +46,13 @@ pub struct ServeArgs {
     /// A file holding the operator token.
     #[arg(long, conflicts_with = "operator_token")]
     operator_token_file: Option<PathBuf>,
+    /// The bound on this replica's clock's distance from the database server's, in milliseconds
+    /// (docs/protocol.md §3.1): every replica of one database must use one value. Recorded in the
+    /// database (the sweep and the wait after an epoch change act twice this past a lease) and
+    /// checked against the database's clock at start and every second; outside it the server
+    /// answers 503 clock_skew_exceeded. Not checked on a manual clock.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    max_clock_skew_ms: u64,
     /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     sweep_interval_ms: u64,
@@ -175,6 +182,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         manual_clock: args.manual_clock,
         operator_token,
         sweep_interval: Duration::from_millis(args.sweep_interval_ms.max(10)),
+        max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
         connections: ConnectionLimits {
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
             body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),

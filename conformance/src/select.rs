@@ -473,6 +473,11 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
 pub const FAILOVER: &str =
     "a failover step (no driver can roll its database back to an earlier commit)";
 
+/// Why a trace that switches between replicas' clocks is not replayed: the suites never generate
+/// one (no configuration they replay has `replica_skew > 0`); the drivers run one clock.
+pub const REPLICA_CLOCK: &str =
+    "a replica_clock step (replica_skew > 0: the drivers replay one server clock)";
+
 /// Whether a driver can replay `trace`: it has no failover step ([`FAILOVER`]).
 pub fn replayable(trace: &Generated<LeaseModel>) -> bool {
     !trace.steps.iter().any(|(a, _)| *a == Action::Failover)

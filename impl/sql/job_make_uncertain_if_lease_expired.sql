@@ -1,6 +1,8 @@
 -- name: job_make_uncertain_if_lease_expired
 -- Rule R4 `expiry sweep`: every `running`/`cancelling` job whose current lease expired at `now`
--- becomes `uncertain`, and so does its attempt. Never `queued`: a timeout is not a stopped process.
+-- by more than 2 * max_clock_skew (docs/protocol.md §3.1: replicas' clocks may disagree by 2δ;
+-- migration 0016; 0 with one clock) becomes `uncertain`, and so does its attempt. Never
+-- `queued`: a timeout is not a stopped process.
 -- Each job made uncertain is recorded in expiry_sweeps (the audit's ledger) by the same statement.
 -- $1 now, $2 project (NULL: every project)
 WITH expired AS (
@@ -9,7 +11,8 @@ WITH expired AS (
     JOIN attempts AS a ON a.id = j.current_attempt_id
     WHERE j.state IN ('running', 'cancelling')
       AND a.state = 'active'
-      AND a.lease_expiry <= $1
+      AND a.lease_expiry <= $1 - 2 * coalesce(
+          (SELECT p.max_clock_skew FROM lease_policy AS p WHERE p.id), interval '0')
       AND ($2::uuid IS NULL OR j.project_id = $2)
     ORDER BY j.id
     FOR NO KEY UPDATE OF j, a

@@ -65,6 +65,7 @@ statements! {
     CLAIM = "claim";
     CLAIM_EPOCH = "claim_epoch";
     LEASE_POLICY_RECORD = "lease_policy_record";
+    LEASE_POLICY_RECORD_CLOCK_SKEW = "lease_policy_record_clock_skew";
     EPOCH_SELECT_CURRENT = "epoch_select_current";
     EPOCH_ADVANCE = "epoch_advance";
     JOB_PICK_EARLIEST_QUEUED_WITH_FREE_TARGET = "job_pick_earliest_queued_with_free_target";

@@ -110,6 +110,7 @@ pub fn action(a: &Action) -> String {
         }
         Action::Tick => "tick (server time passes)".to_string(),
         Action::Failover => "the database fails over: the server's last committed transition is lost, the epoch rises".to_string(),
+        Action::ReplicaClock { offset } => format!("a replica whose clock reads server time {offset:+} serves the next steps"),
         Action::ExpirySweep => "server runs the expiry sweep".to_string(),
         Action::Cancel { job } => format!("operator cancels job {job}"),
         Action::Reconcile {
@@ -298,6 +299,9 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                     .to_string()
             }
             Action::ExpirySweep => format!("Note over Server: expiry sweep: {verdict}"),
+            Action::ReplicaClock { offset } => {
+                format!("Note over Server: a replica whose clock reads {offset:+} serves")
+            }
             Action::Cancel { .. }
             | Action::Reconcile { .. }
             | Action::OutsiderCancel { .. }

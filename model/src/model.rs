@@ -237,7 +237,7 @@ impl LeaseModel {
             });
         }
         State {
-            clock: 0,
+            clock: self.time_slack(),
             jobs,
             attempts: Attempts::new(),
             runners,
@@ -248,6 +248,54 @@ impl LeaseModel {
             epoch: 0,
             epoch_wait: 0,
             before: None,
+            replica: 0,
+        }
+    }
+
+    // ----- replica clocks (docs/protocol.md §3.1) ----------------------------------------------
+
+    /// The server's receipt time in `s`: the clock of the replica serving the next step
+    /// (`clock + replica`; the clock itself with one replica clock).
+    pub fn now(s: &State) -> u8 {
+        (i16::from(s.clock) + i16::from(s.replica)).clamp(0, i16::from(u8::MAX)) as u8
+    }
+
+    /// How far past a lease's expiry the expiry sweep and the wait after an epoch change act:
+    /// `2 × replica_skew` (the variant `half-skew-margin`: `replica_skew`).
+    pub fn skew_margin(&self) -> u8 {
+        let k = self.config.replica_skew;
+        if self.config.variant == Variant::HalfSkewMargin {
+            k
+        } else {
+            k.saturating_mul(2)
+        }
+    }
+
+    /// Where the time origin stands after each step: `clock` is this, and a time that has
+    /// fallen below 0 is kept as 0. With replica clocks it leaves room for every replica's
+    /// `now` (down to `clock - replica_skew`) to compare with a time past by up to the margin
+    /// exactly: a time that reached 0 is at least `replica_skew + margin` in the past, expired
+    /// and sweepable for every replica. 0 with one clock.
+    pub fn time_slack(&self) -> u8 {
+        self.config.replica_skew.saturating_mul(3)
+    }
+
+    /// When `a`'s runner stops by its own reckoning (§2): its own expiry with replica clocks,
+    /// the lease's expiry with one clock.
+    fn runner_deadline(&self, a: &Attempt) -> u8 {
+        if self.config.replica_skew == 0 {
+            a.lease_expiry
+        } else {
+            a.runner_expiry
+        }
+    }
+
+    /// The runner's own expiry of a lease granted or renewed in `s` (0 with one clock).
+    fn runner_expiry_now(&self, s: &State) -> u8 {
+        if self.config.replica_skew == 0 {
+            0
+        } else {
+            s.clock.saturating_add(self.config.lease_ttl)
         }
     }
 
@@ -464,7 +512,7 @@ impl LeaseModel {
             MessageKind::TargetMutation | MessageKind::SideEffect(_) => false,
         };
         let swept = attempt.state == AttemptState::Uncertain;
-        let expired = s.clock >= attempt.lease_expiry;
+        let expired = Self::now(s) >= attempt.lease_expiry;
         if !skip_expiry && (swept || expired) {
             return Expected::rejected(Reason::LeaseExpired);
         }
@@ -551,7 +599,8 @@ impl LeaseModel {
     pub fn claimable_job(&self, s: &State, runner: RunnerId) -> Option<JobId> {
         let r = s.runners.get(runner as usize)?;
         // After a failover no job is claimed until every lease of the earlier epoch has expired.
-        if s.epoch_wait > 0 && self.config.variant != Variant::FailoverWithoutWait {
+        // (`epoch_wait` is 0 when there is no wait, and the receipt time is never below 0.)
+        if Self::now(s) < s.epoch_wait && self.config.variant != Variant::FailoverWithoutWait {
             return None;
         }
         s.jobs
@@ -567,12 +616,13 @@ impl LeaseModel {
 
     /// Jobs whose current attempt holds an expired but unswept lease.
     fn expired_leases<'a>(&self, s: &'a State) -> impl Iterator<Item = (JobId, AttemptId)> + 'a {
+        let margin = u16::from(self.skew_margin());
         s.jobs.iter().enumerate().filter_map(move |(j, job)| {
             let a = job.current?;
             let attempt = &s.attempts[a as usize];
             (job.state.is_leased()
                 && attempt.state == AttemptState::Active
-                && s.clock >= attempt.lease_expiry)
+                && u16::from(Self::now(s)) >= u16::from(attempt.lease_expiry) + margin)
                 .then_some((j as JobId, a))
         })
     }
@@ -881,18 +931,23 @@ impl LeaseModel {
                 }
             }
             MessageKind::Heartbeat => {
+                let now = Self::now(s);
                 let expiry = if variant == Variant::RunnerClockExtendsLease {
                     m.runner_time.saturating_add(self.config.lease_ttl)
                 } else if variant == Variant::HeartbeatShortensLease {
-                    s.clock + self.config.lease_ttl / 2
+                    now + self.config.lease_ttl / 2
                 } else {
-                    s.clock + self.config.lease_ttl
+                    now + self.config.lease_ttl
                 };
-                s.attempts[m.attempt as usize].lease_expiry = expiry;
+                let runner_expiry = self.runner_expiry_now(s);
+                let attempt = &mut s.attempts[m.attempt as usize];
+                attempt.lease_expiry = expiry;
+                attempt.runner_expiry = runner_expiry;
             }
             MessageKind::Rejoin => {
                 if variant == Variant::RejoinResurrectsLease {
-                    s.attempts[m.attempt as usize].lease_expiry = s.clock + self.config.lease_ttl;
+                    s.attempts[m.attempt as usize].lease_expiry =
+                        Self::now(s) + self.config.lease_ttl;
                 }
             }
             MessageKind::SideEffect(effect) => self.apply_side_effect(s, m, effect),
@@ -915,6 +970,7 @@ impl LeaseModel {
 
     fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
         let a = s.attempts.len() as AttemptId;
+        let (now, runner_expiry) = (Self::now(s), self.runner_expiry_now(s));
         let variant = self.config.variant;
         // Fences and slot tokens carry the epoch: a claim issues at least the epoch's first one.
         let floor = if variant == Variant::FailoverWithoutEpoch {
@@ -946,7 +1002,7 @@ impl LeaseModel {
             runner,
             lease: a + 1,
             fence,
-            lease_expiry: s.clock + self.config.lease_ttl,
+            lease_expiry: now + self.config.lease_ttl,
             state: AttemptState::Active,
             token,
             digest: None,
@@ -956,6 +1012,7 @@ impl LeaseModel {
             artifact: 0,
             lost: false,
             issued,
+            runner_expiry,
         });
         let r = &mut s.runners[runner as usize];
         r.holding = Some(a);
@@ -1067,6 +1124,12 @@ impl LeaseModel {
                     a.lease_expiry = was.lease_expiry;
                     a.state = was.state;
                     a.digest = was.digest;
+                    let k = self.config.replica_skew;
+                    if k > 0 {
+                        // With replica clocks a forgotten heartbeat may have shortened the lease
+                        // (docs/protocol.md §3.1): the restored grant is expired only if it is.
+                        a.expired = u16::from(s.clock) >= u16::from(a.lease_expiry) + u16::from(k);
+                    }
                 }
                 None => a.lost = true,
             }
@@ -1080,7 +1143,9 @@ impl LeaseModel {
         s.epoch_wait = if self.config.variant == Variant::FailoverWithoutWait {
             0
         } else {
-            s.clock + self.config.lease_ttl
+            // The first claim of the new epoch records `began_at` at its replica's `now`; claims
+            // wait until `began_at + lease_ttl + 2 × replica_skew` (§2 "Epochs", §3.1).
+            Self::now(s) + self.config.lease_ttl + self.skew_margin()
         };
         Some(())
     }
@@ -1292,12 +1357,27 @@ impl LeaseModel {
         // Time passes only while it can expire a lease: while some `active` attempt's lease
         // is still valid.
         // After a failover, also while claims wait for the earlier epoch's leases to expire.
-        if s.epoch_wait > s.clock
-            || s.attempts
-                .iter()
-                .any(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
+        // With replica clocks, until the slowest replica's clock has passed the wait, the
+        // sweep's margin, and every lost execution's own deadline.
+        let k = u16::from(c.replica_skew);
+        let late = k + u16::from(self.skew_margin());
+        let clock = u16::from(s.clock);
+        if u16::from(s.epoch_wait) + k > clock
+            || s.attempts.iter().any(|a| {
+                a.state == AttemptState::Active
+                    && (clock < u16::from(a.lease_expiry) + late
+                        || (a.lost
+                            && a.execution == Execution::Executing
+                            && clock < u16::from(self.runner_deadline(a))))
+            })
         {
             actions.push(Action::Tick);
+        }
+        // The environment chooses which replica's clock judges the next server steps.
+        for offset in -(c.replica_skew as i8)..=(c.replica_skew as i8) {
+            if offset != s.replica {
+                actions.push(Action::ReplicaClock { offset });
+            }
         }
         if c.failover && s.before.is_some() {
             actions.push(Action::Failover);
@@ -1479,8 +1559,9 @@ impl Model for LeaseModel {
             Action::Tick => {
                 s.clock += 1;
                 let now = s.clock;
+                let k = self.config.replica_skew;
                 for a in s.attempts.iter_mut() {
-                    if a.state == AttemptState::Active && now >= a.lease_expiry {
+                    if k == 0 && a.state == AttemptState::Active && now >= a.lease_expiry {
                         a.expired = true;
                         // A runner whose lease ran out without a renewal stops its execution
                         // (R2); the server's sweep and a reconciliation enforce that for the
@@ -1489,8 +1570,20 @@ impl Model for LeaseModel {
                             a.execution = Execution::Stopped;
                         }
                     }
+                    if k > 0 && a.state == AttemptState::Active {
+                        // With replica clocks: expired by every replica's clock once the
+                        // slowest one has passed the expiry; the runner stops by its own
+                        // reckoning, which no replica's clock moves.
+                        if u16::from(now) >= u16::from(a.lease_expiry) + u16::from(k) {
+                            a.expired = true;
+                        }
+                        if a.lost && a.execution == Execution::Executing && now >= a.runner_expiry {
+                            a.execution = Execution::Stopped;
+                        }
+                    }
                 }
             }
+            Action::ReplicaClock { offset } => s.replica = offset,
             Action::Failover => self.failover(&mut s)?,
             Action::ExpirySweep => self.sweep(&mut s),
             // The operator of the other project is always refused.
@@ -1528,6 +1621,7 @@ impl Model for LeaseModel {
         for a in s.attempts.iter_mut() {
             if a.state != AttemptState::Active {
                 a.lease_expiry = 0;
+                a.runner_expiry = 0;
             }
         }
         // A message that could no longer matter in the last state (`forgotten`) is lost: it was
@@ -1547,9 +1641,11 @@ impl Model for LeaseModel {
                 s.before = Some(Box::new(was));
             }
         }
-        let now = s.clock;
+        // With replica clocks the origin stays `time_slack` behind now (see there).
+        let now = s.clock.saturating_sub(self.time_slack());
         for a in s.attempts.iter_mut() {
             a.lease_expiry = a.lease_expiry.saturating_sub(now);
+            a.runner_expiry = a.runner_expiry.saturating_sub(now);
         }
         if let Some(before) = s.before.as_mut() {
             for a in before.attempts.iter_mut() {
@@ -1557,7 +1653,7 @@ impl Model for LeaseModel {
             }
         }
         s.epoch_wait = s.epoch_wait.saturating_sub(now);
-        s.clock = 0;
+        s.clock -= now;
         Some(s)
     }
 

@@ -255,6 +255,10 @@ pub fn probe_key(s: &State) -> u64 {
     // hasher, cost about 5 % of the default check here.)
     let mut h = ahash::RandomState::with_seeds(1, 2, 3, 4).build_hasher();
     h.write_u8(s.clock);
+    if s.replica != 0 {
+        // The receipt time is `clock + replica` (replica clocks only: one clock keeps its keys).
+        h.write_i8(s.replica);
+    }
     h.write_usize(s.jobs.len());
     for j in &s.jobs {
         (j.project, j.state, j.current, j.fence).hash(&mut h);
@@ -345,6 +349,7 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
             FENCED_TARGET_MONOTONIC,
         ],
         Variant::FailoverWithoutWait => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
+        Variant::HalfSkewMargin => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
         Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
         Variant::FenceReused => &[FENCES_INCREASE],
@@ -831,8 +836,11 @@ fn heartbeats<'a>(m: &'a LeaseModel, s: &'a State) -> impl Iterator<Item = (u8, 
 }
 
 /// Every heartbeat the server would accept now leaves its lease expiring no earlier than before.
+/// With replica clocks (docs/protocol.md §3.1) a replica behind the one that granted the lease
+/// may set it up to `2 × replica_skew` earlier (its receipt time is earlier), never more.
 fn heartbeat_never_shortens(c: &Ctx<'_>) -> bool {
-    heartbeats(c.m, c.s).all(|(before, after)| after >= before)
+    let slack = c.m.config.replica_skew.saturating_mul(2);
+    heartbeats(c.m, c.s).all(|(before, after)| after.saturating_add(slack) >= before)
 }
 
 /// A runner's project has a `queued` job (with attempts left) whose slot another job holds.
@@ -908,7 +916,8 @@ pub(crate) fn late_or_conflicting(s: &State, m: &Message) -> bool {
         return !(outcome == committed && attempt.digest.is_none_or(|d| d == m.digest));
     }
     attempt.state == AttemptState::Uncertain
-        || (attempt.state == AttemptState::Active && s.clock >= attempt.lease_expiry)
+        || (attempt.state == AttemptState::Active
+            && crate::LeaseModel::now(s) >= attempt.lease_expiry)
 }
 
 /// `m` carries the exact ownership tuple of its job's current attempt.
@@ -1163,7 +1172,10 @@ fn quiescence_resolved(c: &Ctx<'_>) -> bool {
     let quiescent = m.next_steps(s).into_iter().all(|(action, next)| {
         matches!(
             action,
-            Action::Tick | Action::Cancel { .. } | Action::OutsiderCancel { .. }
+            Action::Tick
+                | Action::ReplicaClock { .. }
+                | Action::Cancel { .. }
+                | Action::OutsiderCancel { .. }
         ) || next == *s
     });
     !quiescent
@@ -1244,7 +1256,9 @@ fn no_result_after_expiry(c: &Ctx<'_>) -> bool {
             .get(msg.job as usize)
             .and_then(|j| j.current)
             .map(|a| &s.attempts[a as usize]);
-        current.is_some_and(|a| a.state == AttemptState::Active && s.clock < a.lease_expiry)
+        current.is_some_and(|a| {
+            a.state == AttemptState::Active && crate::LeaseModel::now(s) < a.lease_expiry
+        })
     })
 }
 
@@ -1255,13 +1269,17 @@ fn no_retry_after_cancel(c: &Ctx<'_>) -> bool {
 }
 
 /// Every `active` lease expires at most `lease_ttl` after now (a grant sets it to its receipt time
-/// plus `lease_ttl`, and time only moves on).
+/// plus `lease_ttl`, and time only moves on). With replica clocks the granting receipt time was
+/// at most `replica_skew` ahead of the clock (docs/protocol.md §3.1).
 fn lease_bounded(c: &Ctx<'_>) -> bool {
     let s = c.s;
-    s.attempts.iter().all(|a| {
-        a.state != AttemptState::Active
-            || a.lease_expiry <= s.clock.saturating_add(c.m.config.lease_ttl)
-    })
+    let bound = s
+        .clock
+        .saturating_add(c.m.config.lease_ttl)
+        .saturating_add(c.m.config.replica_skew);
+    s.attempts
+        .iter()
+        .all(|a| a.state != AttemptState::Active || a.lease_expiry <= bound)
 }
 
 /// A result with the exact tuple of an attempt that holds its job's committed outcome, which is
@@ -1362,7 +1380,7 @@ fn side_effects_need_lease(c: &Ctx<'_>) -> bool {
             || (exact_current_tuple(s, msg) && {
                 let attempt = &s.attempts[msg.attempt as usize];
                 attempt.state == AttemptState::Active
-                    && s.clock < attempt.lease_expiry
+                    && crate::LeaseModel::now(s) < attempt.lease_expiry
                     && s.jobs[msg.job as usize].state == JobState::Running
             })
     })

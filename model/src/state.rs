@@ -64,6 +64,13 @@ pub struct Config {
     /// the ledger or the side effects.
     #[serde(default)]
     pub failover: bool,
+    /// Replica clocks (docs/protocol.md §3.1): every server-side step is judged at the receipt
+    /// time `clock + d` of the replica that serves it, for a `d` in `[-replica_skew,
+    /// replica_skew]` the environment chooses (`Action::ReplicaClock`), and the expiry sweep and
+    /// the wait after an epoch change act `2 × replica_skew` past a lease. `0` (the default):
+    /// one clock, today's configurations and traces unchanged.
+    #[serde(default)]
+    pub replica_skew: u8,
 }
 
 /// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
@@ -94,6 +101,7 @@ impl Default for Config {
             ledger: 0,
             side_effects: false,
             failover: false,
+            replica_skew: 0,
         }
     }
 }
@@ -155,6 +163,10 @@ impl Config {
         if variant.needs_outsider_job() {
             self.outsider = true;
             self.outsider_jobs = self.outsider_jobs.max(1);
+        }
+        if variant == Variant::HalfSkewMargin {
+            // The flaw shows only where two replicas' clocks differ.
+            self.replica_skew = self.replica_skew.max(1);
         }
         if variant.needs_failover() {
             // One job: the loss of its claim is the whole story.
@@ -249,6 +261,12 @@ pub struct Attempt {
     /// issued twice or reset; invariants 7 and 15 compare with it, not with the token.
     #[serde(default)]
     pub issued: u8,
+    /// With [`Config::replica_skew`]: when the lease runs out by its runner's own reckoning
+    /// (§2: `lease_ttl` after it sent the claim or heartbeat that granted or renewed it), in
+    /// server-clock ticks; a replica's receipt time may differ from it. Relative, like every time.
+    /// Always 0 with one clock (the runner's reckoning is then the lease's expiry).
+    #[serde(default)]
+    pub runner_expiry: u8,
 }
 
 /// What the server's database holds of an attempt besides what is fixed at its claim: what a
@@ -684,6 +702,11 @@ pub struct State {
     /// committed transition (what a failover goes back to). `None` otherwise.
     #[serde(default)]
     pub before: Option<Box<Server>>,
+    /// With [`Config::replica_skew`]: the offset of the clock of the replica that judges the
+    /// server's next steps (its `now` is `clock + replica`), in `[-replica_skew, replica_skew]`.
+    /// Always 0 with one clock.
+    #[serde(default)]
+    pub replica: i8,
 }
 
 impl Clone for State {
@@ -703,6 +726,7 @@ impl Clone for State {
             epoch: self.epoch,
             epoch_wait: self.epoch_wait,
             before: self.before.clone(),
+            replica: self.replica,
         }
     }
 }
@@ -784,6 +808,9 @@ pub enum Action {
     /// last committed transition, runners, messages in flight and targets keep theirs, the
     /// epoch rises.
     Failover,
+    /// With [`Config::replica_skew`]: from now on the server's steps are served by a replica
+    /// whose clock reads `clock + offset` (docs/protocol.md §3.1).
+    ReplicaClock { offset: i8 },
 }
 
 /// How a replayed message is altered.
@@ -822,6 +849,7 @@ impl Action {
             Action::OutsiderCancel { .. } => "outsider_cancel",
             Action::OutsiderReconcile { .. } => "outsider_reconcile",
             Action::Failover => "failover",
+            Action::ReplicaClock { .. } => "replica_clock",
         }
     }
 }
@@ -857,8 +885,10 @@ impl std::hash::Hash for State {
             epoch,
             epoch_wait,
             before,
+            replica,
         } = self;
         h.write_u8(*clock);
+        h.write_i8(*replica);
         h.write_u8(*epoch);
         h.write_u8(*epoch_wait);
         before.hash(h);
@@ -912,6 +942,7 @@ impl std::hash::Hash for State {
                 artifact,
                 lost,
                 issued,
+                runner_expiry,
             } = *attempt;
             let [digest_tag, digest] = option(digest);
             let execution = match execution {
@@ -935,6 +966,7 @@ impl std::hash::Hash for State {
                 artifact,
                 lost as u8,
                 issued,
+                runner_expiry,
             ]));
         }
         h.write_usize(runners.len());

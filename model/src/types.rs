@@ -289,6 +289,12 @@ named_enum! {
         /// earlier epoch has expired: a job whose claim was lost is claimed again while the lost
         /// attempt's execution still runs.
         FailoverWithoutWait => "failover-without-wait",
+        /// With replica clocks ([`crate::Config::replica_skew`]): the expiry sweep and the wait
+        /// after an epoch change act `replica_skew` past a lease instead of `2 × replica_skew`
+        /// (docs/protocol.md §3.1): a replica whose clock is behind records the epoch's start,
+        /// one ahead lets the claims go, and a job whose claim was lost is claimed again while
+        /// the lost attempt's runner still rightly executes.
+        HalfSkewMargin => "half-skew-margin",
         /// `rejoin` is answered like a heartbeat and extends the lease, even an expired one.
         RejoinResurrectsLease => "rejoin-resurrects-lease",
         /// A reconciliation accepts the finding `still_running` (skips §6.3 check 4) and retries.
@@ -361,7 +367,10 @@ impl Variant {
     /// This variant's flaw shows after a failover: it is checked with one
     /// ([`crate::Config::failover`]).
     pub fn needs_failover(self) -> bool {
-        matches!(self, Self::FailoverWithoutEpoch | Self::FailoverWithoutWait)
+        matches!(
+            self,
+            Self::FailoverWithoutEpoch | Self::FailoverWithoutWait | Self::HalfSkewMargin
+        )
     }
 
     /// This variant's flaw is in the side effects of R8: it is checked with them

@@ -526,6 +526,58 @@ fn failover_without_wait_runs_a_job_twice_at_once() {
     }
 }
 
+/// `half-skew-margin` (replica clocks, docs/protocol.md §3.1): the wait after an epoch change
+/// ends `replica_skew` past the lease instead of `2 × replica_skew`. Runner 0's claim is lost in
+/// a failover that a replica whose clock is behind (-1) records the epoch's start at; a replica
+/// ahead (+1) lets runner 1 claim the job again at once, while runner 0 still executes within
+/// its own lease (invariants 6 and 14). With the protocol's margin no path does that.
+#[test]
+fn half_skew_margin_runs_a_job_twice_at_once_across_two_replica_clocks() {
+    let config = variant_config(Variant::HalfSkewMargin);
+    assert_eq!(config.replica_skew, 1);
+    for property in [ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE] {
+        let actions = shortest(&config, property).unwrap();
+        assert_eq!(
+            actions,
+            vec![
+                Action::Claim { runner: 0 },
+                Action::ReplicaClock { offset: -1 },
+                Action::Failover,
+                Action::ReplicaClock { offset: 1 },
+                Action::Claim { runner: 1 },
+            ],
+            "{property}"
+        );
+    }
+}
+
+/// With replica clocks within the bound (one job through a failover, every step judged at
+/// `clock + d` for `d` in `[-1, 1]`; one attempt, one-tick leases, no outsider and no forgery:
+/// each replica clock multiplies the states), the protocol's margin of `2 × replica_skew` keeps
+/// every property, and the lost claim is made again.
+#[test]
+fn the_protocol_satisfies_every_property_with_replica_clocks_through_a_failover() {
+    for lease_ttl in [1] {
+        let config = Config {
+            jobs: 1,
+            lease_ttl,
+            disconnects: false,
+            failover: true,
+            replica_skew: 1,
+            attempts_per_job: 1,
+            outsider: false,
+            forgery: false,
+            ..Config::default()
+        };
+        let checker = check(&config);
+        assert_every_property(&config, &checker);
+        assert!(
+            checker.discovery(SOMETIMES_LOST_CLAIM_MADE_AGAIN).is_some(),
+            "ttl {lease_ttl}"
+        );
+    }
+}
+
 /// `failover-without-epoch`: runner 0's claim is lost in a failover; after the wait the job is
 /// claimed again under the same fence and slot token (invariants 2 and 15), and a stale
 /// mutation sent under the lost claim lands after the new one's at a fenced target, which

@@ -119,6 +119,8 @@ pub struct Metrics {
     pruned_unaudited_jobs: Counter,
     payload_in_flight: Gauge,
     requests_in_flight: Gauge,
+    clock_offset: Gauge<f64, std::sync::atomic::AtomicU64>,
+    clock_within_bound: Gauge,
 }
 
 impl Default for Metrics {
@@ -149,6 +151,8 @@ impl Default for Metrics {
         let pruned_unaudited_jobs = Counter::default();
         let payload_in_flight = Gauge::default();
         let requests_in_flight = Gauge::default();
+        let clock_offset = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let clock_within_bound = Gauge::default();
         // Counters are registered without `_total`: the encoder appends it.
         registry.register("leasewright_claims", "Accepted claims", claims.clone());
         registry.register(
@@ -236,11 +240,21 @@ impl Default for Metrics {
             "leasewright_requests_in_flight",
             "Requests to /v1/ routes admitted and not yet answered (the request slots held)",
             requests_in_flight.clone(),
+            "leasewright_clock_offset_seconds",
+            "The database server's clock minus this replica's, as last measured (docs/protocol.md §3.1)",
+            clock_offset.clone(),
+        );
+        registry.register(
+            "leasewright_clock_within_bound",
+            "1 while this replica's clock is within --max-clock-skew of the database's (it serves), 0 while not (it answers 503 clock_skew_exceeded)",
+            clock_within_bound.clone(),
         );
         Self {
             registry,
             payload_in_flight,
             requests_in_flight,
+            clock_offset,
+            clock_within_bound,
             queue_depth,
             claim_latency,
             job_duration,
@@ -311,6 +325,15 @@ impl Metrics {
         self.database_synchronous_standbys
             .set(synchronous_standbys.unwrap_or(-1));
         self.database_epoch.set(epoch.unwrap_or(-1));
+    }
+
+    /// The last measurement of this replica's clock against the database's: the offset
+    /// (database minus replica) and whether it is within the bound.
+    pub fn clock(&self, offset: Duration, ahead_of_replica: bool, within_bound: bool) {
+        let seconds = offset.as_secs_f64();
+        self.clock_offset
+            .set(if ahead_of_replica { seconds } else { -seconds });
+        self.clock_within_bound.set(i64::from(within_bound));
     }
 
     /// The server followed the primary to another host.

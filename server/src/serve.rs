@@ -38,6 +38,9 @@ pub struct ServeOptions {
     pub request_project_share: f64,
     /// `--retain-finished-jobs`: prune finished jobs periodically (`None`: never).
     pub retention: Option<crate::app::Retention>,
+    /// `--max-clock-skew-ms`: the bound on this replica's clock's distance from the database's
+    /// (docs/protocol.md §3.1).
+    pub max_clock_skew: Duration,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -108,6 +111,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         max_requests_in_flight: options.max_requests_in_flight,
         request_project_share: options.request_project_share,
         retention: options.retention,
+        max_clock_skew: options.max_clock_skew,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;

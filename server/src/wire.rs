@@ -456,6 +456,26 @@ pub struct HealthResponse {
     /// What the server's database is now (absent from servers before it was added).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database: Option<DatabaseHealth>,
+    /// This replica's clock against the database's (docs/protocol.md §3.1); absent on a manual
+    /// clock (nothing is checked) and from servers before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockHealth>,
+}
+
+/// `GET /healthz`'s `clock`: the last measurement of this replica's clock against the database
+/// server's (docs/http.md).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ClockHealth {
+    /// The database's clock minus this replica's, in milliseconds (positive: the database is
+    /// ahead); null before the first measurement.
+    pub offset_ms: Option<f64>,
+    /// The round trip of the measuring query, in milliseconds: the offset is uncertain by half.
+    pub round_trip_ms: Option<f64>,
+    /// The bound (`serve --max-clock-skew`), in milliseconds.
+    pub max_clock_skew_ms: f64,
+    /// Whether |offset| + round trip / 2 <= the bound: false while the server answers
+    /// `503 clock_skew_exceeded`.
+    pub within_bound: bool,
 }
 
 /// `GET /healthz`'s `database`: the server the control plane writes to (docs/http.md).

@@ -359,6 +359,9 @@ pub fn step_request(
     let step = match action {
         // Left out before replay (`select::replayable`): no driver can roll a database back.
         Action::Failover => return Err(DriverError::Unmappable(crate::select::FAILOVER.into())),
+        Action::ReplicaClock { .. } => {
+            return Err(DriverError::Unmappable(crate::select::REPLICA_CLOCK.into()))
+        }
         Action::Claim { runner } => {
             // The names the claim's attempt and lease take from now on, if it is accepted.
             let attempt = before.attempts.len();

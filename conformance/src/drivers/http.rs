@@ -1406,6 +1406,7 @@ impl Session for HttpSession {
             // A database cannot be rolled back to an earlier commit from here: such traces are
             // left out before replay (`select::replayable`).
             Action::Failover => return Err(unmappable(crate::select::FAILOVER)),
+            Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
             Action::Claim { runner } => {
                 self.sync_clock().await?;
                 let client = self

@@ -519,6 +519,7 @@ impl Session for PgSession {
             // A database cannot be rolled back to an earlier commit from here: such traces are
             // left out before replay (`select::replayable`).
             Action::Failover => return Err(unmappable(crate::select::FAILOVER)),
+            Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
             Action::Claim { runner } => {
                 let id = *self
                     .runners

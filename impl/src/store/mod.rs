@@ -260,6 +260,29 @@ impl Store {
         self
     }
 
+    /// Records `max_clock_skew` (δ, docs/protocol.md §3.1) as this database's bound on how far a
+    /// replica's clock may be from the database server's: the database keeps the largest δ any
+    /// server recorded, and from then on the expiry sweep makes a job `uncertain` only once
+    /// `now >= lease_expiry + 2δ`, and claims wait after an epoch change until `began_at` + the
+    /// largest lease ttl + 2δ (migration 0016). A store that never records one works with one
+    /// clock (δ = 0): tests, replays, a single server. `serve` records its `--max-clock-skew`.
+    pub async fn record_max_clock_skew(&self, max_clock_skew: Duration) -> Result<(), Error> {
+        let skew = chrono::Duration::from_std(max_clock_skew)
+            .ok()
+            .and_then(|skew| skew.num_microseconds())
+            .ok_or(Error::InvalidArgument("max_clock_skew is too large"))?;
+        let ttl = self
+            .lease_ttl
+            .num_microseconds()
+            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
+        sqlx::query(crate::sql::LEASE_POLICY_RECORD_CLOCK_SKEW.issue())
+            .bind(ttl)
+            .bind(skew)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The same store with a per-attempt quota: a `log append`, `artifact put` or `cache put`
     /// that would make the attempt hold more than `bytes` (its log chunks, its artifacts, and the
     /// cache entries it stored last, counting what the write replaces as gone) fails with

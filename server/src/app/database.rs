@@ -261,7 +261,21 @@ pub(super) async fn replication_state(
 /// `503 database_unavailable` at once (and a request in flight when the primary is lost is
 /// answered so then, not when its connection times out); a response that met a database failure
 /// wakes the watcher.
+///
+/// The same gate answers `503 clock_skew_exceeded` (with `Retry-After`) to every request but
+/// `/healthz` and `/metrics` while this replica's clock is not known to be within
+/// `max_clock_skew` of the database's (app/clock_skew.rs, docs/protocol.md §3.1).
 pub(super) async fn gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(check) = &state.0.clock_check {
+        if !check.within() && !super::clock_skew::exempt(request.uri().path()) {
+            let mut response = super::clock_skew::clock_skew_exceeded().into_response();
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(super::error::DATABASE_RETRY_AFTER_SECONDS),
+            );
+            return response;
+        }
+    }
     let Some(database) = state.0.database.clone() else {
         return next.run(request).await;
     };

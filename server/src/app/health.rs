@@ -2,7 +2,7 @@
 
 use super::error::{ok, ApiError, ApiResult};
 use super::AppState;
-use crate::wire::{DatabaseHealth, HealthResponse};
+use crate::wire::{ClockHealth, DatabaseHealth, HealthResponse};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -29,6 +29,16 @@ pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
             synchronous_standbys: database.synchronous_standbys,
             synchronous_standby_names: database.synchronous_standby_names,
             epoch: database.epoch,
+        }),
+        clock: state.0.clock_check.as_ref().map(|check| {
+            let last = check.last();
+            ClockHealth {
+                offset_ms: last
+                    .map(|o| o.offset.num_microseconds().unwrap_or(i64::MAX) as f64 / 1000.0),
+                round_trip_ms: last.map(|o| o.round_trip.as_secs_f64() * 1000.0),
+                max_clock_skew_ms: check.max_clock_skew().as_secs_f64() * 1000.0,
+                within_bound: check.within(),
+            }
         }),
     })
 }

@@ -3,6 +3,7 @@
 //! keeps the content-addressed source store.
 
 mod budget;
+mod clock_skew;
 mod database;
 mod error;
 mod extract;
@@ -17,6 +18,9 @@ mod targets;
 mod time;
 
 pub use budget::DEFAULT_PROJECT_SHARE;
+pub use clock_skew::{
+    measure_against_database, ClockOffset, MeasureClockOffset, DEFAULT_MAX_CLOCK_SKEW,
+};
 pub use database::session_options;
 pub use error::ApiError;
 pub use extract::{
@@ -97,6 +101,16 @@ pub struct ServerConfig {
     /// Prune finished jobs older than this, with everything they own (`None`: never; never on a
     /// manual clock). See [`Retention`].
     pub retention: Option<Retention>,
+    /// The bound on this replica's clock's distance from the database server's
+    /// (docs/protocol.md §3.1; `serve --max-clock-skew`, default [`DEFAULT_MAX_CLOCK_SKEW`]):
+    /// recorded in the database (the sweep and the wait after an epoch change act 2δ past a
+    /// lease), and checked against the database's clock at start and every
+    /// [`ServerConfig::database_check_interval`]; outside it the server answers
+    /// `503 clock_skew_exceeded`. Not checked on a manual clock.
+    pub max_clock_skew: Duration,
+    /// How the offset is measured (`None`: against the database, app/clock_skew.rs); tests
+    /// inject one.
+    pub measure_clock_offset: Option<MeasureClockOffset>,
 }
 
 /// How `serve --retain-finished-jobs` prunes (docs/http.md, "Retention").
@@ -142,6 +156,8 @@ impl Default for ServerConfig {
             max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             request_project_share: DEFAULT_REQUEST_PROJECT_SHARE,
             retention: None,
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
+            measure_clock_offset: None,
         }
     }
 }
@@ -157,6 +173,9 @@ struct Inner {
     /// The project of each runner seen (a runner's project never changes): whose share of the
     /// payload budget and of the request slots a runner's request takes.
     runner_projects: std::sync::Mutex<std::collections::HashMap<RunnerId, ProjectId>>,
+    /// This replica's clock against the database's (`None`: not checked, on a manual clock or
+    /// a state made over a store by a test).
+    clock_check: Option<Arc<clock_skew::ClockCheck>>,
 }
 
 /// The most runners whose project is kept in memory; past it the map is emptied and read again.
@@ -255,7 +274,14 @@ impl AppState {
         operator_token: &str,
         source_limits: Limits,
     ) -> Self {
-        Self::with_database(store, manual_clock, operator_token, source_limits, None)
+        Self::with_database(
+            store,
+            manual_clock,
+            operator_token,
+            source_limits,
+            None,
+            None,
+        )
     }
 
     fn with_database(
@@ -264,6 +290,7 @@ impl AppState {
         operator_token: &str,
         source_limits: Limits,
         database: Option<Arc<database::Database>>,
+        clock_check: Option<Arc<clock_skew::ClockCheck>>,
     ) -> Self {
         let metrics = Arc::new(Metrics::default());
         // The job duration histogram: every accepted result, claim to outcome (server time).
@@ -279,6 +306,7 @@ impl AppState {
             source_limits,
             database,
             runner_projects: Default::default(),
+            clock_check,
         }))
     }
 
@@ -551,6 +579,7 @@ pub struct Server {
     sweeper: Option<tokio::task::JoinHandle<()>>,
     watcher: Option<tokio::task::JoinHandle<()>>,
     pruner: Option<tokio::task::JoinHandle<()>>,
+    clock_watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -574,6 +603,9 @@ impl Server {
         }
         if let Some(pruner) = self.pruner.take() {
             pruner.abort();
+        }
+        if let Some(clock_watcher) = self.clock_watcher.take() {
+            clock_watcher.abort();
         }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -603,6 +635,9 @@ impl Drop for Server {
         }
         if let Some(pruner) = self.pruner.take() {
             pruner.abort();
+        }
+        if let Some(clock_watcher) = self.clock_watcher.take() {
+            clock_watcher.abort();
         }
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
@@ -650,6 +685,18 @@ pub async fn start(
         store
     }
     .with_attempt_quota(config.attempt_quota_bytes);
+    // Every replica's clock within max_clock_skew of the database's (docs/protocol.md §3.1): the
+    // database keeps the largest δ, and this replica checks its own clock. On a manual clock
+    // there is one clock: nothing to record or check.
+    let clock_check = if manual_clock.is_none() {
+        store.record_max_clock_skew(config.max_clock_skew).await?;
+        Some(Arc::new(clock_skew::ClockCheck::new(
+            config.max_clock_skew,
+            config.measure_clock_offset.clone(),
+        )))
+    } else {
+        None
+    };
     let operator_token = match &config.operator_token {
         Some(token) => token.clone(),
         None => random_token("lwop_")?,
@@ -660,7 +707,12 @@ pub async fn start(
         &operator_token,
         config.source_limits,
         Some(database.clone()),
+        clock_check,
     );
+    if let Some(check) = &state.0.clock_check {
+        // Before serving: a replica outside the bound answers 503 from its first request on.
+        check.check(&state).await;
+    }
     let app = router_with_slots(
         state.clone(),
         config.max_payload_bytes,
@@ -683,6 +735,15 @@ pub async fn start(
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
+                if state
+                    .0
+                    .clock_check
+                    .as_ref()
+                    .is_some_and(|check| !check.within())
+                {
+                    // Outside the bound this replica decides nothing (docs/protocol.md §3.1).
+                    continue;
+                }
                 if let Err(error) = state.sweep().await {
                     tracing::warn!(code = %error.code, "expiry sweep failed");
                     if error.code == error::DATABASE_UNAVAILABLE {
@@ -693,6 +754,12 @@ pub async fn start(
         })
     });
     let watcher = Some(tokio::spawn(database::watch_primary(state.clone())));
+    let clock_watcher = state.0.clock_check.is_some().then(|| {
+        tokio::spawn(clock_skew::watch_clock(
+            state.clone(),
+            config.database_check_interval,
+        ))
+    });
     // Never on a manual clock: time moves only when a test moves it.
     let pruner = config
         .retention
@@ -720,5 +787,6 @@ pub async fn start(
         sweeper,
         watcher,
         pruner,
+        clock_watcher,
     })
 }
