@@ -781,7 +781,8 @@ fn assert_every_property(config: &Config, checker: &impl Checker<LeaseModel>) {
 
 #[test]
 fn the_protocol_satisfies_every_property_with_one_job() {
-    assert_checks(&small(), 13_679);
+    // 13,679 while rejoins went in flight; answered at receipt when checking (docs/model.md).
+    assert_checks(&small(), 4_199);
 }
 
 /// With one runner of the project no other runner can name its attempt (`runner_mismatch` is not
@@ -794,7 +795,8 @@ fn the_protocol_satisfies_every_invariant_with_one_runner() {
     };
     let checker = check(&config);
     assert!(checker.discovery(properties::EVERY_INVARIANT).is_none());
-    assert_eq!(checker.unique_state_count(), 3_119, "{config:?}");
+    // 3,119 while rejoins went in flight.
+    assert_eq!(checker.unique_state_count(), 1_559, "{config:?}");
 }
 
 #[test]
