@@ -155,11 +155,15 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ..one_job.clone()
                     },
                 },
+                // Two jobs of two attempts each (retries beside a second job: stale completions,
+                // a retried job's slot token next to another job) with disconnects and rejoins:
+                // every path of the default configuration and of two jobs of one attempt with
+                // disconnects is one of its paths.
                 Named {
-                    name: "two-jobs-disconnects",
+                    name: "two-jobs-retries-disconnects",
                     config: Config {
                         disconnects: true,
-                        ..two_jobs.clone()
+                        ..Config::default()
                     },
                 },
                 Named {
@@ -235,6 +239,17 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         outsider_jobs: 1,
                         shared_slot: true,
                         ..two_jobs.clone()
+                    },
+                },
+                // The shared slot with retries: a retried job's new slot token next to the other
+                // project's job on the same slot.
+                Named {
+                    name: "shared-slot-retries",
+                    config: Config {
+                        jobs: 1,
+                        outsider_jobs: 1,
+                        shared_slot: true,
+                        ..Config::default()
                     },
                 },
             ]
@@ -524,6 +539,7 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
         }
         let mut doc = outcome.doc;
         doc["name"] = json!(named.name);
+        doc["covers"] = json!(covers(&named.config));
         docs.push(doc);
     }
     let elapsed = start.elapsed();
@@ -554,7 +570,7 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
                 .filter(|r| r["verdict"] == VACUOUS)
                 .count();
             println!(
-                "  {:<24} {:>10} states {:>8.1} s  {}  ({} properties vacuous here{ledger})",
+                "  {:<28} {:>10} states {:>8.1} s  {}  ({} properties vacuous here{ledger})",
                 d["name"].as_str().unwrap_or(""),
                 d["unique_states"],
                 d["seconds"].as_f64().unwrap_or(0.0),
@@ -565,6 +581,7 @@ fn run_profile(args: &CheckArgs, p: Profile) -> anyhow::Result<i32> {
                 },
                 vacuous
             );
+            println!("      covers: {}", d["covers"].as_str().unwrap_or(""));
         }
         for property in &untested {
             println!("  vacuous in every configuration of the profile: {property}");
@@ -806,6 +823,48 @@ fn junit_of(file: &std::path::Path, docs: &[&serde_json::Value]) -> anyhow::Resu
         &counterexamples,
         Duration::from_secs_f64(seconds),
     )
+}
+
+/// What a configuration covers, in one short line: the profile's summary prints it for each
+/// configuration (and `--json` has it as `covers`).
+pub fn covers(c: &Config) -> String {
+    let jobs = if c.outsider && c.outsider_jobs > 0 {
+        format!("jobs {}+{} (other project)", c.jobs, c.outsider_jobs)
+    } else {
+        format!("jobs {}", c.jobs)
+    };
+    let mut parts = vec![
+        jobs,
+        format!("attempts {}", c.attempts_per_job),
+        format!("ttl {}", c.lease_ttl),
+        format!("runner time 0..={}", c.max_skew),
+        if c.disconnects {
+            "disconnects+rejoins"
+        } else {
+            "no disconnects"
+        }
+        .to_string(),
+        if c.shared_slot {
+            "shared slot"
+        } else {
+            "slot per job"
+        }
+        .to_string(),
+        format!("target {}", c.target),
+    ];
+    if c.ledger > 0 {
+        parts.push(format!("ledger {}", c.ledger));
+    }
+    if c.side_effects {
+        parts.push("side effects".to_string());
+    }
+    if c.failover {
+        parts.push("failover".to_string());
+    }
+    if !c.outsider {
+        parts.push("no outsider".to_string());
+    }
+    parts.join(", ")
 }
 
 fn summary(c: &Config) -> String {

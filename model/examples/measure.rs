@@ -1,5 +1,5 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS`
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS SHARED_SLOT`
 //! (`MEASURE_STATES=N` stops after about N generated states).
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
@@ -20,6 +20,7 @@ fn main() {
         ledger: *args.get(6).unwrap_or(&0),
         outsider_jobs: *args.get(7).unwrap_or(&0),
         side_effects: args.get(8).is_some_and(|&x| x != 0),
+        shared_slot: args.get(9).is_some_and(|&x| x != 0),
         ..d
     };
     let start = std::time::Instant::now();

@@ -13,6 +13,7 @@ pub mod describe;
 pub mod itf;
 mod model;
 pub mod properties;
+mod reductions;
 pub mod search;
 pub mod side_effects;
 mod state;

@@ -678,7 +678,8 @@ impl LeaseModel {
     }
 
     /// Every message the server or the target could receive next: the messages in flight and
-    /// the heartbeat each connected, executing runner could send now.
+    /// the heartbeat each connected, executing runner could send now (and, when rejoins are
+    /// answered at receipt, every rejoin that could be in flight: [`LeaseModel::rejoins_in_play`]).
     pub fn deliverable<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Message> + 'a {
         let heartbeats = (0..s.runners.len() as RunnerId).filter_map(move |runner| {
             let connected = s.runners.get(runner as usize)?.connected;
@@ -687,7 +688,11 @@ impl LeaseModel {
                 .then(|| Self::message(s, runner, MessageKind::Heartbeat, 0))
                 .flatten()
         });
-        s.in_flight.iter().copied().chain(heartbeats)
+        s.in_flight
+            .iter()
+            .copied()
+            .chain(heartbeats)
+            .chain(self.rejoins_in_play(s))
     }
 
     /// Every message the server could receive next, genuine or forged. Genuine: each deliverable
@@ -1541,7 +1546,9 @@ impl Model for LeaseModel {
                 runner_time: skew,
             } => {
                 s.runners.get_mut(runner as usize)?.connected = true;
-                let _ = send(&mut s, runner, MessageKind::Rejoin, skew);
+                if !self.rejoins_at_receipt() {
+                    let _ = send(&mut s, runner, MessageKind::Rejoin, skew);
+                }
             }
             Action::Replay {
                 runner,

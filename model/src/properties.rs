@@ -307,7 +307,13 @@ pub fn invariant_names() -> impl Iterator<Item = &'static str> {
 pub fn caught_by(variant: Variant) -> &'static [&'static str] {
     match variant {
         Variant::None => &[],
-        Variant::RequeueOnExpiry => &[EXPIRED_IS_UNCERTAIN, AT_MOST_ONE_CURRENT_ATTEMPT],
+        // Its harm first: the requeued job is claimed again while its first attempt still
+        // executes (two executions at once), then the rules it breaks.
+        Variant::RequeueOnExpiry => &[
+            ONE_EXECUTION_PER_JOB,
+            EXPIRED_IS_UNCERTAIN,
+            AT_MOST_ONE_CURRENT_ATTEMPT,
+        ],
         Variant::HeartbeatExtendsExpired => &[NO_HEARTBEAT_AFTER_EXPIRY],
         Variant::CompletionChecksRunnerOnly => &[NO_STALE_COMPLETION, EXACT_TUPLE_ONLY],
         Variant::CompletionChecksFenceOnly => &[NO_CROSS_PROJECT_CHANGE, EXACT_TUPLE_ONLY],
@@ -343,17 +349,21 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::RetryKeepsSlot => &[QUIESCENCE_RESOLVED],
         Variant::RejoinResurrectsLease => &[NO_HEARTBEAT_AFTER_EXPIRY],
         Variant::HeartbeatShortensLease => &[HEARTBEAT_NEVER_SHORTENS],
+        // Its harm first: the lost claim's stale mutation lands after the new holder's at a
+        // fenced target (equal tokens), then the rules it breaks.
         Variant::FailoverWithoutEpoch => &[
+            FENCED_TARGET_MONOTONIC,
             FENCES_INCREASE,
             SLOT_TOKENS_INCREASE,
-            FENCED_TARGET_MONOTONIC,
         ],
         Variant::FailoverWithoutWait => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::HalfSkewMargin => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
         Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
         Variant::FenceReused => &[FENCES_INCREASE],
-        Variant::SlotTokenResets => &[SLOT_TOKENS_INCREASE],
+        // Its harm first: a stale holder's write lands at a fenced target after a later
+        // holder's (the reset token is not below the target's highest), then the rule itself.
+        Variant::SlotTokenResets => &[FENCED_TARGET_MONOTONIC, SLOT_TOKENS_INCREASE],
         Variant::IdempotencyKeyPerAttempt => &[IDEMPOTENT_TARGET_ONCE],
         Variant::SideEffectsCheckRunnerOnly => &[SIDE_EFFECTS_NEED_LEASE, EXACT_TUPLE_ONLY],
         Variant::CacheSharedAcrossProjects => &[CACHE_PER_PROJECT],
