@@ -286,7 +286,7 @@ pub fn http_leaves_out(_model: &LeaseModel, trace: &Generated<LeaseModel>) -> Op
 /// protocol (docs/conformance-driver/) cannot say, the first reason of [`LeftOut::ALL`].
 pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     let c = &model.config;
-    if c.shared_slot {
+    if c.shared_slot || c.slot_shared_by > 1 {
         Some(LeftOut::SharedSlot)
     } else if c.outsider && c.outsider_jobs > 0 {
         Some(LeftOut::OutsiderJobs)
