@@ -59,6 +59,13 @@ pub struct CheckArgs {
     /// change act 2N past a lease (0: one clock).
     #[arg(long, default_value_t = 0)]
     replica_skew: u8,
+    /// Batch claims of up to K jobs (docs/protocol.md "Batch claim"); 0: none.
+    #[arg(long, default_value_t = 0)]
+    batch_claim: u8,
+    /// The first N jobs name one slot, every later job a slot of its own (with --batch-claim:
+    /// batches that walk past jobs waiting on a busy slot).
+    #[arg(long, default_value_t = 0)]
+    slot_shared_by: u8,
     /// Deployment target kind: fenced, idempotent or unfenced (a variant may require one).
     #[arg(long, default_value_t = Config::default().target)]
     target: TargetKind,
@@ -252,6 +259,10 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ..Config::default()
                     },
                 },
+                Named {
+                    name: "batch-claim",
+                    config: Config::batch_claims(),
+                },
             ]
         }
     }
@@ -273,6 +284,8 @@ impl CheckArgs {
             side_effects: self.side_effects,
             failover: self.failover,
             replica_skew: self.replica_skew,
+            batch_claim: self.batch_claim,
+            slot_shared_by: self.slot_shared_by,
             ..Config::default()
         }
         .with_variant(self.variant)
@@ -882,7 +895,13 @@ fn summary(c: &Config) -> String {
         c.lease_ttl,
         c.max_skew,
         c.disconnects,
-        if c.shared_slot { "one shared" } else { "one per job" },
+        if c.shared_slot {
+            "one shared".to_string()
+        } else if c.slot_shared_by > 1 {
+            format!("the first {} jobs on one, the others one each", c.slot_shared_by)
+        } else {
+            "one per job".to_string()
+        },
         c.target,
         c.variant,
         if c.ledger > 0 {
@@ -907,6 +926,10 @@ fn summary(c: &Config) -> String {
             c.replica_skew,
             2 * u16::from(c.replica_skew)
         )
+    } else {
+        String::new()
+    } + &if c.batch_claim > 1 {
+        format!(", batch claims of up to {} jobs", c.batch_claim)
     } else {
         String::new()
     }

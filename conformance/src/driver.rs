@@ -198,6 +198,9 @@ pub enum Answer {
         lease_ticks: i64,
         slot_token: u8,
     },
+    /// An accepted batch claim (docs/protocol.md "Batch claim"): each job it took, in submission
+    /// order, with what a claim of that one job answers.
+    ClaimBatch { leases: Vec<ClaimedJob> },
     /// An accepted heartbeat: the lease time granted (ticks) and whether a cancel was requested.
     Heartbeat {
         lease_ticks: i64,
@@ -210,6 +213,16 @@ pub enum Answer {
     /// An accepted `artifact get` or `cache get` (R8): the content it served
     /// ([`crate::side_effects::served_label`]).
     Served { content: String },
+}
+
+/// One job an accepted batch claim took: the job (the model's index), the fence it issued, the
+/// lease time granted (ticks) and the slot token it issued.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ClaimedJob {
+    pub job: u8,
+    pub fence: Fence,
+    pub lease_ticks: i64,
+    pub slot_token: u8,
 }
 
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
@@ -548,6 +561,17 @@ fn model_details(model: &LeaseModel, before: &State, action: &Action, after: &St
                     slot_token: a.token,
                 })
         }
+        (Action::ClaimBatch { .. }, _) if accepted => Some(Answer::ClaimBatch {
+            leases: after.attempts[before.attempts.len().min(after.attempts.len())..]
+                .iter()
+                .map(|a| ClaimedJob {
+                    job: a.job,
+                    fence: a.fence,
+                    lease_ticks: i64::from(model.config.lease_ttl),
+                    slot_token: a.token,
+                })
+                .collect(),
+        }),
         (Action::ExpirySweep, _) => Some(Answer::Sweep {
             uncertain: (0..after.jobs.len())
                 .filter(|&j| {

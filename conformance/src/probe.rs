@@ -205,6 +205,9 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
     // A claim by every runner, executing or not (a buggy runner claims while it holds a job).
     for runner in 0..senders {
         out.push(Action::Claim { runner });
+        for limit in 2..=model.config.batch_claim {
+            out.push(Action::ClaimBatch { runner, limit });
+        }
     }
     for job in 0..s.jobs.len() as u8 {
         out.push(Action::Cancel { job });
@@ -235,7 +238,7 @@ pub fn candidates(model: &LeaseModel, s: &State) -> Vec<Action> {
 /// the model rejects (`no_queued_job` changes nothing).
 pub fn apply(model: &LeaseModel, s: &State, action: &Action) -> Option<State> {
     model.next_state(s, action.clone()).or_else(|| {
-        (matches!(action, Action::Claim { .. })
+        (matches!(action, Action::Claim { .. } | Action::ClaimBatch { .. })
             && model.expected(s, action) == Some(Expected::rejected(Reason::NoQueuedJob)))
         .then(|| s.clone())
     })
@@ -256,7 +259,9 @@ pub fn applicable(s: &State, action: &Action) -> bool {
                 && (message.lease == FORGED_LEASE
                     || s.attempts.iter().any(|a| a.lease == message.lease))
         }
-        Action::Claim { runner } => (*runner as usize) < s.runners.len(),
+        Action::Claim { runner } | Action::ClaimBatch { runner, .. } => {
+            (*runner as usize) < s.runners.len()
+        }
         Action::Cancel { job }
         | Action::OutsiderCancel { job }
         | Action::Reconcile { job, .. }

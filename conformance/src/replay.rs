@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use leasewright_model::{describe, Action, Expected, LeaseModel};
+use leasewright_model::{describe, Action, Expected, JobState, LeaseModel, State};
 use serde_json::Value;
 
 use crate::driver::{project_model, Driver, DriverError, Session};
@@ -18,6 +18,94 @@ pub struct Tally {
     pub verdicts: BTreeMap<String, u64>,
     /// Model transitions exercised, keyed by action kind (`claim`, `deliver:result`, ...).
     pub actions: BTreeMap<String, u64>,
+    /// The batch claims replayed (docs/protocol.md "Batch claim").
+    pub batch_claims: BatchClaims,
+}
+
+/// The batch claims a run replayed, by what they exercised.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BatchClaims {
+    /// Batch claims replayed (every verdict).
+    pub replayed: u64,
+    /// Of those, with K > 1.
+    pub k_above_1: u64,
+    /// Accepted taking two jobs or more.
+    pub took_several: u64,
+    /// Accepted taking fewer than K while K jobs or more were claimable (two of the K earliest
+    /// name one slot).
+    pub fewer_than_k: u64,
+    /// Accepted past a queued job of the runner's project waiting on a busy slot.
+    pub walked_past_busy_slot: u64,
+    /// Rejected (`no_queued_job`, `unknown_runner`).
+    pub rejected: u64,
+}
+
+impl BatchClaims {
+    /// Counts the batch claim `action` from `before` to `after`, if it is one.
+    pub fn record(&mut self, before: &State, action: &Action, after: &State) {
+        let Action::ClaimBatch { runner, limit } = action else {
+            return;
+        };
+        self.replayed += 1;
+        if *limit > 1 {
+            self.k_above_1 += 1;
+        }
+        let taken: Vec<u8> = after.attempts[before.attempts.len().min(after.attempts.len())..]
+            .iter()
+            .map(|a| a.job)
+            .collect();
+        if taken.is_empty() {
+            self.rejected += 1;
+            return;
+        }
+        if taken.len() > 1 {
+            self.took_several += 1;
+        }
+        let Some(project) = before.runners.get(*runner as usize).map(|r| r.project) else {
+            return;
+        };
+        let claimable = |j: &leasewright_model::Job| {
+            j.project == project && j.state == JobState::Queued && j.attempts_left > 0
+        };
+        let free = before
+            .jobs
+            .iter()
+            .filter(|j| claimable(j) && before.targets[j.slot as usize].holder.is_none())
+            .count();
+        if taken.len() < usize::from(*limit) && free >= usize::from(*limit) {
+            self.fewer_than_k += 1;
+        }
+        let last = taken.iter().copied().max().unwrap_or(0);
+        if before.jobs[..last as usize]
+            .iter()
+            .any(|j| claimable(j) && before.targets[j.slot as usize].holder.is_some())
+        {
+            self.walked_past_busy_slot += 1;
+        }
+    }
+
+    fn absorb(&mut self, other: &BatchClaims) {
+        self.replayed += other.replayed;
+        self.k_above_1 += other.k_above_1;
+        self.took_several += other.took_several;
+        self.fewer_than_k += other.fewer_than_k;
+        self.walked_past_busy_slot += other.walked_past_busy_slot;
+        self.rejected += other.rejected;
+    }
+
+    /// One line for the summary.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (K>1: {}; took 2+ jobs: {}; fewer than K, two jobs on one slot: {}; walked past \
+             a job waiting on a busy slot: {}; rejected: {})",
+            self.replayed,
+            self.k_above_1,
+            self.took_several,
+            self.fewer_than_k,
+            self.walked_past_busy_slot,
+            self.rejected
+        )
+    }
 }
 
 impl Tally {
@@ -30,6 +118,7 @@ impl Tally {
         for (k, v) in &other.actions {
             *self.actions.entry(k.clone()).or_default() += v;
         }
+        self.batch_claims.absorb(&other.batch_claims);
     }
 }
 
@@ -195,6 +284,7 @@ pub async fn replay_comparing<S: Session>(
         }
         tally.steps += 1;
         *tally.actions.entry(action_key(action)).or_default() += 1;
+        tally.batch_claims.record(&before, action, after);
         if let Some(v) = &expected {
             *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
         }

@@ -169,8 +169,51 @@ pub fn side_effect_config(base: &Config) -> Config {
     }
 }
 
+/// The share (in percent) of the random-walk steps walked on each batch-claim configuration.
+pub const BATCH_SHARE: usize = 5;
+
+/// The batch-claim configurations of the default suite (issue 29 item 4, issue 28 item 4): batch
+/// claims of up to 3 jobs (K = 2 and 3), otherwise the configuration's bounds. `batch-claims`:
+/// four jobs, jobs 0 and 1 on one slot, jobs 2 and 3 a slot each, so that a batch takes fewer
+/// than K (two of its K earliest jobs name one slot) and walks past job 1 while job 0 holds the
+/// slot, to the two jobs after it (what a batch that counts the wrong set gets wrong).
+/// `batch-own-slots`: three jobs, a slot each (a batch takes two or three jobs; what the
+/// `--driver-cmd` protocol of version 2, which names slot j for job j, replays).
+pub fn batch_claim_configs(base: &Config) -> [(&'static str, Config); 2] {
+    let batch = Config {
+        batch_claim: 3,
+        shared_slot: false,
+        outsider_jobs: 0,
+        side_effects: false,
+        ..base.clone()
+    };
+    [
+        (
+            "batch-claims",
+            Config {
+                jobs: 4,
+                slot_shared_by: 2,
+                ..batch.clone()
+            },
+        ),
+        (
+            "batch-own-slots",
+            Config {
+                jobs: 3,
+                slot_shared_by: 0,
+                ..batch
+            },
+        ),
+    ]
+}
+
 /// A named configuration's model and its random walks.
-type Walks = (&'static str, Arc<LeaseModel>, Vec<Generated<LeaseModel>>);
+type Walks = (
+    &'static str,
+    Arc<LeaseModel>,
+    Vec<Generated<LeaseModel>>,
+    usize,
+);
 
 /// The two-job configuration of the default suite (class 6): the configuration with two jobs.
 pub fn two_job_config(base: &Config) -> Config {
@@ -318,36 +361,50 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         0
     };
     let other_target_steps = selection.steps * OTHER_TARGET_SHARE / 100;
-    let mut shared_configs = if model.config.shared_slot {
+    let shared_steps = selection.steps * SHARED_SLOT_SHARE / 100;
+    let mut shared_configs: Vec<(&'static str, Config, usize)> = if model.config.shared_slot {
         Vec::new()
     } else {
-        shared_slot_configs(&model.config).to_vec()
+        shared_slot_configs(&model.config)
+            .into_iter()
+            .map(|(name, config)| (name, config, shared_steps))
+            .collect()
     };
     // Class 7: the side effects of R8, walked and probed as these configurations are.
     if !model.config.side_effects {
-        shared_configs.push(("side-effects", side_effect_config(&model.config)));
+        shared_configs.push((
+            "side-effects",
+            side_effect_config(&model.config),
+            shared_steps,
+        ));
     }
-    let shared_steps = selection.steps * SHARED_SLOT_SHARE / 100;
+    // The batch claim (K > 1), walked and probed as these configurations are.
+    if model.config.batch_claim < 2 {
+        let batch_steps = selection.steps * BATCH_SHARE / 100;
+        for (name, config) in batch_claim_configs(&model.config) {
+            shared_configs.push((name, config, batch_steps));
+        }
+    }
     let main_steps = selection.steps
         - two_job_steps
         - 2 * other_target_steps
-        - shared_configs.len() * shared_steps;
+        - shared_configs.iter().map(|(_, _, n)| n).sum::<usize>();
     // Issue 13: walks of each shared-slot configuration (replayed by the random suite, their
     // states probed by the probe suite).
     let shared_walks: Vec<Walks> = shared_configs
         .into_iter()
-        .map(|(name, config)| {
+        .map(|(name, config, steps)| {
             let m = Arc::new(LeaseModel::new(config));
             let walks = renamed(
                 random_walks(
                     m.as_ref(),
                     selection.seed,
-                    shared_steps.max(TWO_JOB_PROBE_STATES),
+                    steps.max(TWO_JOB_PROBE_STATES),
                     selection.walk_len,
                 ),
                 &format!("random-{name}"),
             );
-            (name, m, walks)
+            (name, m, walks, steps)
         })
         .collect();
     let two_job_walks = renamed(
@@ -382,7 +439,7 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             "probe2",
             "the two-job walks",
         ));
-        for (name, m, walks) in &shared_walks {
+        for (name, m, walks, _) in &shared_walks {
             batches.push(probe_batch(
                 Arc::clone(m),
                 &walk_prefixes(walks, TWO_JOB_PROBE_STATES),
@@ -390,6 +447,8 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                 &format!("probe-{name}"),
                 &if *name == "side-effects" {
                     format!("the {name} walks (issue 18 class 7: R8)")
+                } else if name.starts_with("batch") {
+                    format!("the {name} walks (issue 29 item 4: batch claims)")
                 } else {
                     format!("the {name} walks (issue 13: one slot)")
                 },
@@ -429,10 +488,10 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             );
             batches.push(Batch::new(other, traces));
         }
-        for (name, m, _) in &shared_walks {
+        for (name, m, _, steps) in &shared_walks {
             // Exactly this share's steps (`--steps` is the walks' steps in all); the same seed
             // walks the same paths as the probes' longer walks of this configuration.
-            let walks = random_walks(m.as_ref(), selection.seed, shared_steps, selection.walk_len);
+            let walks = random_walks(m.as_ref(), selection.seed, *steps, selection.walk_len);
             if !walks.is_empty() {
                 batches.push(Batch::new(
                     Arc::clone(m),

@@ -289,7 +289,7 @@ pub fn http_leaves_out(_model: &LeaseModel, trace: &Generated<LeaseModel>) -> Op
 pub fn classes(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Vec<LeftOut> {
     let c = &model.config;
     let mut classes = Vec::new();
-    if c.shared_slot {
+    if c.shared_slot || c.slot_shared_by > 1 {
         classes.push(LeftOut::SharedSlot);
     }
     if c.outsider && c.outsider_jobs > 0 {

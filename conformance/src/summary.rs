@@ -275,6 +275,7 @@ impl Summary<'_> {
             "steps_per_second": report.tally.steps as f64 / seconds,
             "verdicts": report.tally.verdicts,
             "actions": report.tally.actions,
+            "batch_claims": report.tally.batch_claims,
             "reasons_never_hit": self.reasons_never(),
             "sql_statements": statements.as_ref().map(|counts| json!({
                 "hit": counts.iter().filter(|(_, n)| *n > 0).count(),
@@ -355,6 +356,11 @@ impl Summary<'_> {
             self.action_kinds().len()
         );
         write_counts(&mut out, &report.tally.actions);
+        let _ = writeln!(
+            out,
+            "  batch claims    {}",
+            report.tally.batch_claims.describe()
+        );
         let reasons_never = self.reasons_never();
         if reasons_never.is_empty() {
             let _ = writeln!(out, "  rejection reasons never hit: none");

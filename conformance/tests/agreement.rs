@@ -57,3 +57,78 @@ async fn seeded_random_walks_agree_with_the_model() {
         outcome.tally.steps
     );
 }
+
+/// Batch claims (K = 2, 3) agree with the model: seeded random walks of the default suite's two
+/// batch configurations, and the trace where a batch walks past a job waiting on a busy slot to
+/// the two jobs after it (runner 0 claims job 0 of slot 0; runner 1's batch of two then takes
+/// jobs 2 and 3, not job 1): the bug class of issue 28 item 4 (a batch counting the wrong set
+/// when it picks past jobs waiting on busy slots).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_claims_agree_with_the_model() {
+    use leasewright_conformance::generate::Generated;
+    use leasewright_conformance::select::batch_claim_configs;
+    use leasewright_model::Action;
+    use stateright::Model;
+    let (_db, driver) = driver().await;
+    let mut batch = leasewright_conformance::replay::BatchClaims::default();
+    for (name, config) in batch_claim_configs(&Config::one_job()) {
+        let model = Arc::new(LeaseModel::new(config));
+        let mut traces = random_walks(model.as_ref(), 7, 400, 30);
+        if name == "batch-claims" {
+            let init = model.init_state();
+            let mut steps = Vec::new();
+            let mut s = init.clone();
+            for action in [
+                Action::Claim { runner: 0 },
+                Action::ClaimBatch {
+                    runner: 1,
+                    limit: 2,
+                },
+            ] {
+                s = model.next_state(&s, action.clone()).expect("enabled");
+                steps.push((action, s.clone()));
+            }
+            let taken: Vec<u8> = s.attempts[1..].iter().map(|a| a.job).collect();
+            assert_eq!(taken, vec![2, 3], "the model walks past job 1");
+            traces.push(Generated {
+                name: "batch-walks-past-a-busy-slot".into(),
+                generator: "scenario",
+                seed: None,
+                init,
+                steps,
+            });
+        }
+        let outcome = suite::run(
+            Arc::clone(&driver),
+            model,
+            traces,
+            &RunOptions {
+                parallel: 4,
+                stop_at_first: false,
+            },
+            |_| {},
+        )
+        .await;
+        if let Some(first) = outcome.divergences.first() {
+            panic!(
+                "{name}: {} divergences; the first:\n{}",
+                outcome.divergences.len(),
+                first.render()
+            );
+        }
+        let b = outcome.tally.batch_claims;
+        batch.replayed += b.replayed;
+        batch.k_above_1 += b.k_above_1;
+        batch.took_several += b.took_several;
+        batch.fewer_than_k += b.fewer_than_k;
+        batch.walked_past_busy_slot += b.walked_past_busy_slot;
+    }
+    assert!(
+        batch.k_above_1 > 0
+            && batch.took_several > 0
+            && batch.fewer_than_k > 0
+            && batch.walked_past_busy_slot > 0,
+        "{}",
+        batch.describe()
+    );
+}

@@ -76,6 +76,39 @@ async fn the_python_example_agrees_on_the_scenarios_and_random_walks() {
     }
 }
 
+/// The Python example's batch claim (the claim step with `limit`) agrees with the model on the
+/// default suite's batch configuration that the protocol of version 2 can say (a slot per job):
+/// batches of K = 2 and 3 that take several jobs. The other one (two jobs on one slot) is left
+/// out with the shared slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_agrees_on_batch_claims() {
+    let driver = connect(&example()).await;
+    let configs = leasewright_conformance::select::batch_claim_configs(&Config::one_job());
+    for (name, config) in &configs {
+        let model = Arc::new(LeaseModel::new(config.clone()));
+        let walks = random_walks(model.as_ref(), 3, 1_000, 30);
+        let left_out = walks
+            .iter()
+            .filter(|t| leasewright_conformance::suite::driver_cmd_leaves_out(&model, t).is_some())
+            .count();
+        if *name == "batch-claims" {
+            assert_eq!(left_out, walks.len(), "{name}: shared slots are left out");
+            continue;
+        }
+        assert_eq!(left_out, 0, "{name}");
+        let options = RunOptions {
+            parallel: 2,
+            stop_at_first: true,
+        };
+        let outcome = suite::run(Arc::clone(&driver), model, walks, &options, |_| {}).await;
+        if let Some(d) = outcome.divergences.first() {
+            panic!("{}", d.render());
+        }
+        let b = outcome.tally.batch_claims;
+        assert!(b.k_above_1 > 0 && b.took_several > 0, "{}", b.describe());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_example_agrees_on_the_property_suite() {
     let driver = connect(&example()).await;
@@ -283,6 +316,14 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         let model = LeaseModel::new(config);
         for walk in random_walks(&model, 5, 1_500, 40) {
             traces.push((model.clone(), walk));
+        }
+    }
+    // Batch claims (the claim step with `limit`, answered `claim_batch`): on a shared slot and on
+    // slots of their own.
+    for (_, config) in select::batch_claim_configs(&Config::one_job()) {
+        let batch = LeaseModel::new(config);
+        for walk in random_walks(&batch, 5, 200, 30) {
+            traces.push((batch.clone(), walk));
         }
     }
     for (model, trace) in &traces {

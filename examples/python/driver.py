@@ -75,6 +75,24 @@ class Namespace:
         if action == "tick":
             self.now += 1
             return None, None, None
+        if action == "claim" and s.get("limit") is not None:
+            # A batch claim: the jobs taken, in submission order, take the attempts named
+            # attempt, attempt + 1, ... and the leases named in `leases`, in that order.
+            try:
+                taken = self.cp.claim_batch(self.runners[s["runner"]], s["limit"], self.now)
+            except Rejected as r:
+                return "rejected", r.reason, None
+            leases = s.get("leases") or []
+            for i, created in enumerate(taken):
+                self.attempts[s["attempt"] + i] = created.id
+                if i < len(leases):
+                    self.leases[leases[i]] = created.lease_id
+            return "accepted", None, {"claim_batch": {"leases": [{
+                "job": self.jobs.index(created.job),
+                "fence": created.fence,
+                "lease_ticks": created.lease_expiry - self.now,
+                "slot_token": created.slot_token,
+            } for created in taken]}}
         if action == "claim":
             try:
                 created = self.cp.claim(self.runner(s["runner"]), self.now)

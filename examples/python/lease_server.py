@@ -186,6 +186,12 @@ class ControlPlane:
 
     def claim(self, runner_id, now):
         """Returns the new attempt, or raises Rejected (§6.2)."""
+        return self.claim_batch(runner_id, 1, now)[0]
+
+    def claim_batch(self, runner_id, limit, now):
+        """R1 as a set ("Batch claim"): of the `limit` earliest queued jobs of the runner's
+        project whose slot is free, the earliest job of each slot. Returns the new attempts in
+        submission order, or raises Rejected when it takes none (§6.2)."""
         runner = self.runners.get(runner_id)
         if runner is None:
             raise Rejected("unknown_runner")
@@ -195,9 +201,17 @@ class ControlPlane:
              and self.slots[j.slot].holder is None),
             key=lambda j: j.seq,
         )
-        if not queued:
+        taken, slots = [], set()
+        for job in queued[:limit]:
+            if job.slot not in slots:
+                slots.add(job.slot)
+                taken.append(self._start(job, runner_id, now))
+        if not taken:
             raise Rejected("no_queued_job")
-        job = queued[0]
+        return taken
+
+    def _start(self, job, runner_id, now):
+        """R1's effect on one job: a new attempt holding the job's slot."""
         slot = self.slots[job.slot]
         slot.token += 1
         attempt = Attempt(job.id, runner_id, job.fence + 1, now + self.lease_ttl, slot.token)

@@ -1,5 +1,5 @@
 //! Measure one configuration of the model without the CLI:
-//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS SHARED_SLOT`
+//! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS SHARED_SLOT BATCH_CLAIM SLOT_SHARED_BY`
 //! (`MEASURE_STATES=N` stops after about N generated states).
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
@@ -21,6 +21,8 @@ fn main() {
         outsider_jobs: *args.get(7).unwrap_or(&0),
         side_effects: args.get(8).is_some_and(|&x| x != 0),
         shared_slot: args.get(9).is_some_and(|&x| x != 0),
+        batch_claim: *args.get(10).unwrap_or(&0),
+        slot_shared_by: *args.get(11).unwrap_or(&0),
         ..d
     };
     let start = std::time::Instant::now();

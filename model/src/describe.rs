@@ -43,6 +43,9 @@ fn kind_of(m: &Message) -> String {
 pub fn action(a: &Action) -> String {
     match a {
         Action::Claim { runner: r } => format!("{} claims", runner(*r)),
+        Action::ClaimBatch { runner: r, limit } => {
+            format!("{} claims a batch of up to {limit}", runner(*r))
+        }
         Action::Heartbeat {
             runner: r,
             runner_time: skew,
@@ -242,6 +245,13 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
             Action::Claim { runner: r } => {
                 format!(
                     "{}->>Server: claim\n    Server-->>{}: {verdict}",
+                    runner(*r),
+                    runner(*r)
+                )
+            }
+            Action::ClaimBatch { runner: r, limit } => {
+                format!(
+                    "{}->>Server: claim (batch of up to {limit})\n    Server-->>{}: {verdict}",
                     runner(*r),
                     runner(*r)
                 )

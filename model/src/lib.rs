@@ -9,6 +9,7 @@
 //! - [`trace`]: the Informal Trace Format (ITF) shape of a path, and its replay;
 //! - [`describe`]: human-readable steps and Mermaid sequence diagrams.
 
+pub mod batch;
 pub mod describe;
 pub mod itf;
 mod model;

@@ -333,6 +333,9 @@ impl LeaseModel {
                 Some(_) if self.claimable_job(state, *runner).is_some() => Expected::ACCEPTED,
                 Some(_) => Expected::rejected(Reason::NoQueuedJob),
             }),
+            Action::ClaimBatch { runner, limit } => {
+                Some(self.batch_claim_verdict(state, *runner, *limit))
+            }
             Action::ExpirySweep => Some(if self.expired_leases(state).next().is_some() {
                 Expected::UNCERTAIN
             } else {
@@ -583,7 +586,7 @@ impl LeaseModel {
 
     /// Whether a claim by a runner of `project` finds `slot` free (§8.2): reserved by no job of
     /// any project.
-    fn slot_free(&self, s: &State, project: ProjectId, slot: SlotId) -> bool {
+    pub(crate) fn slot_free(&self, s: &State, project: ProjectId, slot: SlotId) -> bool {
         match s.targets[slot as usize].holder {
             None => true,
             Some(holder) => {
@@ -973,7 +976,7 @@ impl LeaseModel {
         }
     }
 
-    fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
+    pub(crate) fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
         let a = s.attempts.len() as AttemptId;
         let (now, runner_expiry) = (Self::now(s), self.runner_expiry_now(s));
         let variant = self.config.variant;
@@ -1278,6 +1281,7 @@ impl LeaseModel {
                 None => {
                     if r.connected && self.claimable_job(s, runner).is_some() {
                         actions.push(Action::Claim { runner });
+                        self.batch_claim_actions(s, runner, actions);
                     }
                     // A second, conflicting result after the runner reported its outcome.
                     if let Some(a) = r.holding.filter(|_| r.connected) {
@@ -1503,6 +1507,7 @@ impl Model for LeaseModel {
                 let job = self.claimable_job(&s, runner)?;
                 self.claim(&mut s, runner, job);
             }
+            Action::ClaimBatch { runner, limit } => self.claim_batch(&mut s, runner, limit)?,
             // A heartbeat is a request the server answers at receipt: its verdict depends only on
             // the server's time then, so a heartbeat delayed in the network is one sent later,
             // and the model has no heartbeats in flight.

@@ -11,6 +11,11 @@
 //! another attempt's tuple, an unknown attempt or job). Their ground truth (who sent what, which
 //! attempt really is whose) is computed here, independently of the server's own checks.
 
+use crate::batch;
+pub use crate::batch::{
+    BATCH_EARLIEST_OF_EACH_SLOT, BATCH_ONE_JOB_PER_SLOT, BATCH_SKIPS_NOTHING_CLAIMABLE,
+    SOMETIMES_BATCH_FEWER, SOMETIMES_BATCH_WALKS_PAST,
+};
 use crate::model::LeaseModel;
 use crate::state::*;
 use crate::types::*;
@@ -145,6 +150,9 @@ pub fn vacuous(config: &Config, property: &str) -> Option<&'static str> {
         "ledger off: no ledger in the state (records are checked by probes, invariant 10)";
     const SIDE_EFFECTS_OFF: &str = "side effects off: no side effect of R8 is sent";
     const NO_OUTSIDER: &str = "no runner of another project (--no-outsider)";
+    if let Some(reason) = batch::vacuous(config, property) {
+        return Some(reason);
+    }
     // A second claim of a job: a retry, or the claim again of a job whose claim a failover lost.
     let retries = config.attempts_per_job >= 2 || config.failover;
     // Some slot is reserved by two attempts: a job's retry, or two jobs on one slot.
@@ -194,6 +202,9 @@ pub fn vacuous(config: &Config, property: &str) -> Option<&'static str> {
             Some(NO_OUTSIDER)
         }
         "check produces wrong_project" if !config.outsider => Some(NO_OUTSIDER),
+        "check produces runner_mismatch" if config.runners < 2 => Some(
+            "one runner of the project: no other runner of its project can name its attempt",
+        ),
         SOMETIMES_HEARTBEAT_EXTENDS if config.lease_ttl < 2 => Some(
             "one-tick leases: a heartbeat is accepted only in the tick of its grant, so it cannot move the expiry later",
         ),
@@ -367,6 +378,9 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::IdempotencyKeyPerAttempt => &[IDEMPOTENT_TARGET_ONCE],
         Variant::SideEffectsCheckRunnerOnly => &[SIDE_EFFECTS_NEED_LEASE, EXACT_TUPLE_ONLY],
         Variant::CacheSharedAcrossProjects => &[CACHE_PER_PROJECT],
+        Variant::BatchTwoPerSlot => &[BATCH_ONE_JOB_PER_SLOT],
+        Variant::BatchSkipsEarliest => &[BATCH_EARLIEST_OF_EACH_SLOT],
+        Variant::BatchStopsAtBusySlot => &[BATCH_SKIPS_NOTHING_CLAIMABLE],
     }
 }
 
@@ -477,6 +491,16 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (SIDE_EFFECTS_NEED_LEASE, side_effects_need_lease),
     (CACHE_PER_PROJECT, cache_per_project),
     (HEARTBEAT_NEVER_SHORTENS, heartbeat_never_shortens),
+    // The batch claim (crate::batch): every batch any runner could ask for in the state.
+    (BATCH_ONE_JOB_PER_SLOT, |c| {
+        batch::one_job_per_slot(c.m, c.s)
+    }),
+    (BATCH_EARLIEST_OF_EACH_SLOT, |c| {
+        batch::earliest_of_each_slot(c.m, c.s)
+    }),
+    (BATCH_SKIPS_NOTHING_CLAIMABLE, |c| {
+        batch::skips_nothing_claimable(c.m, c.s)
+    }),
 ];
 
 fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
@@ -484,7 +508,7 @@ fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
 }
 
 /// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
-const SINGLE: [fn(&LeaseModel, &State) -> bool; 26] = [
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 29] = [
     single::<0>,
     single::<1>,
     single::<2>,
@@ -511,6 +535,9 @@ const SINGLE: [fn(&LeaseModel, &State) -> bool; 26] = [
     single::<23>,
     single::<24>,
     single::<25>,
+    single::<26>,
+    single::<27>,
+    single::<28>,
 ];
 
 /// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
@@ -812,6 +839,16 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
         properties.push(Property::sometimes(
             SOMETIMES_SLOT_BLOCKS_CLAIM,
             slot_blocks_claim,
+        ));
+    }
+    if config.batch_claim >= 2 {
+        properties.push(Property::sometimes(
+            SOMETIMES_BATCH_FEWER,
+            batch::takes_fewer,
+        ));
+        properties.push(Property::sometimes(
+            SOMETIMES_BATCH_WALKS_PAST,
+            batch::walks_past,
         ));
     }
     for ((_, name), condition) in REASONS.iter().zip(PRODUCES) {

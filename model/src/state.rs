@@ -71,6 +71,16 @@ pub struct Config {
     /// one clock, today's configurations and traces unchanged.
     #[serde(default)]
     pub replica_skew: u8,
+    /// The batch claim (docs/protocol.md R1, "Batch claim"): the largest K a runner may ask for
+    /// (`Action::ClaimBatch` with `limit` 2..=K). `0` or `1`: no batch claims (a claim of one job
+    /// is `Action::Claim`).
+    #[serde(default)]
+    pub batch_claim: u8,
+    /// The first this many jobs (of either project) name slot 0, every later job a slot of its
+    /// own (job `j` slot `j - N + 1`): some jobs wait on a busy slot while others' are free, so a
+    /// batch claim walks past them. `0`: as [`Config::shared_slot`] says.
+    #[serde(default)]
+    pub slot_shared_by: u8,
 }
 
 /// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
@@ -102,6 +112,8 @@ impl Default for Config {
             side_effects: false,
             failover: false,
             replica_skew: 0,
+            batch_claim: 0,
+            slot_shared_by: 0,
         }
     }
 }
@@ -173,6 +185,14 @@ impl Config {
             self.failover = true;
             self.jobs = 1;
         }
+        if variant.needs_batch_claim() {
+            // The batch claims' shape with a fourth job (jobs 0 and 1 on slot 0, jobs 2 and 3 a
+            // slot each): a batch that walks past job 1 while job 0 holds slot 0 can take two.
+            let batch = Config::batch_claims();
+            self.jobs = self.jobs.max(batch.jobs + 1);
+            self.batch_claim = self.batch_claim.max(batch.batch_claim);
+            self.slot_shared_by = batch.slot_shared_by;
+        }
         if variant.needs_side_effects() {
             // Checked with the side effects, and one job of the checked project: the flaw shows
             // in the first attempt.
@@ -191,6 +211,8 @@ impl Config {
     pub fn slot_of(&self, job: JobId) -> SlotId {
         if self.shared_slot {
             0
+        } else if self.slot_shared_by > 1 {
+            job.saturating_sub(self.slot_shared_by - 1)
         } else {
             job
         }
@@ -200,8 +222,29 @@ impl Config {
     pub fn slots(&self) -> u8 {
         if self.shared_slot {
             1
+        } else if self.slot_shared_by > 1 {
+            self.all_jobs()
+                .saturating_sub(self.slot_shared_by - 1)
+                .max(1)
         } else {
             self.all_jobs()
+        }
+    }
+
+    /// The batch claims' configuration (`batch-claim` of `check --profile ci`, and a
+    /// configuration of the conformance suite): 3 jobs of 1 attempt, jobs 0 and 1 on slot 0, job
+    /// 2 on slot 1, batch claims of up to 2 jobs, one runner (and the outsider), one-tick leases,
+    /// no disconnects. A batch takes fewer than K when its two earliest claimable jobs name slot
+    /// 0, and walks past job 1 to job 2 while job 0 holds slot 0. (4 jobs, or 2 runners, exceed
+    /// a million states.)
+    pub fn batch_claims() -> Self {
+        Config {
+            jobs: 3,
+            runners: 1,
+            attempts_per_job: 1,
+            batch_claim: 2,
+            slot_shared_by: 2,
+            ..Config::default()
         }
     }
 }
@@ -747,6 +790,11 @@ impl State {
 pub enum Action {
     /// R1 `claim` by a connected runner that is not executing (synchronous request and answer).
     Claim { runner: RunnerId },
+    /// R1 `claim` as a set, the batch claim of up to `limit` jobs ([`Config::batch_claim`];
+    /// docs/protocol.md "Batch claim"): one request, one answer, at most one job per slot. The
+    /// runner executes the earliest job it took; the leases of the others it never starts (the
+    /// model's runner holds one attempt), so they expire and are reconciled.
+    ClaimBatch { runner: RunnerId, limit: u8 },
     /// The runner sends `heartbeat` for the attempt it executes.
     Heartbeat { runner: RunnerId, runner_time: u8 },
     /// The runner sends `result`: it finished executing with `outcome`, or (once, after its
@@ -833,6 +881,7 @@ impl Action {
     pub fn name(&self) -> &'static str {
         match self {
             Action::Claim { .. } => "claim",
+            Action::ClaimBatch { .. } => "claim_batch",
             Action::Heartbeat { .. } => "heartbeat",
             Action::Result { .. } => "result",
             Action::TargetMutation { .. } => "target_mutation",

@@ -321,6 +321,16 @@ named_enum! {
         /// The cache is keyed by key alone, not by (project, key): one cache shared by every
         /// project, so another project's runner's entry is served (§7.1: per project).
         CacheSharedAcrossProjects => "cache-shared-across-projects",
+        /// The batch claim takes every job of the K earliest claimable ones, two jobs of one slot
+        /// included (no "at most one job per slot").
+        BatchTwoPerSlot => "batch-two-per-slot",
+        /// Of the K earliest claimable jobs, the batch claim takes the latest job of each slot
+        /// instead of the earliest.
+        BatchSkipsEarliest => "batch-skips-earliest",
+        /// The batch claim looks at the K earliest queued jobs whatever their slot and keeps those
+        /// whose slot is free: it does not walk past jobs waiting on busy slots, so it takes fewer
+        /// than the rule's K earliest claimable jobs (the bug class of issue 28, item 2).
+        BatchStopsAtBusySlot => "batch-stops-at-busy-slot",
     }
 }
 
@@ -370,6 +380,15 @@ impl Variant {
         matches!(
             self,
             Self::FailoverWithoutEpoch | Self::FailoverWithoutWait | Self::HalfSkewMargin
+        )
+    }
+
+    /// This variant's flaw is in the batch claim: it is checked with batch claims
+    /// ([`crate::Config::batch_claim`]) and jobs that share a slot.
+    pub fn needs_batch_claim(self) -> bool {
+        matches!(
+            self,
+            Self::BatchTwoPerSlot | Self::BatchSkipsEarliest | Self::BatchStopsAtBusySlot
         )
     }
 

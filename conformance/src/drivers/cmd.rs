@@ -368,6 +368,24 @@ pub fn step_request(
             let lease = after.attempts.get(attempt).map(|a| a.lease);
             json!({"action": "claim", "runner": runner, "attempt": attempt, "lease": lease})
         }
+        // A batch claim: the claim step with a `limit` (docs/conformance.md). The jobs it takes,
+        // in submission order, take the attempts `attempt`, `attempt + 1`, ... and the leases
+        // `leases[0]`, `leases[1]`, ... (the model's, for the jobs the model takes).
+        Action::ClaimBatch { runner, limit } => {
+            let attempt = before.attempts.len();
+            let leases: Vec<u8> = after.attempts[attempt.min(after.attempts.len())..]
+                .iter()
+                .map(|a| a.lease)
+                .collect();
+            json!({
+                "action": "claim",
+                "runner": runner,
+                "limit": limit,
+                "attempt": attempt,
+                "lease": leases.first(),
+                "leases": leases,
+            })
+        }
         Action::Heartbeat {
             runner,
             runner_time,
@@ -767,6 +785,20 @@ enum WireAnswer {
     Served {
         content: String,
     },
+    /// A batch claim (the claim step with a `limit`): the jobs it took.
+    ClaimBatch {
+        leases: Vec<WireClaimed>,
+    },
+}
+
+/// One job of a batch claim's answer.
+#[derive(Deserialize)]
+struct WireClaimed {
+    job: u8,
+    fence: Fence,
+    lease_ticks: i64,
+    #[serde(default)]
+    slot_token: Option<u8>,
 }
 
 impl WireAnswer {
@@ -809,6 +841,17 @@ impl WireAnswer {
                     Some(effect) => crate::side_effects::served_label(effect, content.as_bytes()),
                     None => format!("content served by a step that is no get: {content:?}"),
                 },
+            },
+            WireAnswer::ClaimBatch { leases } => Answer::ClaimBatch {
+                leases: leases
+                    .into_iter()
+                    .map(|l| crate::driver::ClaimedJob {
+                        job: l.job,
+                        fence: l.fence,
+                        lease_ticks: l.lease_ticks,
+                        slot_token: l.slot_token.unwrap_or(0),
+                    })
+                    .collect(),
             },
         }
     }

@@ -1457,6 +1457,57 @@ impl Session for HttpSession {
                 }
                 Some(answer(result, |r| &r.verdict)?)
             }
+            Action::ClaimBatch { runner, limit } => {
+                self.sync_clock().await?;
+                let client = self
+                    .clients
+                    .get(*runner as usize)
+                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let result: Result<ClaimRead, CallError> = client
+                    .http
+                    .post("/v1/runner/claim", &json!({"capacity": limit}))
+                    .await;
+                if let Ok(claimed) = &result {
+                    let mut taken = Vec::with_capacity(claimed.leases.len());
+                    for lease in &claimed.leases {
+                        taken.push((Self::index_of(&self.jobs, &lease.job, "job")?, lease));
+                    }
+                    // The model's new attempts, mapped by job to the implementation's; a job the
+                    // implementation did not take leaves its attempt unmapped (the answer and the
+                    // projection then differ from the model's).
+                    let created = &after.attempts[self.attempts.len().min(after.attempts.len())..];
+                    for a in created {
+                        match taken.iter().find(|(job, _)| *job == a.job) {
+                            Some((_, lease)) => {
+                                self.attempts.push(lease.attempt);
+                                self.leases.insert(a.lease, lease.lease_id);
+                            }
+                            None => self.attempts.push(Uuid::nil()),
+                        }
+                    }
+                    let mut leases = Vec::with_capacity(taken.len());
+                    for (job, lease) in taken {
+                        leases.push(crate::driver::ClaimedJob {
+                            job,
+                            fence: u8::try_from(lease.fence).map_err(|_| {
+                                DriverError::Implementation(format!(
+                                    "fence {} out of range",
+                                    lease.fence
+                                ))
+                            })?,
+                            lease_ticks: self.ticks_until(lease.lease_expiry),
+                            slot_token: u8::try_from(lease.slot_token).map_err(|_| {
+                                DriverError::Implementation(format!(
+                                    "slot token {} out of range",
+                                    lease.slot_token
+                                ))
+                            })?,
+                        });
+                    }
+                    self.answer = Some(Answer::ClaimBatch { leases });
+                }
+                Some(answer(result, |r| &r.verdict)?)
+            }
             // A heartbeat is a request the server answers at once (the model keeps none in
             // flight).
             Action::Heartbeat {

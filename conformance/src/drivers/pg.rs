@@ -17,9 +17,9 @@ use uuid::Uuid;
 
 use crate::driver::{
     code, heartbeat, model_runner_time, payload_label, rejoin_instruction, result_digest,
-    runner_time, side_effect, trace_epoch, Answer, AttemptProjection, Details, Driver, DriverError,
-    JobProjection, ObservationDetails, ObservationProjection, Observed, Projection, Session,
-    TargetProjection, FORGED_LEASE, TICK,
+    runner_time, side_effect, trace_epoch, Answer, AttemptProjection, ClaimedJob, Details, Driver,
+    DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Projection,
+    Session, TargetProjection, FORGED_LEASE, TICK,
 };
 use crate::driver::{result_echo, stored_content, CacheProjection, Stored, StoredByAttempt};
 
@@ -562,6 +562,57 @@ impl Session for PgSession {
                             ))
                         })?,
                     });
+                }
+                Some(observed(&verdict.without_value()))
+            }
+            Action::ClaimBatch { runner, limit } => {
+                let id = *self
+                    .runners
+                    .get(*runner as usize)
+                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let verdict = self
+                    .store
+                    .claim_batch(id, usize::from(*limit), None)
+                    .await
+                    .map_err(failed)?;
+                if let imp::Verdict::Accepted(leases) = &verdict {
+                    let mut taken = Vec::with_capacity(leases.len());
+                    for lease in leases {
+                        taken.push((Self::index_of(&self.jobs, &lease.tuple.job, "job")?, lease));
+                    }
+                    // The model's new attempts, mapped by job to the implementation's; a job the
+                    // implementation did not take leaves its attempt unmapped (the answer and the
+                    // projection then differ from the model's).
+                    let created = &after.attempts[self.attempts.len().min(after.attempts.len())..];
+                    for a in created {
+                        match taken.iter().find(|(job, _)| *job == a.job) {
+                            Some((_, lease)) => {
+                                self.attempts.push(lease.tuple.attempt);
+                                self.leases.insert(a.lease, lease.tuple.lease_id);
+                            }
+                            None => self.attempts.push(imp::AttemptId(Uuid::nil())),
+                        }
+                    }
+                    let mut answer = Vec::with_capacity(taken.len());
+                    for (job, lease) in taken {
+                        answer.push(ClaimedJob {
+                            job,
+                            fence: u8::try_from(lease.tuple.fence).map_err(|_| {
+                                DriverError::Implementation(format!(
+                                    "fence {} out of range",
+                                    lease.tuple.fence
+                                ))
+                            })?,
+                            lease_ticks: self.ticks_from_now(lease.lease_expiry),
+                            slot_token: u8::try_from(lease.slot_token).map_err(|_| {
+                                DriverError::Implementation(format!(
+                                    "slot token {} out of range",
+                                    lease.slot_token
+                                ))
+                            })?,
+                        });
+                    }
+                    self.answer = Some(Answer::ClaimBatch { leases: answer });
                 }
                 Some(observed(&verdict.without_value()))
             }
