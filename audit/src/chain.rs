@@ -180,14 +180,17 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checke
                     &r.name,
                     format!("a second record with chain seq {s} (a copy, or an insertion)"),
                 ),
-                Some(s) if i64::from(s) > expected_seq => note(
-                    &r.name,
-                    format!(
-                        "chain seq {s} follows {seq}: record {expected_seq}..{} is missing \
-                         (deleted)",
-                        s - 1
-                    ),
-                ),
+                Some(s) if i64::from(s) > expected_seq => {
+                    let missing = if i64::from(s) - 1 == expected_seq {
+                        format!("record {expected_seq} is")
+                    } else {
+                        format!("records {expected_seq}..={} are", s - 1)
+                    };
+                    note(
+                        &r.name,
+                        format!("chain seq {s} follows {seq}: {missing} missing (deleted)"),
+                    )
+                }
                 Some(_) => {}
             }
         }
@@ -607,7 +610,7 @@ fn hex_encode(b: &[u8]) -> String {
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

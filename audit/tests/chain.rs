@@ -55,7 +55,7 @@ async fn build() -> Ledger {
     store.heartbeat(&t, None).await.unwrap();
     clock.advance(Duration::seconds(5));
     store.heartbeat(&t, None).await.unwrap();
-    let mut forged = t.clone();
+    let mut forged = t;
     forged.runner = r2;
     store.heartbeat(&forged, None).await.unwrap();
     store
