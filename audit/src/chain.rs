@@ -270,22 +270,24 @@ pub async fn check_all(
     let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
         .fetch_all(&mut *conn)
         .await?;
-    let pruned: BTreeMap<Uuid, (i64, Vec<u8>, i64)> =
-        sqlx::query("SELECT job_id, chain_seq, chain_head, max_ledger_seq FROM ledger_pruned")
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("job_id")?,
-                    (
-                        i64::from(r.try_get::<i32, _>("chain_seq")?),
-                        r.try_get("chain_head")?,
-                        r.try_get("max_ledger_seq")?,
-                    ),
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()?;
+    let pruned: BTreeMap<Uuid, (i64, Vec<u8>, i64, i64)> = sqlx::query(
+        "SELECT job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq FROM ledger_pruned",
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.try_get("job_id")?,
+            (
+                i64::from(r.try_get::<i32, _>("chain_seq")?),
+                r.try_get("chain_head")?,
+                r.try_get("job_ledger_seq")?,
+                r.try_get("max_ledger_seq")?,
+            ),
+        ))
+    })
+    .collect::<Result<_, sqlx::Error>>()?;
     // Digest entries in job id order: present jobs and pruned jobs' tombstones.
     let mut now_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
     let mut since_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
@@ -326,10 +328,12 @@ pub async fn check_all(
     .fetch_one(&mut *conn)
     .await?;
     report.position = report.position.max(orphan_max.unwrap_or(0));
-    for (job, (seq, head, max_seq)) in &pruned {
+    for (job, (seq, head, job_seq, max_seq)) in &pruned {
         now_entries.insert(*job, (*seq, head.clone()));
         if let Some(p) = since {
-            if *max_seq <= p {
+            if *job_seq > p {
+                // Submitted after the watermark: not in its digest.
+            } else if *max_seq <= p {
                 since_entries.insert(*job, (*seq, head.clone()));
             } else {
                 report.unverifiable_at_since.push(*job);

@@ -421,15 +421,30 @@ async fn benign_maintenance_is_not_flagged_by_the_chain_in_full_or_since() {
 async fn a_pruned_job_is_not_a_deleted_one_under_since() {
     let l = build().await;
     let url = l.db.url();
-    let (clean_report, token) = clean(url).await;
+    let (_, token) = clean(url).await;
     let clock = ManualClock::at_fixed_start();
     let finished_before = clock.now() + Duration::days(1);
     let store =
         l.db.store(Arc::new(clock), StoreConfig::default())
             .await
             .unwrap();
+    // A job submitted and finished after the watermark, pruned too: not in the watermark's digest.
+    let project = store.create_project("later").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
     store
-        .record_audit_watermark(clean_report.watermark)
+        .submit_job(project, NewJob::new("rev", "digest", "later"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    store
+        .report_result(&lease.tuple, Outcome::Failed, "d", None)
+        .await
+        .unwrap();
+    let (audited, _) = clean(url).await;
+    store
+        .record_audit_watermark(audited.watermark)
         .await
         .unwrap();
     let pruned = store
@@ -442,7 +457,10 @@ async fn a_pruned_job_is_not_a_deleted_one_under_since() {
         .await
         .expect("the prune");
     store.close().await;
-    assert_eq!(pruned.jobs, 1, "the passed job is pruned");
+    assert_eq!(
+        pruned.jobs, 2,
+        "the passed job and the later one are pruned"
+    );
     let full = audit_with(url, None).await.expect("the audit runs");
     assert!(full.is_clean(), "{:#?}", full.violations);
     let since = audit_with(url, Some(&token)).await.expect("the audit runs");

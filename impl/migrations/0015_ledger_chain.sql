@@ -163,11 +163,13 @@ FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
 
 -- A pruned job's last chain head (`leasewright prune`, `serve --retain-finished-jobs`): a later
 -- `audit --since W` verifies W's digest over every job's head as of W; a job pruned since is
--- found here instead of being reported deleted. `max_ledger_seq`: the largest ledger sequence
--- value of its records (its head is its head as of any watermark at or above it).
+-- found here instead of being reported deleted. `job_ledger_seq`: the job's own (its submission's)
+-- ledger sequence value (a watermark below it did not know the job); `max_ledger_seq`: the
+-- largest of its records' (its head is its head as of any watermark at or above it).
 CREATE TABLE ledger_pruned (
     job_id         uuid        PRIMARY KEY,
     chain_seq      integer     NOT NULL,
     chain_head     bytea       NOT NULL,
+    job_ledger_seq bigint      NOT NULL,
     max_ledger_seq bigint      NOT NULL
 );

@@ -18,8 +18,8 @@ WITH doomed AS (
 ), tombstones AS (
     -- Each pruned job's last chain head (migration 0015): a later `audit --since` finds it here
     -- instead of reporting the job's records deleted. Jobs submitted before 0015 have none.
-    INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, max_ledger_seq)
-    SELECT j.id, j.chain_seq, j.chain_head, greatest(j.ledger_seq,
+    INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq)
+    SELECT j.id, j.chain_seq, j.chain_head, j.ledger_seq, greatest(j.ledger_seq,
         (SELECT max(ledger_seq) FROM attempts WHERE job_id = j.id),
         (SELECT max(ledger_seq) FROM observations WHERE named_job_id = j.id),
         (SELECT max(ledger_seq) FROM reconciliations WHERE job_id = j.id),
