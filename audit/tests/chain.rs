@@ -466,3 +466,86 @@ async fn a_pruned_job_is_not_a_deleted_one_under_since() {
     let since = audit_with(url, Some(&token)).await.expect("the audit runs");
     assert!(since.is_clean(), "{:#?}", since.violations);
 }
+
+/// The claim and the result chain their own record in the update of the job's row they make anyway
+/// (migration 0015's `claim()`, `attempt_commit_result(s)_if_current`): a batch claim's attempts,
+/// a batch result's observations (one of its items a duplicate, judged singly and recorded through
+/// the trigger), with a heartbeat between, are chained in the order they were written, their
+/// positions rise along each chain, each job's row holds its last record's hash, and the ledger
+/// audits clean in full and under its own watermark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_batch_results_chained_in_their_own_statements_audit_clean() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .expect("a store");
+    let project = store.create_project("batched").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    for command in ["a", "b", "c"] {
+        store
+            .submit_job(project, NewJob::new("rev", "digest", command))
+            .await
+            .unwrap();
+    }
+    let leases = match store.claim_batch(runner, 3, None).await.unwrap() {
+        Verdict::Accepted(leases) => leases,
+        other => panic!("claim: {other:?}"),
+    };
+    assert_eq!(leases.len(), 3);
+    clock.advance(Duration::seconds(1));
+    store.heartbeat(&leases[1].tuple, None).await.unwrap();
+    let item = |lease: &Lease| ResultReport {
+        tuple: lease.tuple,
+        outcome: Outcome::Passed,
+        result_digest: "d".into(),
+        runner_time: None,
+    };
+    let mut items: Vec<ResultReport> = leases.iter().map(item).collect();
+    items.push(item(&leases[0]));
+    let verdicts = store.report_results(&items).await.unwrap();
+    assert!(
+        verdicts[..3].iter().all(|v| *v == Verdict::Accepted(())),
+        "{verdicts:?}"
+    );
+    assert_ne!(verdicts[3], Verdict::Accepted(()), "{verdicts:?}");
+    store.close().await;
+    let url = db.url();
+    // Per job: the claim is record 2; the result follows it (3, or 4 after the heartbeat); the
+    // duplicate is the last; every record's position is above its predecessor's.
+    let out_of_order = scalar(
+        url,
+        "WITH r AS ( \
+             SELECT id AS job, 1 AS seq, ledger_seq, chain_head AS hash FROM jobs \
+             UNION ALL SELECT job_id, chain_seq, ledger_seq, chain_hash FROM attempts \
+             UNION ALL SELECT named_job_id, chain_seq, ledger_seq, chain_hash FROM observations), \
+         o AS (SELECT job, seq, ledger_seq, \
+                      lag(ledger_seq) OVER (PARTITION BY job ORDER BY seq) AS previous, \
+                      row_number() OVER (PARTITION BY job ORDER BY seq) AS n FROM r) \
+         SELECT count(*) FROM o WHERE seq IS NULL OR seq <> n OR ledger_seq <= previous",
+    )
+    .await;
+    assert_eq!(out_of_order, 0, "every record chained, in order");
+    let heads = scalar(
+        url,
+        "SELECT count(*) FROM jobs AS j WHERE j.chain_head = ( \
+             SELECT chain_hash FROM ( \
+                 SELECT chain_seq, chain_hash FROM attempts WHERE job_id = j.id \
+                 UNION ALL SELECT chain_seq, chain_hash FROM observations \
+                 WHERE named_job_id = j.id) AS r \
+             ORDER BY chain_seq DESC LIMIT 1)",
+    )
+    .await;
+    assert_eq!(heads, 3, "each job's row holds its last record's hash");
+    let results = scalar(
+        url,
+        "SELECT count(*) FROM observations WHERE kind = 'result' AND verdict = 'accepted'",
+    )
+    .await;
+    assert_eq!(results, 3);
+    let (report, token) = clean(url).await;
+    assert_eq!(report.chain_records, 3 + 3 + 1 + 4);
+    let again = audit_with(url, Some(&token)).await.expect("the audit runs");
+    assert!(again.is_clean(), "{:#?}", again.violations);
+}
