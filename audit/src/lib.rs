@@ -9,6 +9,7 @@
 
 mod mutations;
 pub mod order;
+pub mod chain;
 pub mod read;
 pub mod replay;
 mod slots;
@@ -71,6 +72,12 @@ pub enum Kind {
     /// A claim that took a later job while an earlier one of its project, queued with its slot
     /// free, stayed queued, where no recorded concurrency explains it (audit/src/order.rs).
     ClaimOrder,
+    /// A job's chain (migration 0015) broken: a record deleted, copied, edited or inserted
+    /// (`audit::chain`).
+    LedgerChain,
+    /// The `--since` watermark's digest over every job's chain head does not match the ledger
+    /// as of its position: a record at or below it was edited, deleted or inserted since.
+    WatermarkMismatch,
 }
 
 impl Kind {
@@ -95,6 +102,8 @@ impl Kind {
             Kind::SideEffectRecord => "side_effect_record",
             Kind::TargetMutation => "target_mutation",
             Kind::ClaimOrder => "claim_order",
+            Kind::LedgerChain => "ledger_chain",
+            Kind::WatermarkMismatch => "watermark_mismatch",
         }
     }
 }
@@ -150,6 +159,8 @@ pub struct AuditOptions {
     pub since: Option<i64>,
     /// Jobs read per round trip.
     pub batch: usize,
+    /// A watermark token (`chain::Watermark`): verified, then its position is `since`.
+    pub since_token: Option<chain::Watermark>,
 }
 
 /// Progress of a long audit.
@@ -185,6 +196,14 @@ pub struct AuditReport {
     /// Audited attempts claimed in an earlier epoch than the latest and still active or
     /// uncertain.
     pub across_epochs: Vec<AcrossEpoch>,
+    /// The watermark token to pass to `--since` next time (`None`: a schema without migration
+    /// 0015, or a `--project` run).
+    pub since: Option<String>,
+    /// The chain pass (hash only, every record of every job): records hashed, its seconds.
+    pub chain_records: usize,
+    pub chain_seconds: f64,
+    /// Jobs submitted before migration 0015 (no stored chain).
+    pub unchained_jobs: usize,
 }
 
 impl AuditReport {
@@ -291,11 +310,43 @@ impl AuditReport {
                  lease_policy table); each attempt's ttl was taken from its own claim"
             );
         }
+        if self.chain_seconds > 0.0 {
+            let _ = writeln!(
+                out,
+                "chain: {} records hashed in {:.2} s ({:.0} records/s){}",
+                self.chain_records,
+                self.chain_seconds,
+                self.chain_records as f64 / self.chain_seconds,
+                if self.unchained_jobs > 0 {
+                    format!(
+                        " ({} jobs submitted before migration 0015: no stored chain)",
+                        self.unchained_jobs
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
         let _ = writeln!(
             out,
-            "watermark: {} (audit only what is new next time: --since {})",
+            "watermark: {} (prune --audited-through {})",
             self.watermark, self.watermark
         );
+        match &self.since {
+            Some(token) => {
+                let _ = writeln!(
+                    out,
+                    "since: {token} (audit only what is new next time: --since {token})"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "since: none (a --project run, or a schema without migration 0015: the \
+                     next --since takes the number above, and cannot detect edits below it)"
+                );
+            }
+        }
         out
     }
 
@@ -363,6 +414,9 @@ pub enum AuditError {
     NoLedger,
     #[error("no project named or numbered `{0}`")]
     UnknownProject(String),
+    /// A `--since` watermark refused (another database, another epoch).
+    #[error("refusing the --since watermark: {0}")]
+    Watermark(String),
 }
 
 /// The audit of the database at `database_url`. Read-only; `progress` is called now and then.
@@ -397,7 +451,33 @@ pub async fn audit(
     };
     let runner_projects = read::runner_projects(&mut conn).await?;
     let max_ttl = read::configured_lease_ttl(&mut conn).await?;
-    let ids = read::job_ids(&mut conn, project, options.since).await?;
+    let chained = chain::has_chain(&mut conn).await?;
+    let here = if chained {
+        Some(chain::identity(&mut conn).await?)
+    } else {
+        None
+    };
+    if let Some(w) = &options.since_token {
+        let Some((identity, epoch)) = &here else {
+            return Err(AuditError::Watermark(
+                "the schema has no chain (impl migration 0015): give the watermark's number".into(),
+            ));
+        };
+        if let Some(why) = chain::refusal(w, identity, *epoch) {
+            return Err(AuditError::Watermark(why));
+        }
+    }
+    let since = options
+        .since_token
+        .as_ref()
+        .map(|w| w.position)
+        .or(options.since);
+    let chain_report = if chained {
+        Some(chain::check_all(&mut conn, since, options.batch).await?)
+    } else {
+        None
+    };
+    let ids = read::job_ids(&mut conn, project, since).await?;
     let mut report = AuditReport {
         jobs: 0,
         records: 0,
@@ -405,12 +485,16 @@ pub async fn audit(
         unjudged_records: 0,
         seconds: 0.0,
         records_per_second: 0.0,
-        watermark: options.since.unwrap_or(0),
+        watermark: since.unwrap_or(0),
         configured_lease_ttl_seconds: max_ttl
             .map(|t| t.num_microseconds().unwrap_or(0) as f64 / 1e6),
         violations: Vec::new(),
         epochs: Vec::new(),
         across_epochs: Vec::new(),
+        since: None,
+        chain_records: 0,
+        chain_seconds: 0.0,
+        unchained_jobs: 0,
     };
     let recorded_epochs = read::epochs(&mut conn).await?;
     let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
@@ -476,7 +560,7 @@ pub async fn audit(
     report
         .violations
         .extend(mutations::check(&targets, project));
-    for o in read::orphan_observations(&mut conn, options.since).await? {
+    for o in read::orphan_observations(&mut conn, since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {
             continue;
@@ -506,10 +590,90 @@ pub async fn audit(
             });
         }
     }
+    if let (Some(c), Some((identity, epoch))) = (chain_report, here) {
+        chain_findings(
+            &mut report,
+            c,
+            project,
+            options.since_token.as_ref(),
+            identity,
+            epoch,
+        );
+    }
     conn.close().await.ok();
     report.seconds = started.elapsed().as_secs_f64();
     report.records_per_second = report.records as f64 / report.seconds.max(1e-9);
     Ok((report, projects))
+}
+
+/// The chain pass's findings (`ledger_chain`, `watermark_mismatch`) and the watermark token.
+fn chain_findings(
+    report: &mut AuditReport,
+    c: chain::ChainReport,
+    project: Option<Uuid>,
+    since: Option<&chain::Watermark>,
+    identity: chain::DatabaseIdentity,
+    epoch: i64,
+) {
+    report.chain_records = c.records;
+    report.chain_seconds = c.seconds.max(1e-9);
+    report.unchained_jobs = c.unchained_jobs;
+    for b in c.breaks {
+        if project.is_some_and(|p| p != b.project) {
+            continue;
+        }
+        report.violations.push(Violation {
+            kind: Kind::LedgerChain,
+            job: b.job,
+            project: b.project,
+            record: b.record,
+            detail: b.detail,
+            steps: Vec::new(),
+        });
+    }
+    if let Some(w) = since {
+        for job in &c.unverifiable_at_since {
+            report.violations.push(Violation {
+                kind: Kind::WatermarkMismatch,
+                job: *job,
+                project: Uuid::nil(),
+                record: "the job's tombstone (ledger_pruned)".into(),
+                detail: format!(
+                    "the job was pruned with records after the watermark's position {}: its \
+                     chain head as of the watermark cannot be known (a full run clears this)",
+                    w.position
+                ),
+                steps: Vec::new(),
+            });
+        }
+        if c.unverifiable_at_since.is_empty() && c.digest_at_since != Some(w.digest) {
+            report.violations.push(Violation {
+                kind: Kind::WatermarkMismatch,
+                job: Uuid::nil(),
+                project: Uuid::nil(),
+                record: format!("the watermark's digest (position {})", w.position),
+                detail: "the chain heads of the jobs as of the watermark's position are not the \
+                         ones the watermark committed to: a record at or below it was edited, \
+                         deleted or inserted since (the ledger_chain violations, if any, name \
+                         which; none: a whole job or chain was rewritten consistently, or a job \
+                         deleted)"
+                    .into(),
+                steps: Vec::new(),
+            });
+        }
+    }
+    if project.is_none() {
+        report.watermark = report.watermark.max(c.position);
+        report.since = Some(
+            chain::Watermark {
+                identity,
+                epoch,
+                position: report.watermark,
+                digest: c.digest,
+            }
+            .to_string(),
+        );
+    }
 }
 
 /// The epochs seen (in the `epochs` table and in the claims' tokens) and, of the attempts still

@@ -237,15 +237,31 @@ async fn heartbeat_id(url: &str, job: JobId, which: &str) -> i64 {
     scalar(url, &query).await
 }
 
-/// Exactly one violation, of `kind`, about `job`, naming `record`.
+/// The violations other than `ledger_chain` (an edit of a chained record is one too:
+/// audit/tests/chain.rs tests those).
+fn replayed(report: &AuditReport) -> Vec<&audit::Violation> {
+    report
+        .violations
+        .iter()
+        .filter(|v| v.kind != Kind::LedgerChain)
+        .collect()
+}
+
+/// Exactly one violation, of `kind`, about `job`, naming `record` (besides the `ledger_chain`
+/// that an edit of a record also is: audit/tests/chain.rs tests those).
 fn assert_caught(report: &AuditReport, kind: Kind, job: JobId, record: &str) {
+    let violations: Vec<_> = report
+        .violations
+        .iter()
+        .filter(|v| v.kind != Kind::LedgerChain)
+        .collect();
     assert_eq!(
-        report.violations.len(),
+        violations.len(),
         1,
         "one violation expected: {:#?}",
         report.violations
     );
-    let v = &report.violations[0];
+    let v = violations[0];
     assert_eq!((v.kind, v.job), (kind, job.0), "{v:#?}");
     assert!(
         v.record.starts_with(record),
@@ -593,7 +609,7 @@ async fn a_job_that_cannot_be_judged_is_never_clean_and_its_records_are_counted(
     )
     .await;
     let report = run_audit(url).await;
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(replayed(&report).is_empty(), "{:#?}", report.violations);
     assert!(!report.is_clean(), "a job not judged is never clean");
     assert_eq!(report.unauditable.len(), 1);
     assert_eq!(report.unauditable[0].0, f.running.0);
@@ -751,8 +767,9 @@ async fn a_sweep_received_by_a_clock_running_ahead_makes_receipt_times_go_backwa
     )
     .await;
     let report = run_audit(url).await;
-    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
-    let v = &report.violations[0];
+    let violations = replayed(&report);
+    assert_eq!(violations.len(), 1, "{:#?}", report.violations);
+    let v = violations[0];
     assert_eq!(
         (v.kind, v.job),
         (Kind::ReceiptTimeOrder, f.retried.0),
@@ -796,7 +813,7 @@ async fn a_lease_granted_for_a_thousand_times_the_configured_ttl_is_caught_when_
     )
     .await;
     let report = run_audit(url).await;
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(replayed(&report).is_empty(), "{:#?}", report.violations);
     assert_eq!(report.configured_lease_ttl_seconds, None);
     assert!(report
         .render(&Default::default())

@@ -18,9 +18,11 @@ pub struct AuditArgs {
     /// Audit only this project's jobs (its name or id).
     #[arg(long, value_name = "P")]
     project: Option<String>,
-    /// Audit only the jobs with a record after this watermark (printed by the previous run).
+    /// Audit only the jobs with a record after this watermark (the `since:` token the previous
+    /// run printed; it is verified: another database's or an earlier epoch's is refused, an edit
+    /// below it is reported). A bare number (before migration 0015) is taken with a warning.
     #[arg(long, value_name = "WATERMARK")]
-    since: Option<i64>,
+    since: Option<audit::chain::Since>,
     /// Jobs read per round trip.
     #[arg(long, default_value_t = 2000)]
     batch: usize,
@@ -37,9 +39,17 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         eprintln!("leasewright audit: no --database-url and no DATABASE_URL");
         return Ok(2);
     };
-    if args.since.is_some_and(|w| w < 0) || args.batch == 0 {
-        eprintln!("leasewright audit: --since is a watermark (0 or more), --batch at least 1");
+    if args.batch == 0 {
+        eprintln!("leasewright audit: --batch is at least 1");
         return Ok(2);
+    }
+    if let Some(audit::chain::Since::Position(p)) = &args.since {
+        eprintln!(
+            "leasewright audit: warning: --since {p} is a bare number (a watermark printed \
+             before migration 0015): records at or below it are not verified, so an edit, \
+             deletion or insertion there cannot be detected; this run prints a watermark token \
+             (`since:`) to use next time"
+        );
     }
     // A refused connection at once, with its address and never its password; of a host list,
     // the host `target_session_attrs` asks for (`read-only`: a standby will do).
@@ -52,7 +62,11 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
     };
     let options = AuditOptions {
         project: args.project.clone(),
-        since: args.since,
+        since: args.since.as_ref().map(audit::chain::Since::position),
+        since_token: match &args.since {
+            Some(audit::chain::Since::Token(w)) => Some(w.clone()),
+            _ => None,
+        },
         batch: args.batch,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -131,12 +131,21 @@ async fn a_job_that_cannot_be_judged_exits_1_and_the_summary_counts_its_records(
     let (code, out, _) = audit(Some(db.url()), &[]);
     assert_eq!(code, 0, "{out}");
 
-    // An attempt as if claimed before the ledger existed: its 2 records cannot be judged.
-    sqlx::query("UPDATE attempts SET claim_lease_expiry = NULL WHERE job_id = $1")
-        .bind(job.0)
-        .execute(&sqlx::PgPool::connect(db.url()).await.unwrap())
-        .await
-        .unwrap();
+    // An attempt as if claimed before the ledger existed (so before its chain, migration 0015,
+    // too): its 2 records cannot be judged.
+    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+    for statement in [
+        "UPDATE attempts SET claim_lease_expiry = NULL, chain_seq = NULL, chain_hash = NULL \
+         WHERE job_id = $1",
+        "UPDATE observations SET chain_seq = NULL, chain_hash = NULL WHERE named_job_id = $1",
+        "UPDATE jobs SET chain_seq = NULL, chain_head = NULL WHERE id = $1",
+    ] {
+        sqlx::query(statement)
+            .bind(job.0)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
     let (code, out, _) = audit(Some(db.url()), &[]);
     assert_eq!(code, 1, "never clean: {out}");
     assert!(

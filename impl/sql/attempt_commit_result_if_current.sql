@@ -4,7 +4,9 @@
 -- (`cancelled` only while the job is `cancelling`, `passed`/`failed` only while it is `running`);
 -- the job takes the outcome; its target reservation is released (as target_release does: the
 -- holder columns of its slot's row cleared); the accepted result is recorded (as
--- observation_record does).
+-- observation_record does), chained in the job's one update (migration 0015: the observation's id
+-- and ledger position drawn under the job's row lock, the trigger leaving a chained record as it
+-- is, so the job's row gets no second version).
 -- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 (late report,
 -- duplicate, conflict, ...) in a transaction of its own, never retrying this statement without
 -- its predicates. `committed` <> `finished` would be a bug (both follow from the locked job row).
@@ -34,13 +36,22 @@ WITH job AS (
       AND ((j.state = 'running' AND $7 IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND $7 = 'cancelled'))
     RETURNING a.id, a.job_id, a.claimed_at
+), drawn AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('observations', 'id')) AS observation_id,
+        nextval('ledger_seq') AS ledger_seq
+    FROM committed
 ), finished AS (
     UPDATE jobs
-    SET state = $7, outcome = $7, result_digest = $8, finished_at = $9
+    SET state = $7, outcome = $7, result_digest = $8, finished_at = $9,
+        chain_seq = chain_seq + 1,
+        chain_head = ledger_observation_hash(chain_head, chain_seq + 1,
+            (SELECT observation_id FROM drawn), $2, (SELECT ledger_seq FROM drawn), $1,
+            'result', $3, $4, $5, $3, $9, $10, 'accepted', NULL::text, $7, $11,
+            NULL::timestamptz)
     WHERE id = (SELECT job_id FROM committed)
       AND current_attempt_id = $3
       AND state IN ('running', 'cancelling')
-    RETURNING id, target
+    RETURNING id, target, chain_seq, chain_head
 ), released AS (
     UPDATE target_slots
     SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
@@ -48,11 +59,13 @@ WITH job AS (
     WHERE slot = (SELECT target FROM finished)
       AND holder_job_id = (SELECT id FROM finished)
 ), recorded AS (
-    INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+    INSERT INTO observations (id, sender_runner_id, kind, named_job_id, named_attempt_id,
         named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, outcome,
-        payload_sha256)
-    SELECT $1, 'result', $2, $3, $4, $5, $3, $9, $10, 'accepted', $7, $11
-    FROM finished
+        payload_sha256, ledger_seq, chain_seq, chain_hash)
+    OVERRIDING SYSTEM VALUE
+    SELECT d.observation_id, $1, 'result', $2, $3, $4, $5, $3, $9, $10, 'accepted', $7, $11,
+        d.ledger_seq, f.chain_seq, f.chain_head
+    FROM finished AS f, drawn AS d
 )
 SELECT (SELECT count(*) FROM committed) AS committed, (SELECT count(*) FROM finished) AS finished,
     (SELECT claimed_at FROM committed) AS claimed_at

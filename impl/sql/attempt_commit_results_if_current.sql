@@ -1,7 +1,7 @@
 -- name: attempt_commit_results_if_current
 -- Rule R3 `result` for several results at once (a batch result), the accept path of every item
 -- in one statement (one round trip, one transaction): exactly attempt_commit_result_if_current
--- applied to each item. The items' jobs are locked in job-id order (as the sweep locks them, so
+-- applied to each item (each result chained in its job's one update, as there). The items' jobs are locked in job-id order (as the sweep locks them, so
 -- batches and sweeps never deadlock); of several items naming one job only the first is tried
 -- here, so a later one is judged after it, as if the items were sent one after another.
 -- Returns the accepted items' positions (1-based; `finished` false would be a bug: the job did
@@ -43,15 +43,26 @@ WITH item AS (
       AND ((j.state = 'running' AND i.outcome IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND i.outcome = 'cancelled'))
     RETURNING a.id, a.job_id, a.claimed_at, i.outcome, i.result_digest
+), drawn AS MATERIALIZED (
+    SELECT c.job_id, nextval(pg_get_serial_sequence('observations', 'id')) AS observation_id,
+        nextval('ledger_seq') AS ledger_seq
+    FROM committed AS c
 ), finished AS (
     UPDATE jobs AS j
     SET state = c.outcome, outcome = c.outcome, result_digest = c.result_digest,
-        finished_at = $9
-    FROM committed AS c
+        finished_at = $9,
+        chain_seq = j.chain_seq + 1,
+        chain_head = ledger_observation_hash(j.chain_head, j.chain_seq + 1, d.observation_id,
+            i.job, d.ledger_seq, i.runner, 'result', i.attempt, i.lease_id, i.fence, i.attempt,
+            $9, i.runner_time, 'accepted', NULL::text, i.outcome, i.payload_sha256,
+            NULL::timestamptz)
+    FROM committed AS c, item AS i, drawn AS d
     WHERE j.id = c.job_id
+      AND i.job = c.job_id
+      AND d.job_id = c.job_id
       AND j.current_attempt_id = c.id
       AND j.state IN ('running', 'cancelling')
-    RETURNING j.id, j.target
+    RETURNING j.id, j.target, j.chain_seq, j.chain_head, d.observation_id, d.ledger_seq
 ), released AS (
     UPDATE target_slots AS s
     SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
@@ -60,11 +71,13 @@ WITH item AS (
     WHERE s.slot = f.target
       AND s.holder_job_id = f.id
 ), recorded AS (
-    INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
+    INSERT INTO observations (id, sender_runner_id, kind, named_job_id, named_attempt_id,
         named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, outcome,
-        payload_sha256)
-    SELECT i.runner, 'result', i.job, i.attempt, i.lease_id, i.fence, i.attempt, $9,
-        i.runner_time, 'accepted', i.outcome, i.payload_sha256
+        payload_sha256, ledger_seq, chain_seq, chain_hash)
+    OVERRIDING SYSTEM VALUE
+    SELECT f.observation_id, i.runner, 'result', i.job, i.attempt, i.lease_id, i.fence,
+        i.attempt, $9, i.runner_time, 'accepted', i.outcome, i.payload_sha256, f.ledger_seq,
+        f.chain_seq, f.chain_head
     FROM item AS i
     JOIN finished AS f ON f.id = i.job
     ORDER BY i.position

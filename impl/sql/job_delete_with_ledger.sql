@@ -8,12 +8,27 @@
 -- own foreign keys' ON DELETE (the server's: server/migrations/1002). Every sub-statement sees the
 -- same snapshot; the foreign keys left (logs and artifacts to attempts, attempts to jobs) are
 -- checked at the statement's end, when every row that referenced a deleted one is gone too.
+-- Each deleted job leaves its chain's tombstone in ledger_pruned (migration 0015).
 -- Counts per table, for the prune's report.
 -- $1 job ids
 WITH doomed AS (
     SELECT id FROM jobs
     WHERE id = ANY($1)
       AND state IN ('passed', 'failed', 'cancelled', 'aborted') -- guard: terminal
+), tombstones AS (
+    -- Each pruned job's last chain head (migration 0015): a later `audit --since` finds it here
+    -- instead of reporting the job's records deleted. Jobs submitted before 0015 have none.
+    INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq)
+    SELECT j.id, j.chain_seq, j.chain_head, j.ledger_seq, greatest(j.ledger_seq,
+        (SELECT max(ledger_seq) FROM attempts WHERE job_id = j.id),
+        (SELECT max(ledger_seq) FROM observations WHERE named_job_id = j.id),
+        (SELECT max(ledger_seq) FROM reconciliations WHERE job_id = j.id),
+        (SELECT max(ledger_seq) FROM cancels WHERE job_id = j.id),
+        (SELECT max(ledger_seq) FROM expiry_sweeps WHERE job_id = j.id))
+    FROM jobs AS j
+    WHERE j.id IN (SELECT id FROM doomed)
+      AND j.chain_seq IS NOT NULL
+    ON CONFLICT (job_id) DO NOTHING
 ), doomed_attempts AS (
     SELECT id FROM attempts WHERE job_id IN (SELECT id FROM doomed)
 ), logs_deleted AS (

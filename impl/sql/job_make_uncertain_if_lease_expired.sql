@@ -3,7 +3,9 @@
 -- by more than 2 * max_clock_skew (docs/protocol.md §3.1: replicas' clocks may disagree by 2δ;
 -- migration 0016; 0 with one clock) becomes `uncertain`, and so does its attempt. Never
 -- `queued`: a timeout is not a stopped process.
--- Each job made uncertain is recorded in expiry_sweeps (the audit's ledger) by the same statement.
+-- Each job made uncertain is recorded in expiry_sweeps (the audit's ledger) by the same statement,
+-- after its job's row is updated (the record reads `swept`): the record's trigger advances the
+-- job's chain in that row (migration 0015), which this statement must not update after it.
 -- $1 now, $2 project (NULL: every project)
 WITH expired AS (
     SELECT j.id AS job_id, a.id AS attempt_id
@@ -23,12 +25,16 @@ uncertain_attempts AS (
     FROM expired
     WHERE a.id = expired.attempt_id
 ),
+swept AS (
+    UPDATE jobs AS j
+    SET state = 'uncertain'
+    FROM expired
+    WHERE j.id = expired.job_id
+    RETURNING j.id, expired.attempt_id
+),
 recorded AS (
     INSERT INTO expiry_sweeps (job_id, attempt_id, swept_at)
-    SELECT job_id, attempt_id, $1 FROM expired
+    SELECT id, attempt_id, $1 FROM swept
+    ORDER BY id
 )
-UPDATE jobs AS j
-SET state = 'uncertain'
-FROM expired
-WHERE j.id = expired.job_id
-RETURNING j.id
+SELECT id FROM swept

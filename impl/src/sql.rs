@@ -122,13 +122,14 @@ statements! {
     JOB_COUNT_UNFINISHED_BY_PROJECT_AND_STATE = "job_count_unfinished_by_project_and_state";
 }
 
-/// The source of migration 0012, which defines the server-side function `claim` as it is now (the
+/// The source of migration 0015, which defines the server-side function `claim` as it is now (the
 /// statement `claim` calls it; 0007 defined it first, 0008 added its target columns, 0009 the
-/// reservation in the slot row, 0011 the pick that locks the head first, 0012 the epoch).
+/// reservation in the slot row, 0011 the pick that locks the head first, 0012 the epoch, 0015 the
+/// attempt's chain advanced in the claim's own update of the job).
 #[cfg(any(test, feature = "mutants"))]
 pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/migrations/0012_epochs.sql"
+    "/migrations/0015_ledger_chain.sql"
 ));
 
 /// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in

@@ -240,6 +240,8 @@ impl Default for Metrics {
             "leasewright_requests_in_flight",
             "Requests to /v1/ routes admitted and not yet answered (the request slots held)",
             requests_in_flight.clone(),
+        );
+        registry.register(
             "leasewright_clock_offset_seconds",
             "The database server's clock minus this replica's, as last measured (docs/protocol.md §3.1)",
             clock_offset.clone(),

@@ -61,8 +61,8 @@ impl Store {
         let now = self.now();
         let lease_expiry = now + self.lease_ttl;
         tracing::debug!(%runner, ?runner_time, k, "claim");
-        // A call of the server-side function `claim` (migrations 0007 to 0012), prepared once per
-        // connection: the function keeps the plan of its statement for the session, made with
+        // A call of the server-side function `claim` (migrations 0007 to 0012, 0015), prepared once
+        // per connection: the function keeps the plan of its statement for the session, made with
         // settings under which no statistics can turn a lookup into a scan (docs/impl.md, "The
         // claim's plan"), so a claim is not planned again.
         let rows = sqlx::query(self.sql(sql::CLAIM))

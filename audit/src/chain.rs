@@ -1,0 +1,761 @@
+//! The ledger's chain (impl migration 0015; docs/audit.md, "The chain"): every record of a job
+//! carries a per-job sequence number and a hash chained to the job's previous record. This module
+//! recomputes every job's chain from its records' fields with its own implementation of the
+//! canonical encoding (the writer's is SQL, in the migration), reports a deleted, copied, edited or
+//! inserted record as `ledger_chain`, and makes and checks the watermark `--since` takes: a token
+//! committing to the database, the epoch, the position and a digest over every job's chain head.
+//! A hash-only pass: no model replay, every record of every job read once.
+
+use chrono::{DateTime, TimeZone as _, Utc};
+use sha2::{Digest as _, Sha256};
+use sqlx::{PgConnection, Row};
+use std::collections::{BTreeMap, HashMap};
+use uuid::Uuid;
+
+type Time = DateTime<Utc>;
+
+/// The canonical encoding of one record (docs/audit.md, "The canonical encoding").
+#[derive(Default)]
+pub struct Encoder(Vec<u8>);
+
+impl Encoder {
+    fn field(&mut self, bytes: Option<&[u8]>) -> &mut Self {
+        match bytes {
+            None => self.0.push(0),
+            Some(b) => {
+                self.0.push(1);
+                self.0.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                self.0.extend_from_slice(b);
+            }
+        }
+        self
+    }
+    pub fn text(&mut self, t: Option<&str>) -> &mut Self {
+        self.field(t.map(str::as_bytes))
+    }
+    pub fn uuid(&mut self, u: Option<Uuid>) -> &mut Self {
+        self.field(u.as_ref().map(|u| &u.as_bytes()[..]))
+    }
+    pub fn int(&mut self, i: Option<i64>) -> &mut Self {
+        self.field(i.map(i64::to_be_bytes).as_ref().map(|b| &b[..]))
+    }
+    /// Microseconds since 2000-01-01 00:00:00 UTC, 8 bytes big-endian.
+    pub fn time(&mut self, t: Option<Time>) -> &mut Self {
+        let base = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap();
+        let micros = t.map(|t| (t - base).num_microseconds().unwrap_or(i64::MAX));
+        self.int(micros)
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// One chained record as read: where it is, its place in the chain as stored, and its encoding.
+#[derive(Clone, Debug)]
+struct Record {
+    /// e.g. `observation #12 (ledger 40)`.
+    name: String,
+    ledger_seq: i64,
+    chain_seq: Option<i32>,
+    chain_hash: Option<Vec<u8>>,
+    /// The encoding after the kind and seq fields (the kind is its first field).
+    kind: &'static str,
+    rest: Vec<u8>,
+}
+
+impl Record {
+    fn encoding(&self, seq: i64) -> Vec<u8> {
+        let mut e = Encoder::default();
+        e.text(Some(self.kind)).int(Some(seq));
+        let mut out = e.0;
+        out.extend_from_slice(&self.rest);
+        out
+    }
+}
+
+/// A job's row as far as its chain goes.
+#[derive(Clone, Debug)]
+struct JobHead {
+    id: Uuid,
+    project: Uuid,
+    ledger_seq: i64,
+    chain_seq: Option<i32>,
+    chain_head: Option<Vec<u8>>,
+    submission: Vec<u8>,
+}
+
+/// A break in one job's chain (reported as `ledger_chain`).
+#[derive(Clone, Debug)]
+pub struct Break {
+    pub job: Uuid,
+    pub project: Uuid,
+    pub record: String,
+    pub detail: String,
+}
+
+/// What the chain pass found.
+#[derive(Clone, Debug, Default)]
+pub struct ChainReport {
+    pub jobs: usize,
+    pub records: usize,
+    /// Jobs submitted before migration 0015 (no stored chain; their digest entry is computed).
+    pub unchained_jobs: usize,
+    pub breaks: Vec<Break>,
+    /// The largest ledger sequence value read.
+    pub position: i64,
+    /// The digest over every job's head as of `position` (what a watermark commits to).
+    pub digest: [u8; 32],
+    /// With `--since W`: W's digest recomputed over every job's head as of W's position.
+    pub digest_at_since: Option<[u8; 32]>,
+    /// Jobs whose head as of W's position cannot be known (pruned with records after it).
+    pub unverifiable_at_since: Vec<Uuid>,
+    pub seconds: f64,
+}
+
+/// Whether the schema has the chain (migration 0015).
+pub async fn has_chain(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_name = 'ledger_pruned'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(found == 1)
+}
+
+fn sha(prev: Option<&[u8]>, body: &[u8]) -> Vec<u8> {
+    let mut h = Sha256::new();
+    if let Some(p) = prev {
+        h.update(p);
+    }
+    h.update(body);
+    h.finalize().to_vec()
+}
+
+/// One job's chain checked: the first break (if any), and its head as of every position asked.
+struct Checked {
+    broken: Option<(String, String)>,
+    /// (chain seq, recomputed head) after the last record at or below `at`.
+    head_at: Option<(i64, Vec<u8>)>,
+    /// Its current head (recomputed).
+    head_now: (i64, Vec<u8>),
+}
+
+fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checked {
+    let chained = job.chain_seq.is_some();
+    let mut broken: Option<(String, String)> = None;
+    let mut note = |r: &str, d: String| {
+        if broken.is_none() {
+            broken = Some((r.to_string(), d));
+        }
+    };
+    // Order: the stored chain order for a chained job (ledger order breaks ties), the ledger
+    // order for a job submitted before the chain.
+    if chained {
+        records.sort_by_key(|r| (r.chain_seq.unwrap_or(i32::MAX), r.ledger_seq));
+    } else {
+        records.sort_by_key(|r| r.ledger_seq);
+    }
+    let mut head = sha(None, &job.submission);
+    let mut seq: i64 = 1;
+    let mut last_ledger_seq = job.ledger_seq;
+    let mut head_at = at
+        .filter(|&p| job.ledger_seq <= p)
+        .map(|_| (1, head.clone()));
+    if chained && job.chain_seq == Some(1) && job.chain_head.is_none() {
+        note("the job's row", "its chain head is missing".into());
+    }
+    for r in &records {
+        let expected_seq = seq + 1;
+        if chained {
+            match r.chain_seq {
+                None => note(
+                    &r.name,
+                    format!(
+                        "the record has no chain (written past the chain's trigger): chain seq \
+                         {expected_seq} expected"
+                    ),
+                ),
+                Some(s) if i64::from(s) == seq => note(
+                    &r.name,
+                    format!("a second record with chain seq {s} (a copy, or an insertion)"),
+                ),
+                Some(s) if i64::from(s) > expected_seq => {
+                    let missing = if i64::from(s) - 1 == expected_seq {
+                        format!("record {expected_seq} is")
+                    } else {
+                        format!("records {expected_seq}..={} are", s - 1)
+                    };
+                    note(
+                        &r.name,
+                        format!("chain seq {s} follows {seq}: {missing} missing (deleted)"),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
+        head = sha(Some(&head), &r.encoding(expected_seq));
+        if chained && r.chain_hash.as_deref() != Some(&head[..]) && r.chain_seq.is_some() {
+            note(
+                &r.name,
+                format!(
+                    "its hash does not follow from the job's record {seq} and its own fields \
+                     (a field of it, or of an earlier record, was edited)"
+                ),
+            );
+        }
+        if chained && r.chain_seq.is_some() && r.ledger_seq <= last_ledger_seq {
+            note(
+                &r.name,
+                format!(
+                    "its ledger position {} is not above the previous record's {} (the trigger \
+                     draws positions in chain order: this one was written by hand)",
+                    r.ledger_seq, last_ledger_seq
+                ),
+            );
+        }
+        last_ledger_seq = last_ledger_seq.max(r.ledger_seq);
+        seq = expected_seq;
+        if let (Some(p), Some(h)) = (at, head_at.as_mut()) {
+            if r.ledger_seq <= p {
+                *h = (seq, head.clone());
+            }
+        }
+    }
+    if chained {
+        if job.chain_seq.map(i64::from) != Some(seq) {
+            note(
+                "the job's row",
+                format!(
+                    "its chain ends at seq {} but the job's row says {} (a record deleted or \
+                     added at the end)",
+                    seq,
+                    job.chain_seq.unwrap_or(0)
+                ),
+            );
+        } else if job.chain_head.as_deref() != Some(&head[..]) {
+            note(
+                "the job's row",
+                "its chain head is not the hash of its last record".into(),
+            );
+        }
+    } else if records.iter().any(|r| r.chain_seq.is_some()) {
+        note(
+            "the job's row",
+            "its records are chained but the job's row has no chain (its head was removed)".into(),
+        );
+    }
+    Checked {
+        broken,
+        head_at,
+        head_now: (seq, head),
+    }
+}
+
+fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
+    h.update(job.as_bytes());
+    h.update(seq.to_be_bytes());
+    h.update(head);
+}
+
+/// Every job's chain checked, in one pass over every record (the audit's snapshot), with the
+/// digest as of the position read and, with `since`, as of `since`.
+pub async fn check_all(
+    conn: &mut PgConnection,
+    since: Option<i64>,
+    batch: usize,
+) -> Result<ChainReport, sqlx::Error> {
+    let started = std::time::Instant::now();
+    let mut report = ChainReport::default();
+    let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
+        .fetch_all(&mut *conn)
+        .await?;
+    let pruned: BTreeMap<Uuid, (i64, Vec<u8>, i64, i64)> = sqlx::query(
+        "SELECT job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq FROM ledger_pruned",
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok((
+            r.try_get("job_id")?,
+            (
+                i64::from(r.try_get::<i32, _>("chain_seq")?),
+                r.try_get("chain_head")?,
+                r.try_get("job_ledger_seq")?,
+                r.try_get("max_ledger_seq")?,
+            ),
+        ))
+    })
+    .collect::<Result<_, sqlx::Error>>()?;
+    // Digest entries in job id order: present jobs and pruned jobs' tombstones.
+    let mut now_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
+    let mut since_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
+    for chunk in ids.chunks(batch.max(1)) {
+        let jobs = read_jobs(conn, chunk).await?;
+        let mut records = read_records(conn, chunk).await?;
+        for job in jobs {
+            let recs = records.remove(&job.id).unwrap_or_default();
+            report.jobs += 1;
+            report.records += 1 + recs.len();
+            report.position = report.position.max(job.ledger_seq);
+            for r in &recs {
+                report.position = report.position.max(r.ledger_seq);
+            }
+            if job.chain_seq.is_none() {
+                report.unchained_jobs += 1;
+            }
+            let checked = check_job(&job, recs, since);
+            if let Some((record, detail)) = checked.broken {
+                report.breaks.push(Break {
+                    job: job.id,
+                    project: job.project,
+                    record,
+                    detail,
+                });
+            }
+            now_entries.insert(job.id, checked.head_now);
+            if let Some(h) = checked.head_at {
+                since_entries.insert(job.id, h);
+            }
+        }
+    }
+    // Observations naming no job (the security log): in the position, not in any chain.
+    let orphan_max: Option<i64> = sqlx::query_scalar(
+        "SELECT max(o.ledger_seq) FROM observations AS o \
+         WHERE NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.id = o.named_job_id)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    report.position = report.position.max(orphan_max.unwrap_or(0));
+    for (job, (seq, head, job_seq, max_seq)) in &pruned {
+        now_entries.insert(*job, (*seq, head.clone()));
+        if let Some(p) = since {
+            if *job_seq > p {
+                // Submitted after the watermark: not in its digest.
+            } else if *max_seq <= p {
+                since_entries.insert(*job, (*seq, head.clone()));
+            } else {
+                report.unverifiable_at_since.push(*job);
+            }
+        }
+    }
+    report.digest = digest(&now_entries);
+    report.digest_at_since = since.map(|_| digest(&since_entries));
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn digest(entries: &BTreeMap<Uuid, (i64, Vec<u8>)>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for (job, (seq, head)) in entries {
+        digest_entry(&mut h, *job, *seq, head);
+    }
+    h.finalize().into()
+}
+
+async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT id, project_id, ledger_seq, submitted_at, source_revision, source_digest, \
+                command, target, target_kind, chain_seq, chain_head \
+         FROM jobs WHERE id = ANY($1) ORDER BY id",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let id: Uuid = r.try_get("id")?;
+            let ledger_seq: i64 = r.try_get("ledger_seq")?;
+            let mut e = Encoder::default();
+            e.text(Some("job"))
+                .int(Some(1))
+                .uuid(Some(id))
+                .uuid(Some(r.try_get("project_id")?))
+                .int(Some(ledger_seq))
+                .time(Some(r.try_get("submitted_at")?))
+                .text(Some(r.try_get("source_revision")?))
+                .text(Some(r.try_get("source_digest")?))
+                .text(Some(r.try_get("command")?))
+                .text(Some(r.try_get("target")?))
+                .text(Some(r.try_get("target_kind")?));
+            Ok(JobHead {
+                id,
+                project: r.try_get("project_id")?,
+                ledger_seq,
+                chain_seq: r.try_get("chain_seq")?,
+                chain_head: r.try_get("chain_head")?,
+                submission: e.0,
+            })
+        })
+        .collect()
+}
+
+/// Every chained record of the jobs `ids`, by job.
+async fn read_records(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<HashMap<Uuid, Vec<Record>>, sqlx::Error> {
+    let mut out: HashMap<Uuid, Vec<Record>> = HashMap::new();
+    let rows = sqlx::query(
+        "SELECT id, job_id, project_id, ledger_seq, runner_id, lease_id, fence, slot_token, \
+                claimed_at, claim_lease_expiry, chain_seq, chain_hash \
+         FROM attempts WHERE job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let id: Uuid = r.try_get("id")?;
+        let job: Uuid = r.try_get("job_id")?;
+        let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let mut e = Encoder::default();
+        e.uuid(Some(id))
+            .uuid(Some(job))
+            .uuid(Some(r.try_get("project_id")?))
+            .int(Some(ledger_seq))
+            .uuid(Some(r.try_get("runner_id")?))
+            .uuid(Some(r.try_get("lease_id")?))
+            .int(Some(r.try_get("fence")?))
+            .int(r.try_get("slot_token")?)
+            .time(Some(r.try_get("claimed_at")?))
+            .time(r.try_get("claim_lease_expiry")?);
+        out.entry(job).or_default().push(Record {
+            name: format!("claim of attempt {id} (ledger {ledger_seq})"),
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind: "claim",
+            rest: e.0,
+        });
+    }
+    let rows = sqlx::query(
+        "SELECT id, named_job_id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
+                named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
+                reason, outcome, payload_sha256, lease_expiry, chain_seq, chain_hash \
+         FROM observations WHERE named_job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let id: i64 = r.try_get("id")?;
+        let job: Uuid = r.try_get("named_job_id")?;
+        let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let mut e = Encoder::default();
+        e.int(Some(id))
+            .uuid(Some(job))
+            .int(Some(ledger_seq))
+            .uuid(Some(r.try_get("sender_runner_id")?))
+            .text(Some(r.try_get("kind")?))
+            .uuid(Some(r.try_get("named_attempt_id")?))
+            .uuid(Some(r.try_get("named_lease_id")?))
+            .int(Some(r.try_get("named_fence")?))
+            .uuid(r.try_get("attempt_id")?)
+            .time(Some(r.try_get("received_at")?))
+            .time(r.try_get("runner_time")?)
+            .text(Some(r.try_get("verdict")?))
+            .text(r.try_get("reason")?)
+            .text(r.try_get("outcome")?)
+            .text(r.try_get("payload_sha256")?)
+            .time(r.try_get("lease_expiry")?);
+        out.entry(job).or_default().push(Record {
+            name: format!("observation #{id} (ledger {ledger_seq})"),
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind: "observation",
+            rest: e.0,
+        });
+    }
+    let rows = sqlx::query(
+        "SELECT id, job_id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
+                reason, decided_at, chain_seq, chain_hash \
+         FROM reconciliations WHERE job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let id: i64 = r.try_get("id")?;
+        let job: Uuid = r.try_get("job_id")?;
+        let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let mut e = Encoder::default();
+        e.int(Some(id))
+            .uuid(Some(job))
+            .int(Some(ledger_seq))
+            .uuid(Some(r.try_get("project_id")?))
+            .uuid(r.try_get("attempt_id")?)
+            .text(Some(r.try_get("finding")?))
+            .text(Some(r.try_get("decision")?))
+            .text(Some(r.try_get("verdict")?))
+            .text(r.try_get("reason")?)
+            .time(Some(r.try_get("decided_at")?));
+        out.entry(job).or_default().push(Record {
+            name: format!("reconciliation #{id} (ledger {ledger_seq})"),
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind: "reconciliation",
+            rest: e.0,
+        });
+    }
+    let rows = sqlx::query(
+        "SELECT id, job_id, ledger_seq, project_id, attempt_id, verdict, reason, requested_at, \
+                chain_seq, chain_hash \
+         FROM cancels WHERE job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let id: i64 = r.try_get("id")?;
+        let job: Uuid = r.try_get("job_id")?;
+        let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let mut e = Encoder::default();
+        e.int(Some(id))
+            .uuid(Some(job))
+            .int(Some(ledger_seq))
+            .uuid(Some(r.try_get("project_id")?))
+            .uuid(r.try_get("attempt_id")?)
+            .text(Some(r.try_get("verdict")?))
+            .text(r.try_get("reason")?)
+            .time(Some(r.try_get("requested_at")?));
+        out.entry(job).or_default().push(Record {
+            name: format!("cancel #{id} (ledger {ledger_seq})"),
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind: "cancel",
+            rest: e.0,
+        });
+    }
+    let rows = sqlx::query(
+        "SELECT id, job_id, ledger_seq, attempt_id, swept_at, chain_seq, chain_hash \
+         FROM expiry_sweeps WHERE job_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let id: i64 = r.try_get("id")?;
+        let job: Uuid = r.try_get("job_id")?;
+        let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let mut e = Encoder::default();
+        e.int(Some(id))
+            .uuid(Some(job))
+            .int(Some(ledger_seq))
+            .uuid(Some(r.try_get("attempt_id")?))
+            .time(Some(r.try_get("swept_at")?));
+        out.entry(job).or_default().push(Record {
+            name: format!("expiry sweep #{id} (ledger {ledger_seq})"),
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind: "sweep",
+            rest: e.0,
+        });
+    }
+    Ok(out)
+}
+
+/// The database an audit ran against: what a watermark names so that it is never used on another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseIdentity {
+    /// `pg_control_system().system_identifier`: the cluster (shared by its physical replicas).
+    pub system: String,
+    pub database: String,
+    pub schema: String,
+}
+
+/// The database's identity and its epoch now (migration 0012's `current_epoch()`).
+pub async fn identity(conn: &mut PgConnection) -> Result<(DatabaseIdentity, i64), sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system, \
+                current_database()::text AS database, current_schema()::text AS schema, \
+                current_epoch()::bigint AS epoch",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((
+        DatabaseIdentity {
+            system: row.try_get("system")?,
+            database: row.try_get("database")?,
+            schema: row.try_get("schema")?,
+        },
+        row.try_get("epoch")?,
+    ))
+}
+
+/// The watermark `leasewright audit` prints and `--since` takes:
+/// `lw1.<system>.<database>.<schema>.<epoch>.<position>.<digest>`, the names hex-encoded
+/// (docs/audit.md, "Watermarks").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watermark {
+    pub identity: DatabaseIdentity,
+    pub epoch: i64,
+    /// The largest ledger sequence value the audit read (what `prune --audited-through` takes).
+    pub position: i64,
+    pub digest: [u8; 32],
+}
+
+/// What `--since` was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// A watermark of this version.
+    Token(Watermark),
+    /// A bare number (a watermark printed before migration 0015): accepted with a warning, no
+    /// edit of what it covered can be detected.
+    Position(i64),
+}
+
+fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl std::fmt::Display for Watermark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "lw1.{}.{}.{}.{}.{}.{}",
+            self.identity.system,
+            hex_encode(self.identity.database.as_bytes()),
+            hex_encode(self.identity.schema.as_bytes()),
+            self.epoch,
+            self.position,
+            hex_encode(&self.digest)
+        )
+    }
+}
+
+impl std::str::FromStr for Since {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(n) = s.parse::<i64>() {
+            return if n >= 0 {
+                Ok(Since::Position(n))
+            } else {
+                Err("a watermark is 0 or more".into())
+            };
+        }
+        let bad = || {
+            format!(
+                "`{s}` is not a watermark (`lw1.` and six fields, as `leasewright audit` prints \
+                 it, or a number from a version before 0015)"
+            )
+        };
+        let parts: Vec<&str> = s.split('.').collect();
+        if parts.len() != 7 || parts[0] != "lw1" {
+            return Err(bad());
+        }
+        let text = |h: &str| hex_decode(h).and_then(|b| String::from_utf8(b).ok());
+        let digest: [u8; 32] = hex_decode(parts[6])
+            .and_then(|d| d.try_into().ok())
+            .ok_or_else(bad)?;
+        Ok(Since::Token(Watermark {
+            identity: DatabaseIdentity {
+                system: parts[1].to_string(),
+                database: text(parts[2]).ok_or_else(bad)?,
+                schema: text(parts[3]).ok_or_else(bad)?,
+            },
+            epoch: parts[4].parse().map_err(|_| bad())?,
+            position: parts[5]
+                .parse()
+                .ok()
+                .filter(|p: &i64| *p >= 0)
+                .ok_or_else(bad)?,
+            digest,
+        }))
+    }
+}
+
+impl Since {
+    /// The ledger position it names.
+    pub fn position(&self) -> i64 {
+        match self {
+            Since::Token(w) => w.position,
+            Since::Position(p) => *p,
+        }
+    }
+}
+
+/// Why a watermark is refused (the audit exits 2 and says so).
+pub fn refusal(w: &Watermark, here: &DatabaseIdentity, epoch: i64) -> Option<String> {
+    if w.identity != *here {
+        return Some(format!(
+            "the watermark is another database's (system {}, database {}, schema {}; this is \
+             system {}, database {}, schema {}): what it covered is not this ledger. Run a full \
+             audit (no --since) here and use the watermark it prints",
+            w.identity.system,
+            w.identity.database,
+            w.identity.schema,
+            here.system,
+            here.database,
+            here.schema
+        ));
+    }
+    if epoch > w.epoch {
+        return Some(format!(
+            "the watermark is from epoch {} and the database is in epoch {epoch}: a failover \
+             (or `migrate --advance-epoch`) happened since, and records written after the \
+             watermark on the old primary may have been lost and their ledger positions issued \
+             again, so records at or below its position may be new. Run a full audit (no \
+             --since) and use the watermark it prints",
+            w.epoch
+        ));
+    }
+    if epoch < w.epoch {
+        return Some(format!(
+            "the watermark is from epoch {} but the database is in epoch {epoch}, an earlier \
+             one: it is from another database, or this one was restored from before it. Run a \
+             full audit (no --since)",
+            w.epoch
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watermark_reads_back_as_itself() {
+        let w = Watermark {
+            identity: DatabaseIdentity {
+                system: "7312345678901234567".into(),
+                database: "leasewright.prod".into(),
+                schema: "lw".into(),
+            },
+            epoch: 3,
+            position: 12345,
+            digest: [7; 32],
+        };
+        assert_eq!(w.to_string().parse::<Since>(), Ok(Since::Token(w.clone())));
+        assert_eq!("42".parse::<Since>(), Ok(Since::Position(42)));
+        assert!("lw1.1.2".parse::<Since>().is_err());
+        assert!("-1".parse::<Since>().is_err());
+    }
+
+    #[test]
+    fn the_encoding_is_the_documented_one() {
+        let mut e = Encoder::default();
+        e.text(Some("ab"))
+            .int(None)
+            .time(Some(Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 1).unwrap()));
+        assert_eq!(
+            e.bytes(),
+            &[1, 0, 0, 0, 2, b'a', b'b', 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x40]
+        );
+    }
+}
