@@ -7,9 +7,9 @@
 //! order through the model's own verdict and transition functions ([`replay`]), and checks across
 //! jobs that no two attempts held one target slot at once.
 
+pub mod chain;
 mod mutations;
 pub mod order;
-pub mod chain;
 pub mod read;
 pub mod replay;
 mod slots;
