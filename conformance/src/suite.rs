@@ -201,19 +201,9 @@ impl SuiteDriver for HttpDriver {
     fn not_compared(&self) -> Vec<crate::driver::Part> {
         self.unread().to_vec()
     }
-    fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-        http_leaves_out(model, trace)
-    }
-    fn why_left_out(&self, why: LeftOut) -> &'static str {
-        match why {
-            LeftOut::UnknownIdentity => {
-                "over HTTP an unknown runner is a 401 before any check, and an unknown job's \
-                 record is readable by no project"
-            }
-            // Replayed over HTTP: never left out.
-            _ => "replayed over HTTP",
-        }
-    }
+    // Leaves nothing out: shared slots, the outsider project's jobs, the side effects of R8 and
+    // identities no one created are all replayed over HTTP (an unknown runner as a token that
+    // authenticates nobody, refused 401: `drivers::http`).
 }
 
 /// Why a driver leaves a trace out (the in-process driver replays every trace).
@@ -228,10 +218,8 @@ pub enum LeftOut {
     /// The side effects of R8 (`Config::side_effects`): not in versions 1 and 2 of the
     /// `--driver-cmd` protocol.
     SideEffects,
-    /// A probe naming a runner, job or attempt no one created: over HTTP an unknown runner is
-    /// refused 401 before any check (docs/protocol.md §6.1) and an unknown job's record is
-    /// readable by no project; versions 1 and 2 of the `--driver-cmd` protocol name only created
-    /// identities.
+    /// A probe naming a runner, job or attempt no one created: versions 1 and 2 of the
+    /// `--driver-cmd` protocol name only created identities.
     UnknownIdentity,
 }
 
@@ -276,12 +264,6 @@ pub fn names_unknown_identity(trace: &Generated<LeaseModel>) -> bool {
         before = after;
     }
     false
-}
-
-/// Why the HTTP driver leaves `trace` out, if it does: only probes naming an identity no one
-/// created (it replays shared slots, the outsider project's jobs and the side effects of R8).
-pub fn http_leaves_out(_model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-    names_unknown_identity(trace).then_some(LeftOut::UnknownIdentity)
 }
 
 /// Every class of [`LeftOut::ALL`] `trace` (of `model`) is in, in that order (`--skip` leaves out

@@ -167,9 +167,10 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
     let mut traces: Vec<(Arc<LeaseModel>, Generated<LeaseModel>)> = scenarios::all()
         .expect("scenarios")
         .into_iter()
-        // Only probes naming identities no one created are left out over HTTP
-        // (suite::http_leaves_out): the shared-slot scenarios are replayed.
-        .filter(|(m, t)| leasewright_conformance::suite::http_leaves_out(m, t).is_none())
+        // Traces naming identities no one created are compared step by step below
+        // (`probes_naming_ids_no_one_created_agree_over_http_and_in_process`): there a message
+        // from a runner no one created is recorded in-process only.
+        .filter(|(_, t)| !leasewright_conformance::suite::names_unknown_identity(t))
         .map(|(model, trace)| (Arc::new(model), trace))
         .collect();
     let model = Arc::new(LeaseModel::new(Config::one_job()));
@@ -193,7 +194,7 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
             walks.extend(side_effect_walks(&model, 5, 8, 30));
         }
         for trace in walks {
-            if leasewright_conformance::suite::http_leaves_out(&model, &trace).is_none() {
+            if !leasewright_conformance::suite::names_unknown_identity(&trace) {
                 traces.push((Arc::clone(&model), trace));
             }
         }
@@ -478,7 +479,7 @@ async fn the_http_driver_reads_every_page_of_a_list() {
     for (model, trace) in scenarios::all()
         .expect("scenarios")
         .into_iter()
-        .filter(|(m, t)| leasewright_conformance::suite::http_leaves_out(m, t).is_none())
+        .filter(|(_, t)| !leasewright_conformance::suite::names_unknown_identity(t))
         .filter(|(m, _)| m.config.jobs == 1)
     {
         let (_, seen_http) = record(&http, &model, &trace).await;
@@ -500,5 +501,131 @@ async fn the_http_driver_reads_every_page_of_a_list() {
         most_observations >= 2,
         "no job's observations spanned two pages"
     );
+    server.stop().await.unwrap();
+}
+
+/// Probes naming a runner, job or attempt no one created (docs/protocol.md §6.1 checks 1, 2 and
+/// 4) replay over HTTP with no divergence, and agree with the in-process driver at every step but
+/// one part: the record of a message from a runner no one created. Over HTTP its token
+/// authenticates nobody, it is refused 401 before any check and nothing is recorded (the HTTP
+/// driver checks that the step recorded nothing); in-process the message names the runner and is
+/// recorded `unknown_runner`. A message naming a job no one created is read from the sender's
+/// project's security log and compared like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_naming_ids_no_one_created_agree_over_http_and_in_process() {
+    use leasewright_conformance::driver::blank;
+    use leasewright_model::Reason;
+    let db = TestDatabase::create().await.expect("a test database");
+    let (server, http, pg) = both_drivers(&db).await;
+    let base = Config::one_job();
+    // One job (the outsider project has a runner) and one job of each project on one slot (the
+    // outsider's runner holds attempts, so it names unknown ids too).
+    let mut configs = vec![base.clone()];
+    configs.extend(
+        select::shared_slot_configs(&base)
+            .into_iter()
+            .map(|(_, c)| c),
+    );
+    let mut traces = Vec::new();
+    for config in configs {
+        let model = Arc::new(LeaseModel::new(config));
+        // Every probe naming an unknown id, in the states of a few walks' prefixes.
+        let mut kept = 0;
+        'walks: for walk in random_walks(model.as_ref(), 11, 240, 12) {
+            for n in 1..=walk.steps.len() {
+                let state = &walk.steps[n - 1].1;
+                for action in leasewright_conformance::probe::candidates(&model, state) {
+                    let Some(after) = leasewright_conformance::probe::apply(&model, state, &action)
+                    else {
+                        continue;
+                    };
+                    let mut steps = walk.steps[..n].to_vec();
+                    steps.push((action, after));
+                    let trace = Generated {
+                        name: format!("unknown-ids-{}-{n}-{kept}", walk.name),
+                        generator: "probe",
+                        seed: walk.seed,
+                        init: walk.init.clone(),
+                        steps,
+                    };
+                    if leasewright_conformance::suite::names_unknown_identity(&trace) {
+                        traces.push((Arc::clone(&model), trace));
+                        kept += 1;
+                        if kept == 24 {
+                            break 'walks;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        traces.len() >= 30,
+        "probes naming unknown ids: {}",
+        traces.len()
+    );
+    let mut verdicts: std::collections::BTreeMap<Reason, usize> = Default::default();
+    let mut records: std::collections::BTreeMap<Reason, usize> = Default::default();
+    let mut unrecorded = 0;
+    for (model, trace) in &traces {
+        let (over_http, mut seen_http) = record(&http, model, trace).await;
+        let (in_process, mut seen_pg) = record(&pg, model, trace).await;
+        assert_eq!(over_http.steps, in_process.steps, "{}", trace.name);
+        assert_eq!(seen_http.len(), seen_pg.len(), "{}", trace.name);
+        for (h, p) in seen_http.iter_mut().zip(&mut seen_pg) {
+            match (h, p) {
+                (Seen::Step(Some(v)), _) => {
+                    if let Some(reason) = v.reason {
+                        *verdicts.entry(reason).or_default() += 1;
+                    }
+                }
+                (Seen::State(h), Seen::State(p)) => {
+                    if let Some(o) = &h.observation {
+                        if let Some(reason) = o.reason {
+                            *records.entry(reason).or_default() += 1;
+                        }
+                    }
+                    if h.unread.contains(&Part::Observation) {
+                        // Only the step of a runner no one created: recorded in-process.
+                        assert_eq!(
+                            p.observation.as_ref().and_then(|o| o.reason),
+                            Some(Reason::UnknownRunner),
+                            "{}: an observation not compared over HTTP",
+                            trace.name
+                        );
+                        unrecorded += 1;
+                        blank(p, &[Part::Observation]);
+                        blank(h, &[Part::Observation]);
+                        p.unread.clone_from(&h.unread);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            seen_http, seen_pg,
+            "{}: the two drivers saw different steps",
+            trace.name
+        );
+    }
+    for reason in [
+        Reason::UnknownRunner,
+        Reason::UnknownJob,
+        Reason::UnknownAttempt,
+    ] {
+        assert!(
+            verdicts.get(&reason).is_some_and(|n| *n >= 2),
+            "{reason:?}: verdicts {verdicts:?}"
+        );
+    }
+    // The records of messages naming an unknown job (security log) or attempt (the job's
+    // ledger) were compared; those of an unknown runner were checked to be nothing.
+    for reason in [Reason::UnknownJob, Reason::UnknownAttempt] {
+        assert!(
+            records.get(&reason).is_some_and(|n| *n >= 2),
+            "{reason:?}: records {records:?}"
+        );
+    }
+    assert!(unrecorded >= 2, "unknown-runner steps: {unrecorded}");
     server.stop().await.unwrap();
 }

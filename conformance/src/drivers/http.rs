@@ -51,6 +51,11 @@ use crate::driver::{
 };
 use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
 
+/// What an unknown id stands for ([`HttpSession::unknown`]), as in-process.
+const RUNNER: u8 = 0;
+const JOB: u8 = 1;
+const ATTEMPT: u8 = 2;
+
 /// Why the driver cannot run against a server (a setup failure, not a divergence).
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -850,7 +855,8 @@ impl Driver for HttpDriver {
             outsider_project: outsider_project.unwrap_or(project),
             runners,
             clients,
-            seen: vec![0; jobs.len()],
+            // One more: the jobs no one created ([`HttpSession::unknown_job_observations`]).
+            seen: vec![0; jobs.len() + 1],
             jobs,
             owners,
             attempts: Vec::new(),
@@ -866,6 +872,9 @@ impl Driver for HttpDriver {
             time,
             epoch,
             global,
+            unknown_base: Uuid::new_v4().as_u128() & !0xffff,
+            unauthenticated: false,
+            names_unknown_job: false,
             batch_results: sends_batch_results(trace),
             conflicting_echo: trace_hash_bit(trace),
             echo: None,
@@ -898,7 +907,8 @@ pub struct HttpSession {
     jobs: Vec<Uuid>,
     /// Model job index → the project that owns it (project 0's, or the outsider's).
     owners: Vec<Uuid>,
-    /// Model job index → the observations of that job seen so far.
+    /// Model job index → the observations of that job seen so far; last, those naming a job no
+    /// one created.
     seen: Vec<usize>,
     /// Model attempt index → attempt.
     attempts: Vec<Uuid>,
@@ -922,6 +932,15 @@ pub struct HttpSession {
     epoch: DateTime<Utc>,
     /// The lane of traces that sweep over every project, held while this one does.
     global: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The trace's base of ids no one created ([`HttpSession::unknown`]): random, low 16 bits 0.
+    unknown_base: u128,
+    /// The last step sent a message from a runner no one created: over HTTP its bearer token
+    /// authenticates nobody, it is refused `401` before any check and nothing is recorded
+    /// ([`HttpSession::deliver_unauthenticated`]).
+    unauthenticated: bool,
+    /// A step has sent a message naming a job no one created: from then on the projects'
+    /// security logs are read for its records.
+    names_unknown_job: bool,
     /// Results go as one-item batches (`/v1/runner/results`), as in-process.
     batch_results: bool,
     /// The echo of a result has another digest ([`result_echo`]).
@@ -1016,33 +1035,68 @@ impl HttpSession {
         Ok(())
     }
 
-    fn tuple(&self, m: &model::Message) -> Result<(&RunnerClient, TupleBody), DriverError> {
-        fn get<T: Copy>(v: &[T], i: u8, what: &str) -> Result<T, DriverError> {
-            v.get(i as usize)
+    fn tuple(&self, m: &model::Message) -> Result<TupleBody, DriverError> {
+        // An index the trace never created (a probe's unknown job or attempt) is an id no one
+        // created, sent through the same route: the server must find nothing under it (§6.1
+        // checks 2 and 4), as in-process.
+        let get = |v: &[Uuid], i: u8, what: u8| {
+            v.get(usize::from(i))
                 .copied()
-                .ok_or_else(|| unmappable(format!("{what} {i}")))
-        }
-        let client = self
-            .clients
-            .get(m.sender as usize)
-            .ok_or_else(|| unmappable(format!("runner {}", m.sender)))?;
-        Ok((
-            client,
-            TupleBody {
-                job: get(&self.jobs, m.job, "job")?,
-                attempt: get(&self.attempts, m.attempt, "attempt")?,
-                lease_id: if m.lease == model::FORGED_LEASE {
-                    FORGED_LEASE
-                } else {
-                    *self
-                        .leases
-                        .get(&m.lease)
-                        .ok_or_else(|| unmappable(format!("lease {}", m.lease)))?
-                },
-                fence: i64::from(m.fence),
-                runner_time: Some(runner_time(m.runner_time)),
+                .unwrap_or_else(|| self.unknown(what, i))
+        };
+        Ok(TupleBody {
+            job: get(&self.jobs, m.job, JOB),
+            attempt: get(&self.attempts, m.attempt, ATTEMPT),
+            lease_id: if m.lease == model::FORGED_LEASE {
+                FORGED_LEASE
+            } else {
+                *self
+                    .leases
+                    .get(&m.lease)
+                    .ok_or_else(|| unmappable(format!("lease {}", m.lease)))?
             },
-        ))
+            fence: i64::from(m.fence),
+            runner_time: Some(runner_time(m.runner_time)),
+        })
+    }
+
+    /// The id that stands for the model's never-created runner, job or attempt `index`: unique
+    /// to the trace, created by no one (as in-process, `pg::PgSession::unknown`).
+    fn unknown(&self, what: u8, index: u8) -> Uuid {
+        Uuid::from_u128(self.unknown_base ^ (u128::from(what) << 8 | u128::from(index)))
+    }
+
+    /// The model index `id` stands for, if it is one of [`HttpSession::unknown`]'s ids.
+    fn unknown_index(&self, what: u8, id: Uuid) -> Option<u8> {
+        let x = id.as_u128() ^ self.unknown_base;
+        (x >> 16 == 0 && (x >> 8) as u8 == what).then_some(x as u8)
+    }
+
+    /// The model index of a runner, job or attempt id, created or [`HttpSession::unknown`].
+    fn model_index(&self, what: u8, v: &[Uuid], id: Uuid) -> Result<u8, DriverError> {
+        match v.iter().position(|y| *y == id) {
+            Some(i) => Ok(i as u8),
+            None => self.unknown_index(what, id).ok_or_else(|| {
+                DriverError::Implementation(format!(
+                    "the implementation shows an unknown {}",
+                    ["runner", "job", "attempt"][usize::from(what)]
+                ))
+            }),
+        }
+    }
+
+    /// A bearer token of the runner routes' form (`lw_{runner}_{secret}`, docs/http.md) for the
+    /// model's never-created runner `index`: well formed, and it authenticates nobody.
+    fn nobody(&self, index: u8) -> RunnerClient {
+        let token = format!(
+            "lw_{}_{}{}",
+            self.unknown(RUNNER, index).simple(),
+            Uuid::new_v4().simple(),
+            Uuid::new_v4().simple()
+        );
+        RunnerClient {
+            http: self.server.operator.http.with_token(&token),
+        }
     }
 
     fn index_of<T: PartialEq>(v: &[T], x: &T, what: &str) -> Result<u8, DriverError> {
@@ -1059,7 +1113,16 @@ impl HttpSession {
             self.sync_clock().await?;
         }
         self.sent_payload = payload_label(m);
-        let (client, tuple) = self.tuple(m)?;
+        let tuple = self.tuple(m)?;
+        if usize::from(m.job) >= self.jobs.len() {
+            self.names_unknown_job = true;
+        }
+        let client = match self.clients.get(usize::from(m.sender)) {
+            Some(client) => client.clone(),
+            // The target's route takes no runner token: the same for any sender.
+            None if m.kind == MessageKind::TargetMutation => self.nobody(m.sender),
+            None => return self.deliver_unauthenticated(m, &tuple).await,
+        };
         match m.kind {
             MessageKind::Heartbeat => {
                 let result: Result<HeartbeatRead, CallError> =
@@ -1085,7 +1148,6 @@ impl HttpSession {
             MessageKind::Result(outcome) => {
                 // As in-process: every result is followed by its echo through the batch route
                 // (`/v1/runner/results`), in one batch with it when the trace sends batches.
-                let client = client.clone();
                 let item = (
                     tuple,
                     outcome.as_str().to_owned(),
@@ -1168,12 +1230,15 @@ impl HttpSession {
                 answer(result, |r| &r.verdict)
             }
             MessageKind::SideEffect(effect) => {
-                let (verdict, served) = side_effect(client, &tuple, effect).await?;
+                let (verdict, served) = side_effect(&client, &tuple, effect).await?;
                 self.answer = served;
                 Ok(verdict)
             }
             MessageKind::TargetMutation => {
-                let slot = &self.slots[usize::from(self.model.config.slot_of(m.job))];
+                let slot = self
+                    .slots
+                    .get(usize::from(self.model.config.slot_of(m.job)))
+                    .ok_or_else(|| unmappable(format!("the slot of job {}", m.job)))?;
                 // The slot token the model's message carries, not the named attempt's own (the
                 // target compares what it is sent, §8.4); the numbers are the implementation's,
                 // as both count a fresh slot's reservations from 1.
@@ -1196,8 +1261,119 @@ impl HttpSession {
         }
     }
 
-    /// The observations of model job `j`, in receipt order (every page).
+    /// `m` from the model's runner `m.sender`, whom no one created. Over HTTP the sender is its
+    /// bearer token, and a token that authenticates nobody is refused `401` before any check
+    /// (docs/protocol.md §6.1 check 1, docs/http.md "Conventions"): the model's `unknown_runner`.
+    /// Sent through the route a created runner's `m` takes, with the same body, under a
+    /// well-formed token of no runner ([`HttpSession::nobody`]); nothing may be recorded
+    /// ([`Session::project`] checks that the step recorded nothing).
+    async fn deliver_unauthenticated(
+        &mut self,
+        m: &model::Message,
+        tuple: &TupleBody,
+    ) -> Result<Observed, DriverError> {
+        use crate::side_effects::{payload_bytes, ARTIFACT_NAME, CACHE_KEY};
+        use model::SideEffect as E;
+        self.unauthenticated = true;
+        let client = self.nobody(m.sender);
+        let tuple = *tuple;
+        let sent: Result<(), CallError> = match m.kind {
+            MessageKind::Heartbeat => client
+                .http
+                .post::<_, Value>("/v1/runner/heartbeat", &tuple)
+                .await
+                .map(drop),
+            MessageKind::Rejoin => client
+                .http
+                .post::<_, Value>("/v1/runner/rejoin", &tuple)
+                .await
+                .map(drop),
+            MessageKind::Result(outcome) => {
+                // With its echo, as every result ([`HttpSession::deliver`]): the model refuses
+                // the echo `unknown_runner` too, and records neither.
+                let item = (
+                    tuple,
+                    outcome.as_str().to_owned(),
+                    result_digest(outcome, m.digest),
+                );
+                let echo = self
+                    .echo_after
+                    .as_ref()
+                    .and_then(|after| result_echo(&self.model, after, m, self.conflicting_echo));
+                let echo_item = echo.as_ref().map(|(e, _, _)| {
+                    (
+                        tuple,
+                        outcome.as_str().to_owned(),
+                        result_digest(outcome, e.digest),
+                    )
+                });
+                let (sent, echo_got) = if self.batch_results {
+                    // One request: its answer is both items'.
+                    let items: Vec<_> = [Some(item), echo_item].into_iter().flatten().collect();
+                    let sent = client.results(&items).await.map(drop);
+                    let echo_got = echo.is_some().then(|| refused(&sent)).transpose()?;
+                    (sent, echo_got)
+                } else {
+                    let sent = client.result(&item.0, &item.1, &item.2).await.map(drop);
+                    let echo_got = match echo_item {
+                        Some(e) => Some(refused(&client.results(&[e]).await.map(drop))?),
+                        None => None,
+                    };
+                    (sent, echo_got)
+                };
+                if let (Some((e, expected, _)), Some(got)) = (echo, echo_got) {
+                    if got != expected {
+                        self.differences.push(format!(
+                            "the batch result's second item for job {} ({}, right after the \
+                             step's result) from a runner no one created: expected {expected}, \
+                             observed {got}",
+                            e.job,
+                            result_digest(outcome, e.digest)
+                        ));
+                    }
+                }
+                sent
+            }
+            MessageKind::SideEffect(effect) => {
+                let bytes = payload_bytes(effect).unwrap_or_default();
+                let get = |path: &'static str, name: &str| {
+                    let body = GetRequest {
+                        tuple,
+                        name: name.into(),
+                    };
+                    let http = client.http.clone();
+                    async move { http.post::<_, Value>(path, &body).await.map(drop) }
+                };
+                match effect {
+                    E::SourceFetch => client.source(&tuple).await.map(drop),
+                    E::LogAppend { seq, .. } => client
+                        .log_append(&tuple, i64::from(seq), &bytes)
+                        .await
+                        .map(drop),
+                    E::ArtifactPut { .. } => client
+                        .artifact_put(&tuple, ARTIFACT_NAME, &bytes)
+                        .await
+                        .map(drop),
+                    E::CachePut { .. } => {
+                        client.cache_put(&tuple, CACHE_KEY, &bytes).await.map(drop)
+                    }
+                    E::ArtifactGet => get("/v1/runner/artifacts/get", ARTIFACT_NAME).await,
+                    E::CacheGet => get("/v1/runner/cache/get", CACHE_KEY).await,
+                }
+            }
+            MessageKind::TargetMutation => {
+                return Err(unmappable("a target mutation through a runner route"))
+            }
+        };
+        refused(&sent)
+    }
+
+    /// The observations of model job `j`, in receipt order (every page); `j` one past the last
+    /// job: those naming a job no one created ([`HttpSession::unknown_job_observations`]).
     async fn observations(&self, j: usize) -> Result<Vec<ObservationRead>, DriverError> {
+        if j == self.jobs.len() {
+            return self.unknown_job_observations().await;
+        }
         let http = &self.server.operator.http;
         let path = format!("{}/observations", job_path(self.owners[j], self.jobs[j]));
         let mut all: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
@@ -1218,6 +1394,34 @@ impl HttpSession {
             );
             all.sort_by_key(|o| o.id);
         }
+        Ok(all)
+    }
+
+    /// What the trace's runners sent naming a job no one created, in receipt order: kept in the
+    /// sender's project's security log (protocol §7; docs/http.md, the security log), never in
+    /// a job's ledger. In-process, the same records are read by the id they name.
+    async fn unknown_job_observations(&self) -> Result<Vec<ObservationRead>, DriverError> {
+        if !self.names_unknown_job {
+            // The trace's projects are its own: nothing names such a job yet.
+            return Ok(Vec::new());
+        }
+        let http = &self.server.operator.http;
+        let mut all = Vec::new();
+        let mut projects = vec![self.project];
+        if self.outsider_project != self.project {
+            projects.push(self.outsider_project);
+        }
+        for project in projects {
+            let path = format!("/v1/projects/{project}/security-log");
+            let log: Vec<ObservationRead> = every_page(http, &path, self.page_limit)
+                .await
+                .map_err(http_failed)?;
+            all.extend(log.into_iter().filter(|o| {
+                o.named_job
+                    .is_some_and(|job| self.unknown_index(JOB, job).is_some())
+            }));
+        }
+        all.sort_by_key(|o| o.id);
         Ok(all)
     }
 
@@ -1248,10 +1452,10 @@ impl HttpSession {
                 Some(a) => Some(Self::index_of(&self.attempts, &a, "attempt")?),
                 None => None,
             },
-            sender: Self::index_of(&self.runners, &o.runner, "runner")?,
+            sender: self.model_index(RUNNER, &self.runners, o.runner)?,
             kind,
             job: u8::try_from(job).map_err(|_| unmappable(format!("job {job}")))?,
-            named_attempt: Self::index_of(&self.attempts, &o.named_attempt, "attempt")?,
+            named_attempt: self.model_index(ATTEMPT, &self.attempts, o.named_attempt)?,
             verdict,
             reason,
         })
@@ -1398,6 +1602,7 @@ impl Session for HttpSession {
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
         self.sent_payload = None;
+        self.unauthenticated = false;
         self.echo = None;
         self.echo_expected = None;
         self.echo_after =
@@ -1633,7 +1838,7 @@ impl Session for HttpSession {
 
     async fn mark(&mut self) -> Result<(), DriverError> {
         if self.reads(Part::Observation) {
-            for j in 0..self.jobs.len() {
+            for j in 0..=self.jobs.len() {
                 self.seen[j] = self.observations(j).await?.len();
             }
         }
@@ -1654,7 +1859,8 @@ impl Session for HttpSession {
             async {
                 let mut all = Vec::new();
                 if this.reads(Part::Observation) {
-                    for j in 0..this.jobs.len() {
+                    // The trace's jobs, then the jobs no one created.
+                    for j in 0..=this.jobs.len() {
                         all.push(this.observations(j).await?);
                     }
                 }
@@ -1674,7 +1880,36 @@ impl Session for HttpSession {
         for (j, list) in observations.into_iter().enumerate() {
             let seen = self.seen[j];
             self.seen[j] = list.len();
-            recorded.extend(list.into_iter().skip(seen).map(|o| (j, o)));
+            for o in list.into_iter().skip(seen) {
+                // A job no one created: the model index its id stands for.
+                let job = match o.named_job {
+                    Some(id) if j == self.jobs.len() => {
+                        self.unknown_index(JOB, id).map_or(j, usize::from)
+                    }
+                    _ => j,
+                };
+                recorded.push((job, o));
+            }
+        }
+        let mut unread = self.unread.clone();
+        if self.unauthenticated {
+            // A message whose bearer token authenticates nobody is refused `401` before any
+            // check, and over HTTP nothing is recorded (docs/protocol.md §6.1 check 1), where
+            // the model (and the in-process driver, which names the runner in the message)
+            // records an `unknown_runner` observation: checked here to be nothing, and the
+            // step's observation compared on neither side.
+            if !recorded.is_empty() && self.reads(Part::Observation) {
+                self.differences.push(format!(
+                    "a message from a runner no one created, refused 401, recorded {} \
+                     observation(s)",
+                    recorded.len()
+                ));
+            }
+            recorded.clear();
+            self.echo = None;
+            if !unread.contains(&Part::Observation) {
+                unread.push(Part::Observation);
+            }
         }
         if let Some(want) = self.echo.take() {
             // The echo's record is the step's last (it was judged after the step's message).
@@ -1723,7 +1958,7 @@ impl Session for HttpSession {
             // No route reads who stored a cache entry (or an attempt's log chunks): not
             // compared over HTTP (`Part::Stored`, named in the summary).
             stored: None,
-            unread: self.unread.clone(),
+            unread,
         })
     }
 
@@ -1840,6 +2075,28 @@ fn answer<T>(
             },
         }),
         Err(error) => Err(http_failed(error)),
+    }
+}
+
+/// The verdict of a message from a runner no one created ([`HttpSession::deliver_unauthenticated`]):
+/// `401`, the HTTP form of §6.1 check 1, is `unknown_runner`; a 409 is the reason it names (a
+/// server that checked the body first, a divergence); a `2xx` is the implementation's failure.
+fn refused(sent: &Result<(), CallError>) -> Result<Observed, DriverError> {
+    match sent {
+        Err(CallError::Http { status: 401, .. }) => {
+            Ok(Expected::rejected(model::Reason::UnknownRunner))
+        }
+        Err(CallError::Rejected { code, .. }) => Ok(match code.parse::<model::Reason>() {
+            Ok(reason) => Expected::rejected(reason),
+            Err(_) => Expected {
+                verdict: model::Verdict::Rejected,
+                reason: None,
+            },
+        }),
+        Ok(()) => Err(DriverError::Implementation(
+            "a runner route answered 2xx to a bearer token that authenticates nobody".into(),
+        )),
+        Err(error) => Err(DriverError::Implementation(format!("HTTP: {error}"))),
     }
 }
 
