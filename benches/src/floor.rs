@@ -6,7 +6,9 @@
 //! with its new slot token and holder. An accepted result must write four (§6.4, invariant 10):
 //! the attempt's outcome, the job's, the slot's release and the observation of the message. The
 //! floor is those writes as one plain statement each on the implementation's own tables, with
-//! their indexes, constraints and foreign keys, and nothing else: no lookup of the runner's
+//! their indexes, constraints and foreign keys, the ledger chain's columns (migration 0015: the
+//! job's head advanced in the job's own update, the record stamped with it, as the rules do;
+//! hashed here without the records' fields, which costs no WAL byte), and nothing else: no lookup of the runner's
 //! project, no check that the slot is free, no one-job-per-slot, no skipping of slots another
 //! claim is reserving, no guard of the result's tuple, no plan settings. It is correct only
 //! because every benchmark job has a slot of its own ([`crate::fixture::Fixture::load_queued`])
@@ -66,10 +68,12 @@ pub async fn claim_batch(
              FOR NO KEY UPDATE SKIP LOCKED
          ), started AS (
              UPDATE jobs AS j
-             SET state = 'running', fence = j.fence + 1, current_attempt_id = gen_random_uuid()
+             SET state = 'running', fence = j.fence + 1, current_attempt_id = gen_random_uuid(),
+                 chain_seq = j.chain_seq + 1, chain_head = sha256(j.chain_head)
              FROM picked AS p
              WHERE j.id = p.id
-             RETURNING j.id, j.project_id, j.fence, j.target, j.current_attempt_id
+             RETURNING j.id, j.project_id, j.fence, j.target, j.current_attempt_id, j.chain_seq,
+                 j.chain_head
          ), reserved AS (
              UPDATE target_slots AS s
              SET holder_project_id = st.project_id, holder_job_id = st.id,
@@ -80,9 +84,9 @@ pub async fn claim_batch(
              RETURNING s.slot, s.slot_token
          )
          INSERT INTO attempts (id, job_id, project_id, runner_id, lease_id, fence, state,
-             lease_expiry, claim_lease_expiry, claimed_at, slot_token)
+             lease_expiry, claim_lease_expiry, claimed_at, slot_token, chain_seq, chain_hash, ledger_seq)
          SELECT st.current_attempt_id, st.id, st.project_id, $1, gen_random_uuid(), st.fence,
-             'active', $4, $4, $3, r.slot_token
+             'active', $4, $4, $3, r.slot_token, st.chain_seq, st.chain_head, nextval('ledger_seq')
          FROM started AS st JOIN reserved AS r ON r.slot = st.target
          RETURNING job_id, id, lease_id, fence",
     )
@@ -120,9 +124,10 @@ pub async fn result(
              RETURNING job_id
          ), finished AS (
              UPDATE jobs
-             SET state = 'passed', outcome = 'passed', result_digest = 'bench', finished_at = $6
+             SET state = 'passed', outcome = 'passed', result_digest = 'bench', finished_at = $6,
+                 chain_seq = chain_seq + 1, chain_head = sha256(chain_head)
              WHERE id = (SELECT job_id FROM committed)
-             RETURNING id, target
+             RETURNING id, target, chain_seq, chain_head
          ), released AS (
              UPDATE target_slots
              SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,
@@ -130,8 +135,10 @@ pub async fn result(
              WHERE slot = (SELECT target FROM finished)
          )
          INSERT INTO observations (sender_runner_id, kind, named_job_id, named_attempt_id,
-             named_lease_id, named_fence, attempt_id, received_at, verdict, outcome)
-         SELECT $1, 'result', $2, $3, $4, $5, $3, $6, 'accepted', 'passed'
+             named_lease_id, named_fence, attempt_id, received_at, verdict, outcome, chain_seq,
+             chain_hash, ledger_seq)
+         SELECT $1, 'result', $2, $3, $4, $5, $3, $6, 'accepted', 'passed', chain_seq, chain_head,
+             nextval('ledger_seq')
          FROM finished",
     )
     .bind(runner.0)

@@ -30,11 +30,11 @@ fn one_job_with_disconnects_holds_and_reports_every_property() {
     assert_eq!(doc["complete"], true);
     assert_eq!(doc["unique_states"], 4_199);
     let properties = doc["properties"].as_array().unwrap();
-    // 26 invariants and 29 `sometimes` (11 cases, 18 rejection reasons). What this configuration
+    // 29 invariants and 29 `sometimes` (11 cases, 18 rejection reasons). What this configuration
     // cannot test is `vacuous-here` with the reason, never "holds": the idempotent target's
-    // invariant (the target is fenced), the stored ledger's (ledger off) and the side effects'
-    // (off).
-    assert_eq!(properties.len(), 55);
+    // invariant (the target is fenced), the stored ledger's (ledger off), the side effects'
+    // (off) and the batch claim's (no batch claims).
+    assert_eq!(properties.len(), 58);
     let vacuous = [
         ("an idempotent target applies each deployment at most once", "no idempotent target"),
         ("the ledger records every received message against its attempt", "ledger off"),
@@ -51,6 +51,9 @@ fn one_job_with_disconnects_holds_and_reports_every_property() {
             "a cache get serves only its own project's entry, an artifact get only its attempt's own",
             "side effects off",
         ),
+        ("a batch claim takes at most one job per slot", "no batch claims"),
+        ("a batch claim takes the earliest claimable job of each slot", "no batch claims"),
+        ("a batch claim skips no claimable job of the K earliest", "no batch claims"),
     ];
     for p in properties {
         let name = p["property"].as_str().unwrap();

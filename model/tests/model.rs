@@ -1488,6 +1488,17 @@ const PINNED: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
+        "half-skew-margin",
+        ONE_EXECUTION_PER_JOB,
+        &[
+            "R0 claims",
+            "a replica whose clock reads server time -1 serves the next steps",
+            "the database fails over: the server's last committed transition is lost, the epoch rises",
+            "a replica whose clock reads server time +1 serves the next steps",
+            "R1 claims",
+        ],
+    ),
+    (
         "rejoin-resurrects-lease",
         NO_HEARTBEAT_AFTER_EXPIRY,
         &[
@@ -1588,6 +1599,25 @@ const PINNED: &[(&str, &str, &[&str])] = &[
             "R2 sends cache put(content 0)",
         ],
     ),
+    (
+        "batch-two-per-slot",
+        batch::BATCH_ONE_JOB_PER_SLOT,
+        &[
+        ],
+    ),
+    (
+        "batch-skips-earliest",
+        batch::BATCH_EARLIEST_OF_EACH_SLOT,
+        &[
+        ],
+    ),
+    (
+        "batch-stops-at-busy-slot",
+        batch::BATCH_SKIPS_NOTHING_CLAIMABLE,
+        &[
+            "R0 claims",
+        ],
+    ),
 ];
 
 #[test]
@@ -1659,6 +1689,18 @@ fn constant_of(property: &str) -> String {
         (SIDE_EFFECTS_NEED_LEASE, "SIDE_EFFECTS_NEED_LEASE"),
         (CACHE_PER_PROJECT, "CACHE_PER_PROJECT"),
         (HEARTBEAT_NEVER_SHORTENS, "HEARTBEAT_NEVER_SHORTENS"),
+        (
+            batch::BATCH_ONE_JOB_PER_SLOT,
+            "batch::BATCH_ONE_JOB_PER_SLOT",
+        ),
+        (
+            batch::BATCH_EARLIEST_OF_EACH_SLOT,
+            "batch::BATCH_EARLIEST_OF_EACH_SLOT",
+        ),
+        (
+            batch::BATCH_SKIPS_NOTHING_CLAIMABLE,
+            "batch::BATCH_SKIPS_NOTHING_CLAIMABLE",
+        ),
     ];
     assert_eq!(
         constants.len(),

@@ -540,8 +540,16 @@ pub(crate) async fn drive(
         let _ = task.await;
     }
     let load_seconds = started.elapsed().as_secs_f64();
-    // Every lease still held is over now; the final sweep must take it.
-    tokio::time::sleep(config.lease_ttl + Duration::from_millis(50)).await;
+    // Every lease still held is over now, by the sweep's margin past a lease too (twice the
+    // servers' recorded max_clock_skew, docs/protocol.md §3.1); the final sweep must take it.
+    let sweep_margin = (|| check::sweep_margin(&store))
+        .retry(super::retries(Duration::from_millis(200), 49))
+        .await
+        .map_err(|_| LoadError::Other("could not read the sweep's margin".into()))?;
+    tokio::time::sleep(
+        config.lease_ttl + sweep_margin.to_std().unwrap_or_default() + Duration::from_millis(50),
+    )
+    .await;
     let final_sweep_at = (|| async {
         let before = recorder.len();
         shared.rec.sweep("final-sweep").await?;
@@ -562,6 +570,7 @@ pub(crate) async fn drive(
         .await
         .map_err(|_| LoadError::Other("could not read the final ledger".into()))?;
     ledger.final_sweep_at = final_sweep_at;
+    ledger.sweep_margin = sweep_margin;
     store.close().await;
     let history = recorder.snapshot();
     let mut check_config = CheckConfig::new(

@@ -182,9 +182,11 @@ pub(super) fn check_ledger(
         imp::JobState::Queued => current.map(|_| "queued with a current attempt".to_string()),
         imp::JobState::Running | imp::JobState::Cancelling => match current {
             Some(a) if a.state == imp::AttemptState::Active => match ledger.final_sweep_at {
-                Some(at) if a.lease_expiry <= at => Some(format!(
-                    "leased with a lease that expired at {} before the final sweep at {at}",
-                    a.lease_expiry
+                Some(at) if a.lease_expiry + ledger.sweep_margin <= at => Some(format!(
+                    "leased with a lease that expired at {} (the sweep acts {} ms past a lease) \
+                     before the final sweep at {at}",
+                    a.lease_expiry,
+                    ledger.sweep_margin.num_milliseconds()
                 )),
                 _ => None,
             },

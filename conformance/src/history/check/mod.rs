@@ -58,7 +58,7 @@ use direct::*;
 use ledger::*;
 pub use linearize::{linearize, Linearized};
 use observations::*;
-pub use read::read_ledger;
+pub use read::{read_ledger, sweep_margin};
 use split::*;
 
 /// One job's final ledger.
@@ -79,6 +79,9 @@ pub struct Ledger {
     /// The invocation time of the last sweep, run after every runner had stopped: no job may be
     /// leased with a lease that expired before it.
     pub final_sweep_at: Option<DateTime<Utc>>,
+    /// How far past a lease the expiry sweep acts: twice the largest `max_clock_skew` a server
+    /// of the database recorded (docs/protocol.md §3.1; zero with one clock).
+    pub sweep_margin: chrono::Duration,
 }
 
 /// How to check.

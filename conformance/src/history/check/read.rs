@@ -3,6 +3,20 @@
 use super::*;
 
 /// Read the ledger of every job of `project` (`parallel` readers).
+/// How far past a lease the expiry sweep of the store's database acts: twice the largest
+/// `max_clock_skew` any server recorded in `lease_policy` (docs/protocol.md §3.1, migration 0016;
+/// zero when none did).
+pub async fn sweep_margin(store: &imp::Store) -> Result<chrono::Duration, imp::Error> {
+    let micros: i64 = sqlx::query_scalar(
+        "SELECT coalesce((SELECT (extract(epoch FROM 2 * max_clock_skew) * 1000000)::bigint \
+         FROM lease_policy LIMIT 1), 0)",
+    )
+    .fetch_one(store.pool())
+    .await
+    .map_err(imp::Error::Database)?;
+    Ok(chrono::Duration::microseconds(micros))
+}
+
 pub async fn read_ledger(
     store: &imp::Store,
     project: ProjectId,

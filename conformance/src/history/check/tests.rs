@@ -185,6 +185,7 @@ impl World {
         Ledger {
             jobs,
             final_sweep_at: None,
+            sweep_margin: chrono::Duration::zero(),
         }
     }
 }
