@@ -213,11 +213,31 @@ pub fn conflicting_echo(trace: &str) -> bool {
 }
 
 /// A stable hash of a trace's name (FNV-1a: stable across runs and versions, unlike std's
-/// hasher), to choose between paths that the suite must all take.
+/// hasher), to choose between paths that the suite must all take. A shrunk trace
+/// (`NAME-min`) and the candidates tried while shrinking it (`NAME-min-without-I`) hash as
+/// `NAME`, so that shrinking a divergence never changes which paths the trace takes.
 fn trace_hash(trace: &str) -> u64 {
-    trace.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    base_name(trace)
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
+/// `trace` without the suffixes shrinking adds (`-min`, `-without-I`).
+fn base_name(mut trace: &str) -> &str {
+    loop {
+        if let Some(rest) = trace.strip_suffix("-min") {
+            trace = rest;
+        } else if let Some((rest, index)) = trace.rsplit_once("-without-") {
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return trace;
+            }
+            trace = rest;
+        } else {
+            return trace;
+        }
+    }
 }
 
 /// Whether the trace named `trace` runs the model's expiry sweep as the server's background
