@@ -458,6 +458,23 @@ impl Summary<'_> {
 /// without one.
 pub const UNREACHED: &[(&str, &str)] = &[
     (
+        "runner_revoke",
+        "revoking a runner is an operator's act the model has no action for (docs/protocol.md \
+         §6.1: a revoked token is refused at authentication, before any rule); \
+         server/tests/operations.rs runs it",
+    ),
+    (
+        "runner_select_page_of_project",
+        "no rule: the operator's list of a project's runners (`op runners`); \
+         cli/tests/operate.rs runs it",
+    ),
+    (
+        "lease_policy_record_clock_skew",
+        "runs when `serve` starts on a real clock (it records its --max-clock-skew-ms); replays \
+         run one manual clock, so the sweep's margin stays 0 as the model's default \
+         (docs/protocol.md §3.1); impl/tests/clock_skew.rs runs it",
+    ),
+    (
         "runner_select_token_hash",
         "runner authentication by token is the HTTP server's: the in-process driver calls the Store \
          with runner ids (over --http the server runs it on every runner call)",
