@@ -64,6 +64,25 @@ struct Record {
 }
 
 impl Record {
+    /// The record of `kind` in row `r` (its chain columns read from it), named `name`, with the
+    /// encoding `rest` of its fields.
+    fn of_row(
+        r: &sqlx::postgres::PgRow,
+        kind: &'static str,
+        name: String,
+        ledger_seq: i64,
+        rest: Encoder,
+    ) -> Result<Record, sqlx::Error> {
+        Ok(Record {
+            name,
+            ledger_seq,
+            chain_seq: r.try_get("chain_seq")?,
+            chain_hash: r.try_get("chain_hash")?,
+            kind,
+            rest: rest.0,
+        })
+    }
+
     fn encoding(&self, seq: i64) -> Vec<u8> {
         let mut e = Encoder::default();
         e.text(Some(self.kind)).int(Some(seq));
@@ -420,14 +439,13 @@ async fn read_records(
             .int(r.try_get("slot_token")?)
             .time(Some(r.try_get("claimed_at")?))
             .time(r.try_get("claim_lease_expiry")?);
-        out.entry(job).or_default().push(Record {
-            name: format!("claim of attempt {id} (ledger {ledger_seq})"),
+        out.entry(job).or_default().push(Record::of_row(
+            r,
+            "claim",
+            format!("claim of attempt {id} (ledger {ledger_seq})"),
             ledger_seq,
-            chain_seq: r.try_get("chain_seq")?,
-            chain_hash: r.try_get("chain_hash")?,
-            kind: "claim",
-            rest: e.0,
-        });
+            e,
+        )?);
     }
     let rows = sqlx::query(
         "SELECT id, named_job_id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
@@ -459,14 +477,13 @@ async fn read_records(
             .text(r.try_get("outcome")?)
             .text(r.try_get("payload_sha256")?)
             .time(r.try_get("lease_expiry")?);
-        out.entry(job).or_default().push(Record {
-            name: format!("observation #{id} (ledger {ledger_seq})"),
+        out.entry(job).or_default().push(Record::of_row(
+            r,
+            "observation",
+            format!("observation #{id} (ledger {ledger_seq})"),
             ledger_seq,
-            chain_seq: r.try_get("chain_seq")?,
-            chain_hash: r.try_get("chain_hash")?,
-            kind: "observation",
-            rest: e.0,
-        });
+            e,
+        )?);
     }
     let rows = sqlx::query(
         "SELECT id, job_id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
@@ -491,14 +508,13 @@ async fn read_records(
             .text(Some(r.try_get("verdict")?))
             .text(r.try_get("reason")?)
             .time(Some(r.try_get("decided_at")?));
-        out.entry(job).or_default().push(Record {
-            name: format!("reconciliation #{id} (ledger {ledger_seq})"),
+        out.entry(job).or_default().push(Record::of_row(
+            r,
+            "reconciliation",
+            format!("reconciliation #{id} (ledger {ledger_seq})"),
             ledger_seq,
-            chain_seq: r.try_get("chain_seq")?,
-            chain_hash: r.try_get("chain_hash")?,
-            kind: "reconciliation",
-            rest: e.0,
-        });
+            e,
+        )?);
     }
     let rows = sqlx::query(
         "SELECT id, job_id, ledger_seq, project_id, attempt_id, verdict, reason, requested_at, \
@@ -521,14 +537,13 @@ async fn read_records(
             .text(Some(r.try_get("verdict")?))
             .text(r.try_get("reason")?)
             .time(Some(r.try_get("requested_at")?));
-        out.entry(job).or_default().push(Record {
-            name: format!("cancel #{id} (ledger {ledger_seq})"),
+        out.entry(job).or_default().push(Record::of_row(
+            r,
+            "cancel",
+            format!("cancel #{id} (ledger {ledger_seq})"),
             ledger_seq,
-            chain_seq: r.try_get("chain_seq")?,
-            chain_hash: r.try_get("chain_hash")?,
-            kind: "cancel",
-            rest: e.0,
-        });
+            e,
+        )?);
     }
     let rows = sqlx::query(
         "SELECT id, job_id, ledger_seq, attempt_id, swept_at, chain_seq, chain_hash \
@@ -547,14 +562,13 @@ async fn read_records(
             .int(Some(ledger_seq))
             .uuid(Some(r.try_get("attempt_id")?))
             .time(Some(r.try_get("swept_at")?));
-        out.entry(job).or_default().push(Record {
-            name: format!("expiry sweep #{id} (ledger {ledger_seq})"),
+        out.entry(job).or_default().push(Record::of_row(
+            r,
+            "sweep",
+            format!("expiry sweep #{id} (ledger {ledger_seq})"),
             ledger_seq,
-            chain_seq: r.try_get("chain_seq")?,
-            chain_hash: r.try_get("chain_hash")?,
-            kind: "sweep",
-            rest: e.0,
-        });
+            e,
+        )?);
     }
     Ok(out)
 }
