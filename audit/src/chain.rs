@@ -374,10 +374,17 @@ fn digest(entries: &BTreeMap<Uuid, (i64, Vec<u8>)>) -> [u8; 32] {
 }
 
 async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>, sqlx::Error> {
+    // The job's stored head: the later of its row's and its current attempt's (the accepted
+    // heartbeats advance the attempt's, migration 0017).
     let rows = sqlx::query(
-        "SELECT id, project_id, ledger_seq, submitted_at, source_revision, source_digest, \
-                command, target, target_kind, chain_seq, chain_head \
-         FROM jobs WHERE id = ANY($1) ORDER BY id",
+        "SELECT j.id, j.project_id, j.ledger_seq, j.submitted_at, j.source_revision, \
+                j.source_digest, j.command, j.target, j.target_kind, \
+                CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_seq \
+                     ELSE j.chain_seq END AS chain_seq, \
+                CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_head \
+                     ELSE j.chain_head END AS chain_head \
+         FROM jobs AS j LEFT JOIN attempts AS a ON a.id = j.current_attempt_id \
+         WHERE j.id = ANY($1) ORDER BY j.id",
     )
     .bind(ids)
     .fetch_all(&mut *conn)

@@ -130,8 +130,7 @@ async fn clean(url: &str) -> (AuditReport, String) {
 /// `corrupt` is caught as `ledger_chain` on `job` naming `record`, in a full run, and under
 /// `--since` the clean ledger's watermark, where the job is not replayed (nothing is new), with the
 /// watermark's digest reported as not matching.
-async fn caught_in_full_and_since(l: &Ledger, corrupt: &[String], job: JobId, record: &str) {
-    let url = l.db.url();
+async fn caught_in_full_and_since(url: &str, corrupt: &[String], job: JobId, record: &str) {
     let (_, token) = clean(url).await;
     sql(url, corrupt).await;
     let full = audit_with(url, None).await.expect("the audit runs");
@@ -207,7 +206,7 @@ async fn a_deleted_record_is_a_gap_in_the_chain_in_full_and_since() {
     let l = build().await;
     let id = first_heartbeat(l.db.url(), l.passed).await;
     caught_in_full_and_since(
-        &l,
+        l.db.url(),
         &[format!("DELETE FROM observations WHERE id = {id}")],
         l.passed,
         "observation #",
@@ -224,7 +223,7 @@ async fn a_duplicated_record_is_a_second_record_with_its_seq_in_full_and_since()
                    payload_sha256, lease_expiry, ledger_seq, chain_seq, chain_hash";
     // A copy as a restore or a replication apply makes it: every column, the triggers off.
     caught_in_full_and_since(
-        &l,
+        l.db.url(),
         &[
             "SET session_replication_role = replica".to_string(),
             format!(
@@ -243,7 +242,7 @@ async fn an_edited_record_field_breaks_its_hash_in_full_and_since() {
     let l = build().await;
     let job = l.retried.0;
     caught_in_full_and_since(
-        &l,
+        l.db.url(),
         &[format!(
             "UPDATE expiry_sweeps SET swept_at = swept_at - interval '1 second' \
              WHERE job_id = '{job}'"
@@ -261,7 +260,7 @@ async fn an_inserted_record_is_caught_in_full_and_since() {
     let id = first_heartbeat(url, l.passed).await;
     // A rejected heartbeat written past the trigger with a position below the watermark.
     caught_in_full_and_since(
-        &l,
+        l.db.url(),
         &[
             "SET session_replication_role = replica".to_string(),
             format!(
@@ -548,4 +547,130 @@ async fn claims_and_batch_results_chained_in_their_own_statements_audit_clean() 
     assert_eq!(report.chain_records, 3 + 3 + 1 + 4);
     let again = audit_with(url, Some(&token)).await.expect("the audit runs");
     assert!(again.is_clean(), "{:#?}", again.violations);
+}
+
+/// A job after `beats` accepted heartbeats (migration 0017: each chained in the attempt's row,
+/// the job's row only locked), left running or (`finish`) passed, and the heartbeats'
+/// observation ids.
+async fn beating(beats: usize, finish: bool) -> (TestDatabase, JobId, Vec<i64>) {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .expect("a store");
+    let project = store.create_project("beating").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let job = store
+        .submit_job(project, NewJob::new("rev", "digest", "beating"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim")
+    };
+    for _ in 0..beats {
+        clock.advance(Duration::seconds(1));
+        let verdict = store.heartbeat(&lease.tuple, None).await.unwrap();
+        assert!(matches!(verdict, Verdict::Accepted(_)), "{verdict:?}");
+    }
+    if finish {
+        let verdict = store
+            .report_result(&lease.tuple, Outcome::Passed, "d", None)
+            .await
+            .unwrap();
+        assert_eq!(verdict, Verdict::Accepted(()));
+    }
+    store.close().await;
+    let ids = {
+        use sqlx::Connection as _;
+        let mut conn = sqlx::PgConnection::connect(db.url()).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT id FROM observations WHERE kind = 'heartbeat' AND verdict = 'accepted' \
+             ORDER BY chain_seq",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    };
+    (db, job, ids)
+}
+
+/// The one job's row's chain seq * 100 + its current attempt's head seq.
+async fn heads(url: &str) -> i64 {
+    scalar(
+        url,
+        "SELECT (j.chain_seq * 100 + a.job_chain_seq)::bigint FROM jobs AS j \
+         JOIN attempts AS a ON a.id = j.current_attempt_id",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_heartbeats_chain_in_the_attempts_row_and_a_deleted_one_is_caught() {
+    let (db, job, ids) = beating(3, false).await;
+    let url = db.url();
+    // The job's row still holds the claim's head (seq 2): the heartbeats advanced the attempt's.
+    let heads = heads(url).await;
+    assert_eq!(
+        heads, 205,
+        "job row at the claim (2), the attempt's head at 5"
+    );
+    let chained = scalar(
+        url,
+        "SELECT count(*) FROM observations AS o JOIN attempts AS a ON a.id = o.attempt_id \
+         WHERE o.chain_seq = a.job_chain_seq AND o.chain_hash = a.job_chain_head",
+    )
+    .await;
+    assert_eq!(
+        chained, 1,
+        "the attempt's head is its last heartbeat's hash"
+    );
+    // `clean` (in the helper) audits it clean first; then the middle heartbeat is deleted.
+    caught_in_full_and_since(
+        url,
+        &[format!("DELETE FROM observations WHERE id = {}", ids[1])],
+        job,
+        "observation #",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_accepted_heartbeat_deleted_is_a_chain_that_ends_early() {
+    let (db, job, ids) = beating(3, false).await;
+    caught_in_full_and_since(
+        db.url(),
+        &[format!("DELETE FROM observations WHERE id = {}", ids[2])],
+        job,
+        "the job's row",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_accepted_heartbeat_breaks_its_hash() {
+    let (db, job, ids) = beating(3, false).await;
+    caught_in_full_and_since(
+        db.url(),
+        &[format!(
+            "UPDATE observations SET received_at = received_at - interval '1 second' \
+             WHERE id = {}",
+            ids[0]
+        )],
+        job,
+        "observation #",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_after_heartbeats_follows_the_attempts_head() {
+    let (db, _, _) = beating(3, true).await;
+    let url = db.url();
+    let heads = heads(url).await;
+    assert_eq!(
+        heads, 605,
+        "the result (6) follows the attempt's head (5), in the job's row"
+    );
+    clean(url).await;
 }

@@ -7,7 +7,8 @@
 //! the attempt's outcome, the job's, the slot's release and the observation of the message. The
 //! floor is those writes as one plain statement each on the implementation's own tables, with
 //! their indexes, constraints and foreign keys, the ledger chain's columns (migration 0015: the
-//! job's head advanced in the job's own update, the record stamped with it, as the rules do;
+//! job's head, the later of the job row's and the attempt's (0017), advanced in the job's own
+//! update, the record stamped with it, as the rules do;
 //! hashed here without the records' fields, which costs no WAL byte), and nothing else: no lookup of the runner's
 //! project, no check that the slot is free, no one-job-per-slot, no skipping of slots another
 //! claim is reserving, no guard of the result's tuple, no plan settings. It is correct only
@@ -121,13 +122,16 @@ pub async fn result(
              UPDATE attempts
              SET state = 'passed', outcome = 'passed', result_digest = 'bench', ended_at = $6
              WHERE id = $3
-             RETURNING job_id
+             RETURNING job_id, job_chain_seq, job_chain_head
          ), finished AS (
-             UPDATE jobs
+             UPDATE jobs AS j
              SET state = 'passed', outcome = 'passed', result_digest = 'bench', finished_at = $6,
-                 chain_seq = chain_seq + 1, chain_head = sha256(chain_head)
-             WHERE id = (SELECT job_id FROM committed)
-             RETURNING id, target, chain_seq, chain_head
+                 chain_seq = ledger_later_seq(j.chain_seq, c.job_chain_seq) + 1,
+                 chain_head = sha256(ledger_later_head(j.chain_seq, j.chain_head,
+                     c.job_chain_seq, c.job_chain_head))
+             FROM committed AS c
+             WHERE j.id = c.job_id
+             RETURNING j.id, j.target, j.chain_seq, j.chain_head
          ), released AS (
              UPDATE target_slots
              SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,

@@ -6,7 +6,9 @@
 -- holder columns of its slot's row cleared); the accepted result is recorded (as
 -- observation_record does), chained in the job's one update (migration 0015: the observation's id
 -- and ledger position drawn under the job's row lock, the trigger leaving a chained record as it
--- is, so the job's row gets no second version).
+-- is, so the job's row gets no second version), after the job's head: the later of the job row's
+-- and the committed attempt's, which its accepted heartbeats advance (migration 0017; read from
+-- the attempt's updated row, so a heartbeat committed while this statement waited is seen).
 -- Zero rows: nothing was changed or recorded; the store classifies the tuple by §6.1 (late report,
 -- duplicate, conflict, ...) in a transaction of its own, never retrying this statement without
 -- its predicates. `committed` <> `finished` would be a bug (both follow from the locked job row).
@@ -35,23 +37,25 @@ WITH job AS (
       AND $6 < a.lease_expiry -- guard: expiry
       AND ((j.state = 'running' AND $7 IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND $7 = 'cancelled'))
-    RETURNING a.id, a.job_id, a.claimed_at
+    RETURNING a.id, a.job_id, a.claimed_at, a.job_chain_seq, a.job_chain_head
 ), drawn AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('observations', 'id')) AS observation_id,
         nextval('ledger_seq') AS ledger_seq
     FROM committed
 ), finished AS (
-    UPDATE jobs
+    UPDATE jobs AS j
     SET state = $7, outcome = $7, result_digest = $8, finished_at = $9,
-        chain_seq = chain_seq + 1,
-        chain_head = ledger_observation_hash(chain_head, chain_seq + 1,
-            (SELECT observation_id FROM drawn), $2, (SELECT ledger_seq FROM drawn), $1,
-            'result', $3, $4, $5, $3, $9, $10, 'accepted', NULL::text, $7, $11,
-            NULL::timestamptz)
-    WHERE id = (SELECT job_id FROM committed)
-      AND current_attempt_id = $3
-      AND state IN ('running', 'cancelling')
-    RETURNING id, target, chain_seq, chain_head
+        chain_seq = ledger_later_seq(j.chain_seq, c.job_chain_seq) + 1,
+        chain_head = ledger_observation_hash(
+            ledger_later_head(j.chain_seq, j.chain_head, c.job_chain_seq, c.job_chain_head),
+            ledger_later_seq(j.chain_seq, c.job_chain_seq) + 1, d.observation_id, $2,
+            d.ledger_seq, $1, 'result', $3, $4, $5, $3, $9, $10, 'accepted', NULL::text, $7,
+            $11, NULL::timestamptz)
+    FROM committed AS c, drawn AS d
+    WHERE j.id = c.job_id
+      AND j.current_attempt_id = $3
+      AND j.state IN ('running', 'cancelling')
+    RETURNING j.id, j.target, j.chain_seq, j.chain_head
 ), released AS (
     UPDATE target_slots
     SET holder_project_id = NULL, holder_job_id = NULL, holder_attempt_id = NULL,

@@ -1,8 +1,9 @@
 -- name: attempt_commit_results_if_current
 -- Rule R3 `result` for several results at once (a batch result), the accept path of every item
 -- in one statement (one round trip, one transaction): exactly attempt_commit_result_if_current
--- applied to each item (each result chained in its job's one update, as there). The items' jobs are locked in job-id order (as the sweep locks them, so
--- batches and sweeps never deadlock); of several items naming one job only the first is tried
+-- applied to each item (each result chained in its job's one update after the later of the job
+-- row's and the attempt's head, as there). The items' jobs are locked in job-id order (as the
+-- sweep locks them, so batches and sweeps never deadlock); of several items naming one job only the first is tried
 -- here, so a later one is judged after it, as if the items were sent one after another.
 -- Returns the accepted items' positions (1-based; `finished` false would be a bug: the job did
 -- not take its attempt's outcome). An item not returned changed and recorded
@@ -42,7 +43,8 @@ WITH item AS (
       AND $6 < a.lease_expiry -- guard: expiry
       AND ((j.state = 'running' AND i.outcome IN ('passed', 'failed'))
            OR (j.state = 'cancelling' AND i.outcome = 'cancelled'))
-    RETURNING a.id, a.job_id, a.claimed_at, i.outcome, i.result_digest
+    RETURNING a.id, a.job_id, a.claimed_at, i.outcome, i.result_digest, a.job_chain_seq,
+        a.job_chain_head
 ), drawn AS MATERIALIZED (
     SELECT c.job_id, nextval(pg_get_serial_sequence('observations', 'id')) AS observation_id,
         nextval('ledger_seq') AS ledger_seq
@@ -51,10 +53,11 @@ WITH item AS (
     UPDATE jobs AS j
     SET state = c.outcome, outcome = c.outcome, result_digest = c.result_digest,
         finished_at = $9,
-        chain_seq = j.chain_seq + 1,
-        chain_head = ledger_observation_hash(j.chain_head, j.chain_seq + 1, d.observation_id,
-            i.job, d.ledger_seq, i.runner, 'result', i.attempt, i.lease_id, i.fence, i.attempt,
-            $9, i.runner_time, 'accepted', NULL::text, i.outcome, i.payload_sha256,
+        chain_seq = ledger_later_seq(j.chain_seq, c.job_chain_seq) + 1,
+        chain_head = ledger_observation_hash(
+            ledger_later_head(j.chain_seq, j.chain_head, c.job_chain_seq, c.job_chain_head),
+            ledger_later_seq(j.chain_seq, c.job_chain_seq) + 1, d.observation_id, i.job,
+            d.ledger_seq, i.runner, 'result', i.attempt, i.lease_id, i.fence, i.attempt, $9, i.runner_time, 'accepted', NULL::text, i.outcome, i.payload_sha256,
             NULL::timestamptz)
     FROM committed AS c, item AS i, drawn AS d
     WHERE j.id = c.job_id

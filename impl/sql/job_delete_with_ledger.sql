@@ -18,14 +18,18 @@ WITH doomed AS (
 ), tombstones AS (
     -- Each pruned job's last chain head (migration 0015): a later `audit --since` finds it here
     -- instead of reporting the job's records deleted. Jobs submitted before 0015 have none.
+    -- The head: the later of the job row's and its current attempt's (migration 0017).
     INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq)
-    SELECT j.id, j.chain_seq, j.chain_head, j.ledger_seq, greatest(j.ledger_seq,
+    SELECT j.id, ledger_later_seq(j.chain_seq, a.job_chain_seq),
+        ledger_later_head(j.chain_seq, j.chain_head, a.job_chain_seq, a.job_chain_head),
+        j.ledger_seq, greatest(j.ledger_seq,
         (SELECT max(ledger_seq) FROM attempts WHERE job_id = j.id),
         (SELECT max(ledger_seq) FROM observations WHERE named_job_id = j.id),
         (SELECT max(ledger_seq) FROM reconciliations WHERE job_id = j.id),
         (SELECT max(ledger_seq) FROM cancels WHERE job_id = j.id),
         (SELECT max(ledger_seq) FROM expiry_sweeps WHERE job_id = j.id))
     FROM jobs AS j
+    LEFT JOIN attempts AS a ON a.id = j.current_attempt_id
     WHERE j.id IN (SELECT id FROM doomed)
       AND j.chain_seq IS NOT NULL
     ON CONFLICT (job_id) DO NOTHING
