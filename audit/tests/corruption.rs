@@ -3,9 +3,10 @@
 //! corrupted the way a buggy target, implementation or migration would, and each corruption
 //! caught and named in a full run and in a `--since` run from the clean ledger's watermark.
 //!
-//! `--since` reads the jobs with a record after the watermark (until the ledger carries a chain,
-//! issue 27 item 2): the target's record is read whole in every run; for the other corruptions
-//! the edited jobs get a new record after the watermark, as a job still in flight does.
+//! `--since` replays the jobs with a record after the watermark: the target's record, the slot rows,
+//! every claim's slot token and every job's side effects are read in every run (no new record
+//! needed); for the other corruptions the edited jobs get a new record after the watermark, as a
+//! job still in flight does (the chain catches those edits without one: audit/tests/chain.rs).
 
 mod common;
 
