@@ -97,6 +97,7 @@ impl Record {
 struct JobHead {
     id: Uuid,
     project: Uuid,
+    target: String,
     ledger_seq: i64,
     chain_seq: Option<i32>,
     chain_head: Option<Vec<u8>>,
@@ -120,15 +121,20 @@ pub struct ChainReport {
     /// Jobs submitted before migration 0015 (no stored chain; their digest entry is computed).
     pub unchained_jobs: usize,
     pub breaks: Vec<Break>,
-    /// The largest ledger sequence value read.
+    /// The watermark's position (settled before the snapshot: `audit::settle`).
     pub position: i64,
-    /// The digest over every job's head as of `position` (what a watermark commits to).
+    /// The digest over every job's head as of `position` (what the watermark commits to).
     pub digest: [u8; 32],
     /// With `--since W`: W's digest recomputed over every job's head as of W's position.
     pub digest_at_since: Option<[u8; 32]>,
     /// Jobs whose head as of W's position cannot be known (pruned with records after it).
     pub unverifiable_at_since: Vec<Uuid>,
     pub seconds: f64,
+    /// Every job's stored side effects against its accepted side-effect messages
+    /// (`side_effect_record`, audit/src/stored.rs).
+    pub(crate) side_effects: Vec<crate::Violation>,
+    /// The largest slot token every claim of every job issued, per slot (`slot_counter`).
+    pub(crate) issued: crate::slots::Issued,
 }
 
 /// Whether the schema has the chain (migration 0015).
@@ -154,13 +160,12 @@ fn sha(prev: Option<&[u8]>, body: &[u8]) -> Vec<u8> {
 /// One job's chain checked: the first break (if any), and its head as of every position asked.
 struct Checked {
     broken: Option<(String, String)>,
-    /// (chain seq, recomputed head) after the last record at or below `at`.
-    head_at: Option<(i64, Vec<u8>)>,
-    /// Its current head (recomputed).
-    head_now: (i64, Vec<u8>),
+    /// For each position asked: (chain seq, recomputed head) after the last record at or below
+    /// it (`None`: the job was submitted after it).
+    head_at: Vec<Option<(i64, Vec<u8>)>>,
 }
 
-fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checked {
+fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
     let chained = job.chain_seq.is_some();
     let mut broken: Option<(String, String)> = None;
     let mut note = |r: &str, d: String| {
@@ -178,9 +183,10 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checke
     let mut head = sha(None, &job.submission);
     let mut seq: i64 = 1;
     let mut last_ledger_seq = job.ledger_seq;
-    let mut head_at = at
-        .filter(|&p| job.ledger_seq <= p)
-        .map(|_| (1, head.clone()));
+    let mut head_at: Vec<Option<(i64, Vec<u8>)>> = at
+        .iter()
+        .map(|&p| (job.ledger_seq <= p).then(|| (1, head.clone())))
+        .collect();
     if chained && job.chain_seq == Some(1) && job.chain_head.is_none() {
         note("the job's row", "its chain head is missing".into());
     }
@@ -235,8 +241,8 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checke
         }
         last_ledger_seq = last_ledger_seq.max(r.ledger_seq);
         seq = expected_seq;
-        if let (Some(p), Some(h)) = (at, head_at.as_mut()) {
-            if r.ledger_seq <= p {
+        for (&p, h) in at.iter().zip(head_at.iter_mut()) {
+            if let Some(h) = h.as_mut().filter(|_| r.ledger_seq <= p) {
                 *h = (seq, head.clone());
             }
         }
@@ -264,11 +270,7 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: Option<i64>) -> Checke
             "its records are chained but the job's row has no chain (its head was removed)".into(),
         );
     }
-    Checked {
-        broken,
-        head_at,
-        head_now: (seq, head),
-    }
+    Checked { broken, head_at }
 }
 
 fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
@@ -278,14 +280,20 @@ fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
 }
 
 /// Every job's chain checked, in one pass over every record (the audit's snapshot), with the
-/// digest as of the position read and, with `since`, as of `since`.
+/// digest as of `position` (the watermark this run prints) and, with `since`, as of `since`. The
+/// same pass checks every job's stored side effects against its accepted side-effect messages and
+/// notes every claim's slot token (what needs every job in every run, full or `--since`).
 pub async fn check_all(
     conn: &mut PgConnection,
     since: Option<i64>,
+    position: i64,
     batch: usize,
 ) -> Result<ChainReport, sqlx::Error> {
     let started = std::time::Instant::now();
-    let mut report = ChainReport::default();
+    let mut report = ChainReport {
+        position,
+        ..ChainReport::default()
+    };
     let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
         .fetch_all(&mut *conn)
         .await?;
@@ -307,24 +315,33 @@ pub async fn check_all(
         ))
     })
     .collect::<Result<_, sqlx::Error>>()?;
-    // Digest entries in job id order: present jobs and pruned jobs' tombstones.
-    let mut now_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
-    let mut since_entries: BTreeMap<Uuid, (i64, Vec<u8>)> = BTreeMap::new();
+    let mut cache = crate::stored::cache_rows(conn).await?;
+    let mut side_effects = crate::stored::Checker::default();
+    side_effects.entries(cache.values().flatten());
+    // Digest entries in job id order, as of each position: [the watermark's, since's].
+    let at: Vec<i64> = std::iter::once(position).chain(since).collect();
+    let mut entries: Vec<BTreeMap<Uuid, (i64, Vec<u8>)>> = vec![BTreeMap::new(); at.len()];
     for chunk in ids.chunks(batch.max(1)) {
         let jobs = read_jobs(conn, chunk).await?;
-        let mut records = read_records(conn, chunk).await?;
+        let mut read = read_records(conn, chunk).await?;
+        let mut stored = crate::stored::rows(conn, chunk).await?;
         for job in jobs {
-            let recs = records.remove(&job.id).unwrap_or_default();
+            let recs = read.records.remove(&job.id).unwrap_or_default();
             report.jobs += 1;
             report.records += 1 + recs.len();
-            report.position = report.position.max(job.ledger_seq);
-            for r in &recs {
-                report.position = report.position.max(r.ledger_seq);
-            }
             if job.chain_seq.is_none() {
                 report.unchained_jobs += 1;
             }
-            let checked = check_job(&job, recs, since);
+            for (attempt, token) in read.claims.remove(&job.id).unwrap_or_default() {
+                report.issued.note(&job.target, token, job.id, attempt);
+            }
+            let mut rows = stored.remove(&job.id).unwrap_or_default();
+            rows.extend(cache.remove(&job.id).unwrap_or_default());
+            let messages = read.messages.remove(&job.id).unwrap_or_default();
+            if let Some(v) = side_effects.job(job.id, job.project, &messages, &rows) {
+                report.side_effects.push(v);
+            }
+            let checked = check_job(&job, recs, &at);
             if let Some((record, detail)) = checked.broken {
                 report.breaks.push(Break {
                     job: job.id,
@@ -333,34 +350,27 @@ pub async fn check_all(
                     detail,
                 });
             }
-            now_entries.insert(job.id, checked.head_now);
-            if let Some(h) = checked.head_at {
-                since_entries.insert(job.id, h);
+            for (e, h) in entries.iter_mut().zip(checked.head_at) {
+                if let Some(h) = h {
+                    e.insert(job.id, h);
+                }
             }
         }
     }
-    // Observations naming no job (the security log): in the position, not in any chain.
-    let orphan_max: Option<i64> = sqlx::query_scalar(
-        "SELECT max(o.ledger_seq) FROM observations AS o \
-         WHERE NOT EXISTS (SELECT 1 FROM jobs AS j WHERE j.id = o.named_job_id)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    report.position = report.position.max(orphan_max.unwrap_or(0));
-    for (job, (seq, head, job_seq, max_seq)) in &pruned {
-        now_entries.insert(*job, (*seq, head.clone()));
-        if let Some(p) = since {
+    report.side_effects.extend(side_effects.finish());
+    for (i, &p) in at.iter().enumerate() {
+        for (job, (seq, head, job_seq, max_seq)) in &pruned {
             if *job_seq > p {
-                // Submitted after the watermark: not in its digest.
+                // Submitted after the position: not in its digest.
             } else if *max_seq <= p {
-                since_entries.insert(*job, (*seq, head.clone()));
-            } else {
+                entries[i].insert(*job, (*seq, head.clone()));
+            } else if i == 1 {
                 report.unverifiable_at_since.push(*job);
             }
         }
     }
-    report.digest = digest(&now_entries);
-    report.digest_at_since = since.map(|_| digest(&since_entries));
+    report.digest = digest(&entries[0]);
+    report.digest_at_since = entries.get(1).map(digest);
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
@@ -408,6 +418,7 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
             Ok(JobHead {
                 id,
                 project: r.try_get("project_id")?,
+                target: r.try_get("target")?,
                 ledger_seq,
                 chain_seq: r.try_get("chain_seq")?,
                 chain_head: r.try_get("chain_head")?,
@@ -417,12 +428,21 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
         .collect()
 }
 
+/// What the chain pass reads of a batch of jobs, by job.
+#[derive(Default)]
+struct Read {
+    /// Every chained record.
+    records: HashMap<Uuid, Vec<Record>>,
+    /// The accepted side-effect messages (of the observations read).
+    messages: HashMap<Uuid, Vec<crate::stored::Message>>,
+    /// Every claim's attempt and slot token (of the attempts read).
+    claims: HashMap<Uuid, Vec<(Uuid, i64)>>,
+}
+
 /// Every chained record of the jobs `ids`, by job.
-async fn read_records(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-) -> Result<HashMap<Uuid, Vec<Record>>, sqlx::Error> {
-    let mut out: HashMap<Uuid, Vec<Record>> = HashMap::new();
+async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sqlx::Error> {
+    let mut read = Read::default();
+    let out = &mut read.records;
     let rows = sqlx::query(
         "SELECT id, job_id, project_id, ledger_seq, runner_id, lease_id, fence, slot_token, \
                 claimed_at, claim_lease_expiry, chain_seq, chain_hash \
@@ -435,6 +455,10 @@ async fn read_records(
         let id: Uuid = r.try_get("id")?;
         let job: Uuid = r.try_get("job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let slot_token: Option<i64> = r.try_get("slot_token")?;
+        if let Some(token) = slot_token {
+            read.claims.entry(job).or_default().push((id, token));
+        }
         let mut e = Encoder::default();
         e.uuid(Some(id))
             .uuid(Some(job))
@@ -443,7 +467,7 @@ async fn read_records(
             .uuid(Some(r.try_get("runner_id")?))
             .uuid(Some(r.try_get("lease_id")?))
             .int(Some(r.try_get("fence")?))
-            .int(r.try_get("slot_token")?)
+            .int(slot_token)
             .time(Some(r.try_get("claimed_at")?))
             .time(r.try_get("claim_lease_expiry")?);
         out.entry(job).or_default().push(Record::of_row(
@@ -467,22 +491,38 @@ async fn read_records(
         let id: i64 = r.try_get("id")?;
         let job: Uuid = r.try_get("named_job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
+        let kind: String = r.try_get("kind")?;
+        let verdict: String = r.try_get("verdict")?;
+        let attempt: Option<Uuid> = r.try_get("attempt_id")?;
+        let received_at: Time = r.try_get("received_at")?;
+        let payload: Option<String> = r.try_get("payload_sha256")?;
+        if let Some(m) = crate::stored::Message::of(
+            id,
+            ledger_seq,
+            &kind,
+            &verdict,
+            attempt,
+            payload.clone(),
+            received_at,
+        ) {
+            read.messages.entry(job).or_default().push(m);
+        }
         let mut e = Encoder::default();
         e.int(Some(id))
             .uuid(Some(job))
             .int(Some(ledger_seq))
             .uuid(Some(r.try_get("sender_runner_id")?))
-            .text(Some(r.try_get("kind")?))
+            .text(Some(kind.as_str()))
             .uuid(Some(r.try_get("named_attempt_id")?))
             .uuid(Some(r.try_get("named_lease_id")?))
             .int(Some(r.try_get("named_fence")?))
-            .uuid(r.try_get("attempt_id")?)
-            .time(Some(r.try_get("received_at")?))
+            .uuid(attempt)
+            .time(Some(received_at))
             .time(r.try_get("runner_time")?)
-            .text(Some(r.try_get("verdict")?))
+            .text(Some(verdict.as_str()))
             .text(r.try_get("reason")?)
             .text(r.try_get("outcome")?)
-            .text(r.try_get("payload_sha256")?)
+            .text(payload.as_deref())
             .time(r.try_get("lease_expiry")?);
         out.entry(job).or_default().push(Record::of_row(
             r,
@@ -577,7 +617,7 @@ async fn read_records(
             e,
         )?);
     }
-    Ok(out)
+    Ok(read)
 }
 
 /// The database an audit ran against: what a watermark names so that it is never used on another.

@@ -12,6 +12,7 @@ mod mutations;
 pub mod order;
 pub mod read;
 pub mod replay;
+pub mod settle;
 mod slots;
 mod stored;
 pub mod time;
@@ -161,6 +162,9 @@ pub struct AuditOptions {
     pub batch: usize,
     /// A watermark token (`chain::Watermark`): verified, then its position is `since`.
     pub since_token: Option<chain::Watermark>,
+    /// How long to wait for the transactions in progress at the start before the snapshot is
+    /// taken, so that the watermark's position is settled (`audit::settle`; `None`: 60 s).
+    pub settle_timeout: Option<std::time::Duration>,
 }
 
 /// Progress of a long audit.
@@ -184,8 +188,13 @@ pub struct AuditReport {
     pub unjudged_records: usize,
     pub seconds: f64,
     pub records_per_second: f64,
-    /// The largest ledger sequence value read: `--since` it next time.
+    /// The watermark's position: every record at or below it that the ledger will ever hold was
+    /// in this run's snapshot (`audit::settle`). `--since` it next time.
     pub watermark: i64,
+    /// Why the position could not be settled (`None`: it was): the transactions still in
+    /// progress when the wait ran out. The watermark is then the one this run started from
+    /// (`--since`'s position, or 0: the next `--since` run replays everything after it).
+    pub watermark_unsettled: Option<String>,
     /// The largest lease ttl a store of the database was configured with (`lease_policy`), in
     /// seconds; `None`: the schema does not record it, and granted ttls were not checked.
     pub configured_lease_ttl_seconds: Option<f64>,
@@ -329,8 +338,14 @@ impl AuditReport {
         }
         let _ = writeln!(
             out,
-            "watermark: {} (prune --audited-through {})",
-            self.watermark, self.watermark
+            "watermark: {} (prune --audited-through {}){}",
+            self.watermark,
+            self.watermark,
+            if self.watermark_unsettled.is_some() {
+                " (not settled: the position this run started from)"
+            } else {
+                ""
+            }
         );
         match &self.since {
             Some(token) => {
@@ -429,10 +444,18 @@ pub async fn audit(
     let mut conn = sqlx::PgConnection::connect(database_url)
         .await
         .map_err(AuditError::Connect)?;
-    read::begin(&mut conn).await?;
     if !read::has_ledger(&mut conn).await? {
         return Err(AuditError::NoLedger);
     }
+    let chained = chain::has_chain(&mut conn).await?;
+    // The watermark's position, settled before the snapshot (no record in flight below it).
+    let settled = settle::settle(
+        &mut conn,
+        chained,
+        options.settle_timeout.unwrap_or(settle::DEFAULT_TIMEOUT),
+    )
+    .await?;
+    read::begin(&mut conn).await?;
     let projects = read::projects(&mut conn).await?;
     let project = match &options.project {
         None => None,
@@ -451,7 +474,6 @@ pub async fn audit(
     };
     let runner_projects = read::runner_projects(&mut conn).await?;
     let max_ttl = read::configured_lease_ttl(&mut conn).await?;
-    let chained = chain::has_chain(&mut conn).await?;
     let here = if chained {
         Some(chain::identity(&mut conn).await?)
     } else {
@@ -472,8 +494,25 @@ pub async fn audit(
         .as_ref()
         .map(|w| w.position)
         .or(options.since);
-    let chain_report = if chained {
-        Some(chain::check_all(&mut conn, since, options.batch).await?)
+    // Settled: the largest position committed before the run (never below the one it started
+    // from). Not settled: the one it started from, which its own run settled (0: everything).
+    let (watermark, watermark_unsettled) = match settled.position {
+        Some(p) => (p.max(since.unwrap_or(0)), None),
+        None => (
+            since.unwrap_or(0),
+            Some(format!(
+                "transactions {} of this database were still in progress after {:.1} s (the \
+                 settle timeout): a record one of them holds may lie below the ledger's largest \
+                 position and commit after this run's snapshot, so the watermark is the one this \
+                 run started from ({}): the next --since run replays everything after it",
+                settled.in_progress.join(", "),
+                settled.waited.as_secs_f64(),
+                since.unwrap_or(0)
+            )),
+        ),
+    };
+    let mut chain_report = if chained {
+        Some(chain::check_all(&mut conn, since, watermark, options.batch).await?)
     } else {
         None
     };
@@ -485,7 +524,8 @@ pub async fn audit(
         unjudged_records: 0,
         seconds: 0.0,
         records_per_second: 0.0,
-        watermark: since.unwrap_or(0),
+        watermark,
+        watermark_unsettled,
         configured_lease_ttl_seconds: max_ttl
             .map(|t| t.num_microseconds().unwrap_or(0) as f64 / 1e6),
         violations: Vec::new(),
@@ -500,10 +540,27 @@ pub async fn audit(
     let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
     let mut still_leased = Vec::new();
     let mut reservations = Vec::new();
-    let mut issued = slots::Issued::default();
+    // With the chain, the chain pass checked every job's side effects and noted every claim;
+    // without it, the jobs replayed are.
+    let mut issued = chain_report
+        .as_mut()
+        .map(|c| std::mem::take(&mut c.issued))
+        .unwrap_or_default();
+    let mut side_effects = stored::Checker::default();
+    let cache = if chained {
+        Default::default()
+    } else {
+        let cache = stored::cache_rows(&mut conn).await?;
+        side_effects.entries(cache.values().flatten());
+        cache
+    };
     let mut claim_order = order::ClaimOrder::default();
     for chunk in ids.chunks(options.batch.max(1)) {
-        let mut stored = read::stored(&mut conn, chunk).await?;
+        let mut stored = if chained {
+            Default::default()
+        } else {
+            stored::rows(&mut conn, chunk).await?
+        };
         let submitted = order::submissions(&mut conn, chunk).await?;
         for jl in read::ledgers(&mut conn, chunk).await? {
             for a in &jl.attempts {
@@ -520,12 +577,30 @@ pub async fn audit(
                     });
                 }
             }
-            let rows = stored.remove(&jl.job.id).unwrap_or_default();
-            report.violations.extend(stored::check(&jl, &rows));
+            if !chained {
+                let mut rows = stored.remove(&jl.job.id).unwrap_or_default();
+                rows.extend(cache.get(&jl.job.id).cloned().unwrap_or_default());
+                let messages: Vec<stored::Message> = jl
+                    .observations
+                    .iter()
+                    .filter_map(|o| {
+                        stored::Message::of(
+                            o.id,
+                            o.ledger_seq,
+                            &o.kind,
+                            &o.verdict,
+                            o.attributed,
+                            o.payload_sha256.clone(),
+                            o.received_at,
+                        )
+                    })
+                    .collect();
+                let found = side_effects.job(jl.job.id, jl.job.project, &messages, &rows);
+                report.violations.extend(found);
+                issued.read(&jl);
+            }
             report.jobs += 1;
             report.records += jl.records();
-            report.watermark = report.watermark.max(jl.max_seq());
-            issued.read(&jl);
             claim_order.read(&jl, submitted.get(&jl.job.id).copied());
             match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
@@ -548,6 +623,9 @@ pub async fn audit(
             seconds: started.elapsed().as_secs_f64(),
         });
     }
+    if !chained {
+        report.violations.extend(side_effects.finish());
+    }
     report.violations.extend(slot_overlaps(reservations));
     (report.epochs, report.across_epochs) =
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
@@ -566,7 +644,6 @@ pub async fn audit(
             continue;
         }
         report.records += 1;
-        report.watermark = report.watermark.max(o.ledger_seq);
         let expected = if sender_project.is_none() {
             "unknown_runner"
         } else {
@@ -662,8 +739,12 @@ fn chain_findings(
             });
         }
     }
+    for v in c.side_effects {
+        if project.is_none_or(|p| p == v.project) {
+            report.violations.push(v);
+        }
+    }
     if project.is_none() {
-        report.watermark = report.watermark.max(c.position);
         report.since = Some(
             chain::Watermark {
                 identity,

@@ -123,17 +123,6 @@ impl JobLedger {
             + self.cancels.len()
             + self.sweeps.len()
     }
-
-    /// The largest ledger sequence value of the job's records.
-    pub fn max_seq(&self) -> i64 {
-        let seqs = std::iter::once(self.job.ledger_seq)
-            .chain(self.attempts.iter().map(|a| a.ledger_seq))
-            .chain(self.observations.iter().map(|o| o.ledger_seq))
-            .chain(self.reconciliations.iter().map(|r| r.ledger_seq))
-            .chain(self.cancels.iter().map(|c| c.ledger_seq))
-            .chain(self.sweeps.iter().map(|s| s.ledger_seq));
-        seqs.max().unwrap_or(0)
-    }
 }
 
 /// Start the audit's snapshot: one `REPEATABLE READ READ ONLY` transaction.
@@ -525,57 +514,4 @@ pub async fn configured_lease_ttl(
     .fetch_one(&mut *conn)
     .await?;
     Ok(micros.map(chrono::Duration::microseconds))
-}
-
-/// A row a side effect stored: a log chunk, an artifact, a cache entry (without its content).
-#[derive(Clone, Debug)]
-pub struct StoredRow {
-    /// `logs`, `artifacts` or `cache_entries`.
-    pub table: &'static str,
-    /// The chunk's sequence number, the artifact's name, the cache key.
-    pub key: String,
-    pub attempt: Uuid,
-    pub content_sha256: String,
-    pub stored_at: Time,
-}
-
-/// The rows the side effects of the jobs `ids` stored, by job.
-pub async fn stored(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-) -> Result<HashMap<Uuid, Vec<StoredRow>>, sqlx::Error> {
-    let rows = sqlx::query(
-        "SELECT 'logs' AS t, a.job_id, l.attempt_id, l.seq::text AS key, l.content_sha256, \
-                l.appended_at AS stored_at \
-         FROM attempts AS a JOIN logs AS l ON l.attempt_id = a.id WHERE a.job_id = ANY($1) \
-         UNION ALL \
-         SELECT 'artifacts', a.job_id, r.attempt_id, r.name, r.content_sha256, r.stored_at \
-         FROM attempts AS a JOIN artifacts AS r ON r.attempt_id = a.id WHERE a.job_id = ANY($1) \
-         UNION ALL \
-         SELECT 'cache_entries', a.job_id, c.stored_by_attempt, c.key, c.content_sha256, \
-                c.stored_at \
-         FROM attempts AS a JOIN cache_entries AS c ON c.stored_by_attempt = a.id \
-         WHERE a.job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut out: HashMap<Uuid, Vec<StoredRow>> = HashMap::new();
-    for r in &rows {
-        let table = match r.try_get::<String, _>("t")?.as_str() {
-            "logs" => "logs",
-            "artifacts" => "artifacts",
-            _ => "cache_entries",
-        };
-        out.entry(r.try_get("job_id")?)
-            .or_default()
-            .push(StoredRow {
-                table,
-                key: r.try_get("key")?,
-                attempt: r.try_get("attempt_id")?,
-                content_sha256: r.try_get("content_sha256")?,
-                stored_at: r.try_get("stored_at")?,
-            });
-    }
-    Ok(out)
 }

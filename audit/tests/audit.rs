@@ -3,7 +3,10 @@
 //! uncertain job, a result row inserted with an old fence, a deleted observation, a heartbeat
 //! whose expiry came from the runner's clock, an overwritten outcome) is caught and named.
 
+mod common;
+
 use chrono::{DateTime, Duration, Utc};
+use common::{scalar, sql};
 use leasewright_audit::{self as audit, AuditOptions, AuditReport, Kind};
 use leasewright_impl::database::TestDatabase;
 use leasewright_impl::*;
@@ -206,26 +209,6 @@ async fn run_audit(url: &str) -> AuditReport {
         .expect("the audit runs");
     eprintln!("{}", report.render(&projects));
     report
-}
-
-async fn sql(url: &str, statements: &[String]) {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    for statement in statements {
-        sqlx::query(statement)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-}
-
-async fn scalar(url: &str, query: &str) -> i64 {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    sqlx::query_scalar(query)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
 }
 
 /// The first (`min`) or last (`max`) heartbeat observation naming `job`.

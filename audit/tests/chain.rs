@@ -3,7 +3,10 @@
 //! `--since` the clean ledger's watermark while its job is not replayed; a watermark from another
 //! database or from before a failover is refused; benign maintenance is not flagged.
 
+mod common;
+
 use chrono::Duration;
+use common::{prune_audited, scalar, sql};
 use leasewright_audit::chain::{Since, Watermark};
 use leasewright_audit::{self as audit, AuditError, AuditOptions, AuditReport, Kind};
 use leasewright_impl::database::TestDatabase;
@@ -96,26 +99,6 @@ async fn audit_with(url: &str, since: Option<&str>) -> Result<AuditReport, Audit
     let (report, projects) = audit::audit(url, &options, |_| {}).await?;
     eprintln!("{}", report.render(&projects));
     Ok(report)
-}
-
-async fn sql(url: &str, statements: &[String]) {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    for statement in statements {
-        sqlx::query(statement)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-}
-
-async fn scalar(url: &str, query: &str) -> i64 {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    sqlx::query_scalar(query)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
 }
 
 /// A clean ledger's report and its watermark token.
@@ -442,24 +425,9 @@ async fn a_pruned_job_is_not_a_deleted_one_under_since() {
         .await
         .unwrap();
     let (audited, _) = clean(url).await;
-    store
-        .record_audit_watermark(audited.watermark)
-        .await
-        .unwrap();
-    let pruned = store
-        .prune_finished_jobs(PrunePolicy {
-            finished_before,
-            unaudited: false,
-            batch: 100,
-            max_batches: None,
-        })
-        .await
-        .expect("the prune");
+    let pruned = prune_audited(&store, audited.watermark, finished_before).await;
     store.close().await;
-    assert_eq!(
-        pruned.jobs, 2,
-        "the passed job and the later one are pruned"
-    );
+    assert_eq!(pruned, 2, "the passed job and the later one are pruned");
     let full = audit_with(url, None).await.expect("the audit runs");
     assert!(full.is_clean(), "{:#?}", full.violations);
     let since = audit_with(url, Some(&token)).await.expect("the audit runs");
@@ -673,4 +641,121 @@ async fn a_result_after_heartbeats_follows_the_attempts_head() {
         "the result (6) follows the attempt's head (5), in the job's row"
     );
     clean(url).await;
+}
+
+/// A job submitted by hand (through the chain's trigger) on `conn`: a copy of the queued job's
+/// submission under a new id, named `command`.
+fn submission(command: &str) -> String {
+    format!(
+        "INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest, command, \
+         target, target_kind) \
+         SELECT gen_random_uuid(), project_id, submitted_at, source_revision, source_digest, \
+         '{command}', target, target_kind FROM jobs WHERE command = 'queued'"
+    )
+}
+
+/// A transaction that drew its record's ledger position before the audit and commits while the
+/// audit waits (a record in flight), with a record committed after it (so its position is below
+/// the largest committed one): the audit waits for it before its snapshot, so the record is in the
+/// watermark's digest, and `--since` the watermark is clean, no `watermark_mismatch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_in_flight_at_the_audits_start_is_waited_for_and_since_its_watermark_is_clean() {
+    use sqlx::Connection as _;
+    let l = build().await;
+    let url = l.db.url().to_string();
+    let mut held = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut held).await.unwrap();
+    sqlx::query(&submission("held"))
+        .execute(&mut held)
+        .await
+        .unwrap();
+    sql(&url, &[submission("committed after it")]).await;
+    let in_flight = scalar(&url, "SELECT count(*) FROM jobs WHERE command = 'held'").await;
+    assert_eq!(in_flight, 0, "the held record is not committed");
+    let audit = tokio::spawn({
+        let url = url.clone();
+        async move { audit_with(&url, None).await.expect("the audit runs") }
+    });
+    // Until the audit waits for the held transaction (or, without the wait, has finished).
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND pid <> pg_backend_pid() AND query LIKE '%pg_xact_status%'";
+    while scalar(&url, waiting).await == 0 && !audit.is_finished() {
+        tokio::task::yield_now().await;
+    }
+    sqlx::query("COMMIT").execute(&mut held).await.unwrap();
+    let report = audit.await.unwrap();
+    assert!(report.is_clean(), "{:#?}", report.violations);
+    assert!(report.watermark_unsettled.is_none());
+    let held_position = scalar(&url, "SELECT ledger_seq FROM jobs WHERE command = 'held'").await;
+    assert!(
+        held_position <= report.watermark,
+        "the held record ({held_position}) is below the watermark ({})",
+        report.watermark
+    );
+    let token = report.since.expect("a token");
+    let since = audit_with(&url, Some(&token))
+        .await
+        .expect("the audit runs");
+    assert!(since.is_clean(), "{:#?}", since.violations);
+    assert_eq!(since.jobs, 0, "nothing after the watermark");
+}
+
+/// The same record held across the whole audit, whose wait runs out at once: the audit says so
+/// and prints the watermark it started from (0 for a full run), so that `--since` it replays
+/// everything and the record committed after the run is no `watermark_mismatch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_held_past_the_settle_timeout_leaves_the_watermark_where_the_run_started() {
+    use sqlx::Connection as _;
+    let l = build().await;
+    let url = l.db.url();
+    let (_, clean_token) = clean(url).await;
+    let mut held = sqlx::PgConnection::connect(url).await.expect("connect");
+    sqlx::query("BEGIN").execute(&mut held).await.unwrap();
+    sqlx::query(&submission("held"))
+        .execute(&mut held)
+        .await
+        .unwrap();
+    sql(url, &[submission("committed after it")]).await;
+    for start in [None, Some(clean_token.as_str())] {
+        let mut options = AuditOptions {
+            batch: 2,
+            settle_timeout: Some(std::time::Duration::ZERO),
+            ..AuditOptions::default()
+        };
+        let Some(Since::Token(w)) = start.map(|s| s.parse::<Since>().unwrap()) else {
+            let (report, _) = audit::audit(url, &options, |_| {}).await.unwrap();
+            assert!(report.is_clean(), "{:#?}", report.violations);
+            let why = report.watermark_unsettled.as_deref().expect("not settled");
+            assert!(why.contains("still in progress"), "{why}");
+            assert_eq!(
+                report.watermark, 0,
+                "a full run's fallback: everything next time"
+            );
+            continue;
+        };
+        let position = w.position;
+        options.since = Some(position);
+        options.since_token = Some(w);
+        let (report, _) = audit::audit(url, &options, |_| {}).await.unwrap();
+        assert!(report.is_clean(), "{:#?}", report.violations);
+        assert!(report.watermark_unsettled.is_some());
+        assert_eq!(report.watermark, position, "--since's own position");
+        assert_eq!(report.since.as_deref(), Some(clean_token.as_str()));
+    }
+    let (report, _) = audit::audit(
+        url,
+        &AuditOptions {
+            batch: 2,
+            settle_timeout: Some(std::time::Duration::ZERO),
+            ..AuditOptions::default()
+        },
+        |_| {},
+    )
+    .await
+    .unwrap();
+    sqlx::query("COMMIT").execute(&mut held).await.unwrap();
+    let token = report.since.expect("a token");
+    let since = audit_with(url, Some(&token)).await.expect("the audit runs");
+    assert!(since.is_clean(), "{:#?}", since.violations);
+    assert_eq!(since.jobs, 5, "every job replayed, the held one too");
 }

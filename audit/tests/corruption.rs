@@ -3,11 +3,15 @@
 //! corrupted the way a buggy target, implementation or migration would, and each corruption
 //! caught and named in a full run and in a `--since` run from the clean ledger's watermark.
 //!
-//! `--since` reads the jobs with a record after the watermark (until the ledger carries a chain,
-//! issue 27 item 2): the target's record is read whole in every run; for the other corruptions
-//! the edited jobs get a new record after the watermark, as a job still in flight does.
+//! `--since` replays the jobs with a record after the watermark: the target's record, the slot rows,
+//! every claim's slot token and every job's side effects are read in every run (no new record
+//! needed); for the other corruptions the edited jobs get a new record after the watermark, as a
+//! job still in flight does (the chain catches those edits without one: audit/tests/chain.rs).
+
+mod common;
 
 use chrono::{DateTime, Duration, Utc};
+use common::{prune_audited, scalar, sql};
 use leasewright_audit::{self as audit, AuditOptions, AuditReport, Kind};
 use leasewright_impl::database::TestDatabase;
 use leasewright_impl::*;
@@ -89,6 +93,21 @@ async fn build() -> Ledger {
         Verdict::Rejected(Reason::StaleFence)
     );
     store.heartbeat(&second.tuple, None).await.unwrap();
+    // Its side effects: a log chunk; an artifact put twice and a cache entry put twice under one
+    // key (each first put replaced by the second, as the rule allows).
+    let t = &second.tuple;
+    let ok = |v: Verdict<()>| assert_eq!(v, Verdict::Accepted(()));
+    ok(store.append_log(t, 0, b"deploying", None).await.unwrap());
+    ok(store
+        .put_artifact(t, "report", b"draft", None)
+        .await
+        .unwrap());
+    ok(store
+        .put_artifact(t, "report", b"final", None)
+        .await
+        .unwrap());
+    ok(store.cache_put(t, "deps", b"v1", None).await.unwrap());
+    ok(store.cache_put(t, "deps", b"v2", None).await.unwrap());
     store
         .report_result(&second.tuple, Outcome::Passed, "b", None)
         .await
@@ -156,26 +175,6 @@ async fn run(url: &str, since: Option<i64>) -> AuditReport {
         .expect("the audit runs");
     eprintln!("{}", report.render(&projects));
     report
-}
-
-async fn sql(url: &str, statements: &[String]) {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    for statement in statements {
-        sqlx::query(statement)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-}
-
-async fn scalar(url: &str, query: &str) -> i64 {
-    use sqlx::Connection as _;
-    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
-    sqlx::query_scalar(query)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap()
 }
 
 /// The violations other than the chain's (`ledger_chain`: an edit of a chained record is one
@@ -453,16 +452,131 @@ async fn an_overwritten_outcome_of_a_job_with_a_new_record_is_caught_under_since
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_counter_rolled_back_is_caught_under_since_when_a_job_of_the_slot_is_read() {
+async fn a_slot_counter_rolled_back_is_caught_under_since_without_a_new_record() {
     let l = build().await;
     sql(
         l.db.url(),
         &["UPDATE target_slots SET slot_token = 1 WHERE slot = 'prod'".to_string()],
     )
     .await;
-    l.touch(&[l.second]).await;
     l.caught(Kind::SlotCounter, l.second.job, "target slot `prod` (row)")
         .await;
+}
+
+/// The id of the second deployment's accepted message of `kind` (the last, if several).
+async fn side_effect_message(l: &Ledger, kind: &str) -> i64 {
+    scalar(
+        l.db.url(),
+        &format!(
+            "SELECT max(id) FROM observations WHERE named_job_id = '{}' AND kind = '{kind}' \
+             AND verdict = 'accepted'",
+            l.second.job.0
+        ),
+    )
+    .await
+}
+
+impl Ledger {
+    /// `edit` (`{attempt}`: the second deployment's attempt) is a `side_effect_record` on `job`
+    /// naming `record`, in a full run and under `--since` with no new record of any job.
+    async fn side_effect_caught(&self, edit: &str, job: JobId, record: &str) -> AuditReport {
+        let edit = edit.replace("{attempt}", &self.second.attempt.0.to_string());
+        sql(self.db.url(), &[edit]).await;
+        self.caught(Kind::SideEffectRecord, job, record).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_log_chunk_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let appended = side_effect_message(&l, "log_append").await;
+    let edit = "DELETE FROM logs WHERE attempt_id = '{attempt}'";
+    let record = format!("observation #{appended} ");
+    l.side_effect_caught(edit, l.second.job, &record).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_log_chunk_is_caught_by_its_content_digest_under_since() {
+    let l = build().await;
+    let edit = "UPDATE logs SET content = 'tampered' WHERE attempt_id = '{attempt}'";
+    let record = format!("logs row 0 of attempt {}", l.second.attempt.0);
+    let report = l.side_effect_caught(edit, l.second.job, &record).await;
+    let detail = &replayed(&report)[0].detail;
+    assert!(detail.contains("the content was edited"), "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inserted_log_chunk_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let edit = "INSERT INTO logs (attempt_id, seq, content, content_sha256, appended_at) \
+                SELECT attempt_id, 1, 'inserted', encode(sha256('inserted'), 'hex'), \
+                appended_at FROM logs WHERE attempt_id = '{attempt}'";
+    let record = format!("logs row 1 of attempt {}", l.second.attempt.0);
+    l.side_effect_caught(edit, l.second.job, &record).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_artifact_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let put = side_effect_message(&l, "artifact_put").await;
+    let edit = "DELETE FROM artifacts WHERE attempt_id = '{attempt}'";
+    let record = format!("observation #{put} ");
+    l.side_effect_caught(edit, l.second.job, &record).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_entrys_storer_rewritten_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let first = l.first.attempt.0;
+    let edit = format!("UPDATE cache_entries SET stored_by_attempt = '{first}' WHERE key = 'deps'");
+    let record = format!("cache_entries row deps of attempt {first}");
+    l.side_effect_caught(&edit, l.first.job, &record).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cache_entry_is_caught_under_since_without_a_new_record() {
+    let l = build().await;
+    let put = side_effect_message(&l, "cache_put").await;
+    let edit = "DELETE FROM cache_entries WHERE key = 'deps'";
+    let record = format!("observation #{put} ");
+    l.side_effect_caught(edit, l.second.job, &record).await;
+}
+
+/// Benign maintenance of the side-effect tables (`VACUUM FULL`, `REINDEX`) and a prune of the
+/// deployments with their side effects (the cache entry outlives its storer): nothing flagged, in
+/// a full run and under `--since` the clean ledger's watermark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn benign_maintenance_and_a_prune_of_side_effects_are_not_flagged() {
+    let l = build().await;
+    let url = l.db.url();
+    sql(
+        url,
+        &[
+            "VACUUM FULL logs".to_string(),
+            "VACUUM FULL artifacts".to_string(),
+            "VACUUM FULL cache_entries".to_string(),
+            "REINDEX TABLE logs".to_string(),
+            "REINDEX TABLE cache_entries".to_string(),
+        ],
+    )
+    .await;
+    for since in [None, Some(l.watermark)] {
+        let report = run(url, since).await;
+        assert!(report.is_clean(), "{:#?}", report.violations);
+    }
+    let store =
+        l.db.store(Arc::new(l.clock.clone()), StoreConfig::default())
+            .await
+            .unwrap();
+    let pruned = prune_audited(&store, l.watermark, l.start + Duration::days(1)).await;
+    store.close().await;
+    assert_eq!(pruned, 2, "both deployments pruned");
+    let entries = scalar(url, "SELECT count(*) FROM cache_entries").await;
+    assert_eq!(entries, 1, "the cache entry outlives its storer");
+    for since in [None, Some(l.watermark)] {
+        let report = run(url, since).await;
+        assert!(report.is_clean(), "{:#?}", report.violations);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

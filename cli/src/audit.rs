@@ -26,6 +26,12 @@ pub struct AuditArgs {
     /// Jobs read per round trip.
     #[arg(long, default_value_t = 2000)]
     batch: usize,
+    /// Seconds to wait, before the audit's snapshot, for the transactions in progress at its
+    /// start to end, so that no record in flight lies below the watermark it prints. When the
+    /// wait runs out the audit still runs, says so on stderr, and prints the watermark it started
+    /// from (--since's, or 0: the next --since run replays everything after it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    settle_timeout: f64,
     /// Print the report as one JSON document on stdout.
     #[arg(long)]
     json: bool,
@@ -37,6 +43,10 @@ pub struct AuditArgs {
 pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
     let Some(url) = args.database_url.clone().filter(|u| !u.is_empty()) else {
         eprintln!("leasewright audit: no --database-url and no DATABASE_URL");
+        return Ok(2);
+    };
+    let Ok(settle_timeout) = std::time::Duration::try_from_secs_f64(args.settle_timeout) else {
+        eprintln!("leasewright audit: --settle-timeout is a number of seconds, 0 or more");
         return Ok(2);
     };
     if args.batch == 0 {
@@ -68,6 +78,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
             _ => None,
         },
         batch: args.batch,
+        settle_timeout: Some(settle_timeout),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -94,6 +105,9 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    if let Some(why) = &report.watermark_unsettled {
+        eprintln!("leasewright audit: the watermark's position is not settled: {why}");
+    }
     if let Some(path) = &args.junit {
         if let Err(error) = std::fs::write(path, report.junit()) {
             eprintln!(
