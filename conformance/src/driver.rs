@@ -528,6 +528,222 @@ pub fn result_echo(
     })
 }
 
+/// One extra item a driver sends in a result batch beside the step's own result, with what the
+/// model expects of it.
+#[derive(Clone, Debug)]
+pub struct BatchItem {
+    /// The message.
+    pub message: leasewright_model::Message,
+    /// The verdict the model expects.
+    pub expected: Expected,
+    /// The record the model expects.
+    pub record: ObservationProjection,
+    /// What it is, for a difference's line.
+    pub what: &'static str,
+}
+
+/// The result batches a run sent beside its steps (docs/conformance.md, "Batch results"): counted
+/// like the batch claims.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BatchResults {
+    /// Batches of the batch result route with an item beside the step's own result (every
+    /// result a driver that sends them delivers).
+    pub sent: u64,
+    /// Of those, with items for two jobs or more (an earlier result of another job).
+    pub several_jobs: u64,
+}
+
+impl BatchResults {
+    /// Adds another count into this one.
+    pub fn absorb(&mut self, other: &BatchResults) {
+        self.sent += other.sent;
+        self.several_jobs += other.several_jobs;
+    }
+
+    /// One line for the summary.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (with items for several jobs: {})",
+            self.sent, self.several_jobs
+        )
+    }
+}
+
+/// The extra items of one trace's result batches, the same for every driver that sends them:
+/// after every delivered result, (1) its echo ([`result_echo`]) and (2) the latest earlier result
+/// of another job, re-sent now by the same runner, each judged by the model in the state after
+/// the step (none of them changes it: an item the model would accept is not sent). The driver
+/// sends the step's result and the extra items in one batch (a trace that sends batches) or the
+/// step's result through the single route and the extra items as one batch; then it hands the
+/// verdicts to [`ResultBatches::check_verdicts`] and the step's records to
+/// [`ResultBatches::check_records`].
+#[derive(Debug, Default)]
+pub struct ResultBatches {
+    conflicting: bool,
+    /// The latest result delivered for each job of the trace.
+    delivered: std::collections::BTreeMap<u8, leasewright_model::Message>,
+    /// The extra items of the current step, in the order sent.
+    pending: Vec<BatchItem>,
+    /// The records still to be checked, in the order sent.
+    records: Vec<ObservationProjection>,
+    counts: BatchResults,
+    differences: Vec<String>,
+}
+
+impl ResultBatches {
+    /// The batches of a trace whose echo is `conflicting` (another digest) or a duplicate.
+    pub fn new(conflicting: bool) -> Self {
+        Self {
+            conflicting,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the echo is a conflicting result.
+    pub fn conflicting(&self) -> bool {
+        self.conflicting
+    }
+
+    /// Forgets the last step's expectations (a new step begins).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+        self.records.clear();
+    }
+
+    /// The extra items to send beside the result `m`, delivered in the model's state `after`
+    /// (none without it), each with its outcome.
+    pub fn extra_items(
+        &mut self,
+        model: &LeaseModel,
+        after: Option<&State>,
+        m: &leasewright_model::Message,
+    ) -> Vec<(leasewright_model::Message, Outcome)> {
+        self.pending.clear();
+        let (Some(after), MessageKind::Result(outcome)) = (after, m.kind) else {
+            return Vec::new();
+        };
+        if let Some((echo, expected, record)) = result_echo(model, after, m, self.conflicting) {
+            self.pending.push(BatchItem {
+                message: echo,
+                expected,
+                record,
+                what: if self.conflicting {
+                    "a conflicting result"
+                } else {
+                    "a duplicate"
+                },
+            });
+        }
+        let other = self
+            .delivered
+            .iter()
+            .filter(|(job, _)| **job != m.job)
+            .map(|(_, earlier)| leasewright_model::Message {
+                sender: m.sender,
+                runner_time: m.runner_time,
+                ..*earlier
+            })
+            .next();
+        if let Some(other) = other {
+            let expected = model.delivery_verdict(after, &other);
+            if expected.verdict != Verdict::Accepted {
+                self.pending.push(BatchItem {
+                    message: other,
+                    expected,
+                    record: observation_projection(model.observation(after, &other)),
+                    what: "another job's earlier result",
+                });
+            }
+        }
+        self.delivered.insert(m.job, *m);
+        if !self.pending.is_empty() {
+            self.counts.sent += 1;
+            if self.pending.iter().any(|i| i.message.job != m.job) {
+                self.counts.several_jobs += 1;
+            }
+        }
+        self.records = self.pending.iter().map(|i| i.record).collect();
+        self.pending
+            .iter()
+            .map(|i| match i.message.kind {
+                MessageKind::Result(o) => (i.message, o),
+                _ => (i.message, outcome),
+            })
+            .collect()
+    }
+
+    /// Compares the verdicts the implementation gave the extra items (in the order sent) with
+    /// the model's.
+    pub fn check_verdicts(&mut self, got: &[Observed], in_batch_with_step: bool) {
+        if got.len() != self.pending.len() {
+            self.differences.push(format!(
+                "a batch result's {} extra items answered {} verdicts",
+                self.pending.len(),
+                got.len()
+            ));
+            return;
+        }
+        for (i, (item, got)) in self.pending.iter().zip(got).enumerate() {
+            if *got != item.expected {
+                self.differences.push(format!(
+                    "the batch result's item {} for job {} ({}, {}): expected {}, observed {got}",
+                    i + usize::from(in_batch_with_step) + 1,
+                    item.message.job,
+                    item.what,
+                    payload_label(&item.message).unwrap_or_default(),
+                    item.expected
+                ));
+            }
+        }
+        self.pending.clear();
+    }
+
+    /// Checks the step's last records, the extra items' (in the order sent), and removes them
+    /// from `recorded` (oldest first): what is left is the step's own.
+    pub fn check_records<T>(
+        &mut self,
+        recorded: &mut Vec<T>,
+        mut project: impl FnMut(&T) -> Result<ObservationProjection, DriverError>,
+    ) -> Result<(), DriverError> {
+        let want = std::mem::take(&mut self.records);
+        if want.len() > recorded.len() {
+            self.differences.push(format!(
+                "the batch result's {} extra items left {} records",
+                want.len(),
+                recorded.len()
+            ));
+            recorded.clear();
+            return Ok(());
+        }
+        let got = recorded.split_off(recorded.len() - want.len());
+        for (want, got) in want.iter().zip(&got) {
+            let got = project(got)?;
+            if got != *want {
+                self.differences.push(format!(
+                    "the record of a batch result's extra item for job {}: expected {want},                      observed {got}",
+                    want.job
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the records still expected (a step whose records are not compared).
+    pub fn forget_records(&mut self) {
+        self.records.clear();
+    }
+
+    /// What differed since the last call, drained.
+    pub fn differences(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.differences)
+    }
+
+    /// The batches sent since the last call, drained.
+    pub fn counts(&mut self) -> BatchResults {
+        std::mem::take(&mut self.counts)
+    }
+}
+
 /// The server-recorded message `action` delivers in `before`, if any.
 fn recorded_message(before: &State, action: &Action) -> Option<leasewright_model::Message> {
     crate::coverage::delivered(before, action).filter(|m| recorded_by_server(m.kind))
@@ -673,6 +889,12 @@ pub trait Session: Send {
     /// compared by the driver, which has the model. Empty by default.
     fn differences(&mut self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The result batches the driver sent since the last call ([`ResultBatches`]), drained: none
+    /// by default.
+    fn batch_results(&mut self) -> BatchResults {
+        BatchResults::default()
     }
 }
 

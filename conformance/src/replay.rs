@@ -20,6 +20,8 @@ pub struct Tally {
     pub actions: BTreeMap<String, u64>,
     /// The batch claims replayed (docs/protocol.md "Batch claim").
     pub batch_claims: BatchClaims,
+    /// The result batches the driver sent beside the steps ([`crate::driver::ResultBatches`]).
+    pub batch_results: crate::driver::BatchResults,
 }
 
 /// The batch claims a run replayed, by what they exercised.
@@ -119,6 +121,7 @@ impl Tally {
             *self.actions.entry(k.clone()).or_default() += v;
         }
         self.batch_claims.absorb(&other.batch_claims);
+        self.batch_results.absorb(&other.batch_results);
     }
 }
 
@@ -285,6 +288,7 @@ pub async fn replay_comparing<S: Session>(
         tally.steps += 1;
         *tally.actions.entry(action_key(action)).or_default() += 1;
         tally.batch_claims.record(&before, action, after);
+        tally.batch_results.absorb(&session.batch_results());
         if let Some(v) = &expected {
             *tally.verdicts.entry(verdict_key(v)).or_default() += 1;
         }

@@ -25,11 +25,14 @@ pub fn all() -> Result<Vec<(LeaseModel, Generated<LeaseModel>)>, String> {
         slot_reserved_across_projects()?,
         slot_stale_token_refused()?,
         slot_later_job_accepted()?,
+        slot_stale_token_after_pass()?,
+        slot_stale_token_after_abort()?,
+        slot_outsider_stale_token_refused()?,
     ])
 }
 
 /// The names of the scenarios, in the order [`all`] returns them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 11] = [
     "scenario-stale-completion",
     "scenario-ownership-tuple",
     "scenario-fenced-target",
@@ -38,6 +41,9 @@ pub const NAMES: [&str; 8] = [
     "scenario-slot-reserved-across-projects",
     "scenario-slot-stale-token-refused",
     "scenario-slot-later-job-accepted",
+    "scenario-slot-stale-token-after-pass",
+    "scenario-slot-stale-token-after-abort",
+    "scenario-slot-outsider-stale-token-refused",
 ];
 
 /// The small configuration of the shared-slot scenarios (issue 13): one runner per project, one
@@ -130,6 +136,61 @@ pub fn slot_later_job_accepted() -> Result<(LeaseModel, Generated<LeaseModel>), 
                 }))
                 && verdict == Some(Expected::ACCEPTED)
         },
+    )
+}
+
+/// Whether `action` delivers a target mutation of job `job` that the model refuses
+/// `stale_fence` because the slot's highest token was issued to another job: a token compared
+/// across jobs (§8.4, invariant 7), the case a target that keeps its highest token per job, not
+/// per slot, gets wrong. The random walks rarely reach it: it takes a mutation held in flight
+/// past its job's release of the slot, the next job's claim, its mutation sent and delivered,
+/// and only then the held one, among the dozens of other enabled steps of every state.
+fn stale_across_jobs(before: &State, action: &Action, verdict: Option<Expected>, job: u8) -> bool {
+    matches!(action, Action::Deliver { message }
+    if message.kind == MessageKind::TargetMutation
+        && message.job == job
+        && before.attempts.iter().any(|a| {
+            a.job != job && a.token == before.targets[0].highest_token
+        }))
+        && verdict == Some(Expected::rejected(Reason::StaleFence))
+}
+
+/// A stale token across two jobs of one project: job 0's first mutation is still in flight when
+/// job 0 passes; job 1 is claimed on the slot and deploys; job 0's late mutation carries the older
+/// slot token and is refused `stale_fence`.
+pub fn slot_stale_token_after_pass() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    stale_token_after(NAMES[8], JobState::Passed)
+}
+
+/// The same after an abort: job 0's lease ran out with its mutation in flight, the operator
+/// aborted it (releasing the slot), job 1 deployed, and job 0's late mutation is refused.
+pub fn slot_stale_token_after_abort() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    stale_token_after(NAMES[9], JobState::Aborted)
+}
+
+/// Job 0's late mutation refused after job 1 (same project, same slot) deployed, job 0 `ended`.
+fn stale_token_after(
+    name: &'static str,
+    ended: JobState,
+) -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    shortest(
+        name,
+        one_slot(2, 0, TargetKind::Fenced),
+        16,
+        |before, action, _, verdict| {
+            stale_across_jobs(before, action, verdict, 0) && before.jobs[0].state == ended
+        },
+    )
+}
+
+/// The other direction across projects: the outsider's job deployed before project 0's job
+/// took the slot; its late mutation is refused once project 0's job has deployed.
+pub fn slot_outsider_stale_token_refused() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
+    shortest(
+        NAMES[10],
+        one_slot(1, 1, TargetKind::Fenced),
+        16,
+        |before, action, _, verdict| stale_across_jobs(before, action, verdict, 1),
     )
 }
 

@@ -276,6 +276,7 @@ impl Summary<'_> {
             "verdicts": report.tally.verdicts,
             "actions": report.tally.actions,
             "batch_claims": report.tally.batch_claims,
+            "batch_results": report.tally.batch_results,
             "reasons_never_hit": self.reasons_never(),
             "sql_statements": statements.as_ref().map(|counts| json!({
                 "hit": counts.iter().filter(|(_, n)| *n > 0).count(),
@@ -360,6 +361,11 @@ impl Summary<'_> {
             out,
             "  batch claims    {}",
             report.tally.batch_claims.describe()
+        );
+        let _ = writeln!(
+            out,
+            "  batch results   {}",
+            report.tally.batch_results.describe()
         );
         let reasons_never = self.reasons_never();
         if reasons_never.is_empty() {

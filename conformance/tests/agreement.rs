@@ -132,3 +132,36 @@ async fn batch_claims_agree_with_the_model() {
         batch.describe()
     );
 }
+
+/// Result batches carrying items for several jobs (issue 28): two-job random walks send, beside
+/// each result, another job's earlier result in the same batch, and the implementation answers and
+/// records every item as the model does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_batches_with_items_for_several_jobs_agree_with_the_model() {
+    let (_db, driver) = driver().await;
+    let model = Arc::new(LeaseModel::new(Config {
+        jobs: 2,
+        ..Config::one_job()
+    }));
+    let traces = random_walks(model.as_ref(), 11, 200, 30);
+    let outcome = suite::run(
+        driver,
+        model,
+        traces,
+        &RunOptions {
+            parallel: 4,
+            stop_at_first: false,
+        },
+        |_| {},
+    )
+    .await;
+    if let Some(first) = outcome.divergences.first() {
+        panic!(
+            "{} divergences; the first:\n{}",
+            outcome.divergences.len(),
+            first.render()
+        );
+    }
+    let b = outcome.tally.batch_results;
+    assert!(b.sent > 0 && b.several_jobs > 0, "{}", b.describe());
+}

@@ -49,6 +49,7 @@ use crate::driver::{
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
+use crate::driver::{BatchResults, ResultBatches};
 use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
 
 /// What an unknown id stands for ([`HttpSession::unknown`]), as in-process.
@@ -876,9 +877,7 @@ impl Driver for HttpDriver {
             unauthenticated: false,
             names_unknown_job: false,
             batch_results: sends_batch_results(trace),
-            conflicting_echo: trace_hash_bit(trace),
-            echo: None,
-            echo_expected: None,
+            batches: ResultBatches::new(trace_hash_bit(trace)),
             echo_after: None,
             differences: Vec::new(),
             _taken: taken,
@@ -943,13 +942,9 @@ pub struct HttpSession {
     names_unknown_job: bool,
     /// Results go as one-item batches (`/v1/runner/results`), as in-process.
     batch_results: bool,
-    /// The echo of a result has another digest ([`result_echo`]).
-    conflicting_echo: bool,
-    /// The record the model expects of the echo the last step sent.
-    echo: Option<ObservationProjection>,
-    /// The verdict the model expects of the echo about to be sent.
-    echo_expected: Option<Expected>,
-    /// The model's state after the current step (the echo is judged in it).
+    /// The extra items of the result batches, as in-process ([`ResultBatches`]).
+    batches: ResultBatches,
+    /// The model's state after the current step (the extra items are judged in it).
     echo_after: Option<State>,
     /// What the driver found to differ from the model ([`Session::differences`]).
     differences: Vec<String>,
@@ -997,15 +992,6 @@ impl HttpSession {
     /// The server's time now, by the trace's clock.
     fn now(&self) -> DateTime<Utc> {
         self.epoch + Duration::milliseconds(self.ticks * self.tick_ms)
-    }
-
-    /// The echo of the result `m` ([`result_echo`]), remembering what the model expects of it.
-    fn echo_of(&mut self, m: &model::Message) -> Option<model::Message> {
-        let after = self.echo_after.as_ref()?;
-        let (echo, expected, record) = result_echo(&self.model, after, m, self.conflicting_echo)?;
-        self.echo_expected = Some(expected);
-        self.echo = Some(record);
-        Some(echo)
     }
 
     /// Whole ticks from now to `at`.
@@ -1146,24 +1132,31 @@ impl HttpSession {
                 answer(result, |r| &r.verdict)
             }
             MessageKind::Result(outcome) => {
-                // As in-process: every result is followed by its echo through the batch route
-                // (`/v1/runner/results`), in one batch with it when the trace sends batches.
+                // As in-process: every result is followed by the extra items of its batch
+                // ([`ResultBatches`]: its echo, another job's earlier result) through the batch
+                // route (`/v1/runner/results`), in one batch with it when the trace sends
+                // batches.
                 let item = (
                     tuple,
                     outcome.as_str().to_owned(),
                     result_digest(outcome, m.digest),
                 );
-                let echo = self.echo_of(m);
-                let echo_item = echo.map(|e| {
-                    (
-                        tuple,
-                        outcome.as_str().to_owned(),
-                        result_digest(outcome, e.digest),
-                    )
-                });
-                let (verdict, echo_verdict) = if self.batch_results {
-                    let items: Vec<_> = [Some(item), echo_item].into_iter().flatten().collect();
-                    let answers = client.results(&items).await.map_err(http_failed)?;
+                let extra = self
+                    .batches
+                    .extra_items(&self.model, self.echo_after.as_ref(), m);
+                let extra_items = extra
+                    .iter()
+                    .map(|(e, o)| {
+                        Ok((
+                            self.tuple(e)?,
+                            o.as_str().to_owned(),
+                            result_digest(*o, e.digest),
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, DriverError>>()?;
+                let (verdict, extra_answers) = if self.batch_results {
+                    let items: Vec<_> = std::iter::once(item).chain(extra_items).collect();
+                    let mut answers = client.results(&items).await.map_err(http_failed)?;
                     if answers.len() != items.len() {
                         return Err(failed(format!(
                             "a batch result of {} items answered {} verdicts",
@@ -1171,42 +1164,24 @@ impl HttpSession {
                             answers.len()
                         )));
                     }
-                    (
-                        item_verdict(&answers[0])?,
-                        answers.get(1).map(item_verdict).transpose()?,
-                    )
+                    let first = item_verdict(&answers.remove(0))?;
+                    (first, answers)
                 } else {
                     let verdict = answer(client.result(&item.0, &item.1, &item.2).await, |r| {
                         &r.verdict
                     })?;
-                    let echo_verdict = match echo_item {
-                        Some(e) => {
-                            let answers = client.results(&[e]).await.map_err(http_failed)?;
-                            match answers.as_slice() {
-                                [a] => Some(item_verdict(a)?),
-                                other => {
-                                    return Err(failed(format!(
-                                        "a batch result of one item answered {} verdicts",
-                                        other.len()
-                                    )))
-                                }
-                            }
-                        }
-                        None => None,
+                    let answers = if extra_items.is_empty() {
+                        Vec::new()
+                    } else {
+                        client.results(&extra_items).await.map_err(http_failed)?
                     };
-                    (verdict, echo_verdict)
+                    (verdict, answers)
                 };
-                if let (Some(e), Some(got)) = (echo, echo_verdict) {
-                    let expected = self.echo_expected.take().unwrap_or(Expected::ACCEPTED);
-                    if got != expected {
-                        self.differences.push(format!(
-                            "the batch result's second item for job {} ({}, right after the \
-                             step's result): expected {expected}, observed {got}",
-                            e.job,
-                            result_digest(outcome, e.digest)
-                        ));
-                    }
-                }
+                let got = extra_answers
+                    .iter()
+                    .map(item_verdict)
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.batches.check_verdicts(&got, self.batch_results);
                 Ok(verdict)
             }
             MessageKind::Rejoin => {
@@ -1296,10 +1271,9 @@ impl HttpSession {
                     outcome.as_str().to_owned(),
                     result_digest(outcome, m.digest),
                 );
-                let echo = self
-                    .echo_after
-                    .as_ref()
-                    .and_then(|after| result_echo(&self.model, after, m, self.conflicting_echo));
+                let echo = self.echo_after.as_ref().and_then(|after| {
+                    result_echo(&self.model, after, m, self.batches.conflicting())
+                });
                 let echo_item = echo.as_ref().map(|(e, _, _)| {
                     (
                         tuple,
@@ -1603,8 +1577,7 @@ impl Session for HttpSession {
         self.answer = None;
         self.sent_payload = None;
         self.unauthenticated = false;
-        self.echo = None;
-        self.echo_expected = None;
+        self.batches.clear();
         self.echo_after =
             matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
@@ -1906,30 +1879,21 @@ impl Session for HttpSession {
                 ));
             }
             recorded.clear();
-            self.echo = None;
+            self.batches.forget_records();
             if !unread.contains(&Part::Observation) {
                 unread.push(Part::Observation);
             }
         }
-        if let Some(want) = self.echo.take() {
-            // The echo's record is the step's last (it was judged after the step's message).
-            match recorded.pop() {
-                Some((j, o)) => {
-                    let got = self.observation(j, &o)?;
-                    if got != want {
-                        self.differences.push(format!(
-                            "the record of the batch result's second item for job {}: expected \
-                             {want}, observed {got}",
-                            want.job
-                        ));
-                    }
-                }
-                None => self.differences.push(format!(
-                    "the batch result's second item for job {} recorded nothing",
-                    want.job
-                )),
-            }
+        // The extra items' records are the step's last (they were judged after its message),
+        // in receipt order across jobs (by id: a server without ids keeps the jobs' order).
+        recorded.sort_by_key(|(_, o)| o.id);
+        let mut batches = std::mem::take(&mut self.batches);
+        if !self.reads(Part::Observation) {
+            batches.forget_records();
         }
+        let checked = batches.check_records(&mut recorded, |(j, o)| self.observation(*j, o));
+        self.batches = batches;
+        checked?;
         let (observation, observation_details) = match recorded.as_slice() {
             [] => (None, None),
             [(j, o)] => (
@@ -1963,7 +1927,13 @@ impl Session for HttpSession {
     }
 
     fn differences(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.differences)
+        let mut all = std::mem::take(&mut self.differences);
+        all.extend(self.batches.differences());
+        all
+    }
+
+    fn batch_results(&mut self) -> BatchResults {
+        self.batches.counts()
     }
 }
 

@@ -21,7 +21,9 @@ use crate::driver::{
     DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Projection,
     Session, TargetProjection, FORGED_LEASE, TICK,
 };
-use crate::driver::{result_echo, stored_content, CacheProjection, Stored, StoredByAttempt};
+use crate::driver::{
+    stored_content, BatchResults, CacheProjection, ResultBatches, Stored, StoredByAttempt,
+};
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = 0;
@@ -187,9 +189,7 @@ impl Driver for PgDriver {
             payloads: BTreeMap::new(),
             unknown_base: Uuid::new_v4().as_u128() & !0xffff,
             batch_results: sends_batch_results(trace),
-            conflicting_echo: conflicting_echo(trace),
-            echo: None,
-            echo_expected: None,
+            batches: ResultBatches::new(conflicting_echo(trace)),
             echo_after: None,
             differences: Vec::new(),
             global,
@@ -293,14 +293,10 @@ pub struct PgSession {
     unknown_base: u128,
     /// Results go through the batch result's statement ([`sends_batch_results`]).
     batch_results: bool,
-    /// The second result sent for the same job (the echo, [`PgSession::deliver`]) has another
-    /// digest (a conflicting result) rather than the same (a duplicate).
-    conflicting_echo: bool,
-    /// The echo the last step sent: the observation the model expects it to record.
-    echo: Option<ObservationProjection>,
-    /// The verdict the model expects for the echo about to be sent.
-    echo_expected: Option<Expected>,
-    /// The model's state after the current step (the echo is judged in it).
+    /// The extra items of the result batches ([`ResultBatches`]: the echo of each result and
+    /// another job's earlier result), with what the model expects of them.
+    batches: ResultBatches,
+    /// The model's state after the current step (the extra items are judged in it).
     echo_after: Option<State>,
     /// What the driver found to differ from the model ([`Session::differences`]).
     differences: Vec<String>,
@@ -322,15 +318,6 @@ impl PgSession {
         } else {
             self.outsider_project
         }
-    }
-
-    /// The echo of the result `m` ([`result_echo`]), remembering what the model expects of it.
-    fn echo_of(&mut self, m: &model::Message) -> Option<model::Message> {
-        let after = self.echo_after.as_ref()?;
-        let (echo, expected, record) = result_echo(&self.model, after, m, self.conflicting_echo)?;
-        self.echo_expected = Some(expected);
-        self.echo = Some(record);
-        Some(echo)
     }
 
     fn tuple(&self, m: &model::Message) -> Result<imp::Tuple, DriverError> {
@@ -416,20 +403,28 @@ impl PgSession {
                     result_digest: result_digest(outcome, m.digest),
                     runner_time: at,
                 };
-                // Every result is followed by a second for the same job (the echo): the same
-                // result again, or the same with another digest, through the batch result's
-                // statement, judged as if sent right after the first (docs/protocol.md, "Batch
-                // result"), so that the batch route meets every state and failing check the
-                // single route does. A trace that sends its results as batches sends both in
-                // one batch.
-                let echo = self.echo_of(m);
-                let echo_item = echo.map(|e| imp::ResultReport {
-                    result_digest: result_digest(outcome, e.digest),
-                    ..item.clone()
-                });
-                let (verdict, echo_verdict) = if self.batch_results {
+                // Every result is followed by the extra items of its batch ([`ResultBatches`]:
+                // the same result again or with another digest, and another job's earlier
+                // result), through the batch result's statement, judged as if sent right after
+                // the first (docs/protocol.md, "Batch result"), so that the batch route meets
+                // every state and failing check the single route does, with items for several
+                // jobs. A trace that sends its results as batches sends them all in one batch.
+                let extra = self
+                    .batches
+                    .extra_items(&self.model, self.echo_after.as_ref(), m);
+                let mut extra_items = Vec::with_capacity(extra.len());
+                for &(e, o) in &extra {
+                    extra_items.push(imp::ResultReport {
+                        tuple: self.tuple(&e)?,
+                        outcome: imp::Outcome::from_code(o.as_str())
+                            .ok_or_else(|| unmappable(format!("outcome {o}")))?,
+                        result_digest: result_digest(o, e.digest),
+                        runner_time: Some(runner_time(e.runner_time)),
+                    });
+                }
+                let (verdict, extra_verdicts) = if self.batch_results {
                     let items: Vec<imp::ResultReport> =
-                        [Some(item), echo_item].into_iter().flatten().collect();
+                        std::iter::once(item).chain(extra_items).collect();
                     let mut verdicts = self.store.report_results(&items).await.map_err(failed)?;
                     if verdicts.len() != items.len() {
                         return Err(DriverError::Implementation(format!(
@@ -438,53 +433,26 @@ impl PgSession {
                             verdicts.len()
                         )));
                     }
-                    let echo_verdict = (items.len() == 2).then(|| verdicts.remove(1));
-                    (verdicts.remove(0), echo_verdict)
+                    let first = verdicts.remove(0);
+                    (first, verdicts)
                 } else {
                     let verdict = self
                         .store
                         .report_result(&item.tuple, o, &item.result_digest, at)
                         .await
                         .map_err(failed)?;
-                    let echo_verdict = match echo_item {
-                        Some(e) => {
-                            let mut v = self
-                                .store
-                                .report_results(std::slice::from_ref(&e))
-                                .await
-                                .map_err(failed)?;
-                            match (v.pop(), v.is_empty()) {
-                                (Some(v), true) => Some(v),
-                                _ => {
-                                    return Err(DriverError::Implementation(
-                                        "a batch result of one item answered another number \
-                                         of verdicts"
-                                            .into(),
-                                    ))
-                                }
-                            }
-                        }
-                        None => None,
+                    let extra_verdicts = if extra_items.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.store
+                            .report_results(&extra_items)
+                            .await
+                            .map_err(failed)?
                     };
-                    (verdict, echo_verdict)
+                    (verdict, extra_verdicts)
                 };
-                if let (Some(e), Some(v)) = (echo, echo_verdict) {
-                    let expected = self.echo_expected.take().unwrap_or(Expected::ACCEPTED);
-                    let got = observed(&v);
-                    if got != expected {
-                        self.differences.push(format!(
-                            "the batch result's second item for job {} ({} {}, right after the \
-                             step's result): expected {expected}, observed {got}",
-                            e.job,
-                            if self.conflicting_echo {
-                                "a conflicting result"
-                            } else {
-                                "a duplicate"
-                            },
-                            result_digest(outcome, e.digest)
-                        ));
-                    }
-                }
+                let got: Vec<Observed> = extra_verdicts.iter().map(observed).collect();
+                self.batches.check_verdicts(&got, self.batch_results);
                 observed(&verdict)
             }
             MessageKind::Rejoin => {
@@ -531,8 +499,7 @@ impl Session for PgSession {
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
         self.sent_payload = None;
-        self.echo = None;
-        self.echo_expected = None;
+        self.batches.clear();
         self.echo_after =
             matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
@@ -761,25 +728,11 @@ impl Session for PgSession {
             self.last_observation = max;
         }
         let mut recorded = recorded;
-        if let Some(want) = self.echo.take() {
-            // The echo's record is the step's last (it was judged after the step's message).
-            match recorded.pop() {
-                Some(o) => {
-                    let got = self.observation(&o)?;
-                    if got != want {
-                        self.differences.push(format!(
-                            "the record of the batch result's second item for job {}: expected \
-                             {want}, observed {got}",
-                            want.job
-                        ));
-                    }
-                }
-                None => self.differences.push(format!(
-                    "the batch result's second item for job {} recorded nothing",
-                    want.job
-                )),
-            }
-        }
+        // The extra items' records are the step's last (they were judged after its message).
+        let mut batches = std::mem::take(&mut self.batches);
+        let checked = batches.check_records(&mut recorded, |o| self.observation(o));
+        self.batches = batches;
+        checked?;
         self.recorded = recorded;
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for (j, id) in self.jobs.iter().enumerate() {
@@ -872,7 +825,13 @@ impl Session for PgSession {
     }
 
     fn differences(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.differences)
+        let mut all = std::mem::take(&mut self.differences);
+        all.extend(self.batches.differences());
+        all
+    }
+
+    fn batch_results(&mut self) -> BatchResults {
+        self.batches.counts()
     }
 }
 
