@@ -54,6 +54,11 @@ pub struct CheckArgs {
     /// epoch rises (docs/model.md "Failover"; not with --side-effects).
     #[arg(long)]
     failover: bool,
+    /// With --failover: attempt ids and lease ids come from the server's counters, which the
+    /// failover rolls back, so the next claim is issued the lost claim's ids again (its fence
+    /// carries the epoch; docs/model.md "Caught by their harm").
+    #[arg(long)]
+    reissued_ids: bool,
     /// Replica clocks (docs/protocol.md §3.1): every server-side step is judged at `clock + d`
     /// for a `d` in [-N, N] the environment chooses, and the sweep and the wait after an epoch
     /// change act 2N past a lease (0: one clock).
@@ -220,6 +225,7 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                     name: "one-job-failover",
                     config: Config {
                         failover: true,
+                        reissued_ids: true,
                         ..one_job.clone()
                     },
                 },
@@ -283,6 +289,7 @@ impl CheckArgs {
             shared_slot: self.shared_slot,
             side_effects: self.side_effects,
             failover: self.failover,
+            reissued_ids: self.reissued_ids,
             replica_skew: self.replica_skew,
             batch_claim: self.batch_claim,
             slot_shared_by: self.slot_shared_by,
@@ -307,6 +314,10 @@ pub fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let config = args.config();
     if config.outsider_jobs > 0 && !config.outsider {
         eprintln!("error: --outsider-jobs needs the outsider (drop --no-outsider)");
+        return Ok(2);
+    }
+    if config.reissued_ids && !config.failover {
+        eprintln!("error: --reissued-ids needs --failover (only a failover issues an id again)");
         return Ok(2);
     }
     if config.failover && (config.side_effects || config.ledger > 0) {
@@ -874,6 +885,9 @@ pub fn covers(c: &Config) -> String {
     if c.failover {
         parts.push("failover".to_string());
     }
+    if c.reissued_ids {
+        parts.push("reissued attempt and lease ids".to_string());
+    }
     if !c.outsider {
         parts.push("no outsider".to_string());
     }
@@ -918,6 +932,10 @@ fn summary(c: &Config) -> String {
         ""
     } + if c.failover {
         ", one failover (the last committed server transition lost, the epoch rises)"
+    } else {
+        ""
+    } + if c.reissued_ids {
+        ", attempt and lease ids reissued after the failover (the fence carries the epoch)"
     } else {
         ""
     } + &if c.replica_skew > 0 {

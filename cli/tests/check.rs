@@ -30,11 +30,11 @@ fn one_job_with_disconnects_holds_and_reports_every_property() {
     assert_eq!(doc["complete"], true);
     assert_eq!(doc["unique_states"], 4_199);
     let properties = doc["properties"].as_array().unwrap();
-    // 29 invariants and 29 `sometimes` (11 cases, 18 rejection reasons). What this configuration
+    // 30 invariants and 29 `sometimes` (11 cases, 18 rejection reasons). What this configuration
     // cannot test is `vacuous-here` with the reason, never "holds": the idempotent target's
     // invariant (the target is fenced), the stored ledger's (ledger off), the side effects'
     // (off) and the batch claim's (no batch claims).
-    assert_eq!(properties.len(), 58);
+    assert_eq!(properties.len(), 59);
     let vacuous = [
         ("an idempotent target applies each deployment at most once", "no idempotent target"),
         ("the ledger records every received message against its attempt", "ledger off"),

@@ -447,16 +447,30 @@ impl LeaseModel {
         if job.project != runner.project {
             return Err(Reason::WrongProject);
         }
-        // An attempt whose claim a failover lost is one the database does not know.
-        let attempt = s
-            .attempts
-            .get(m.attempt as usize)
-            .filter(|a| a.job == m.job && !a.lost)
+        let a = self
+            .server_attempt(s, m.attempt)
+            .filter(|&a| s.attempts[a as usize].job == m.job)
             .ok_or(Reason::UnknownAttempt)?;
-        if attempt.runner != m.sender && self.config.variant != Variant::RunnerNotChecked {
+        if s.attempts[a as usize].runner != m.sender
+            && self.config.variant != Variant::RunnerNotChecked
+        {
             return Err(Reason::RunnerMismatch);
         }
-        Ok(m.attempt)
+        Ok(a)
+    }
+
+    /// The attempt the server finds when a message names the attempt id of the one recorded at
+    /// `named`: the attempt its database knows by that id. An attempt whose claim a failover lost
+    /// is one the database does not know (`None`), unless its id was issued again
+    /// ([`Config::reissued_ids`]): then it is the attempt that now has that id.
+    pub fn server_attempt(&self, s: &State, named: AttemptId) -> Option<AttemptId> {
+        let attempt = s.attempts.get(named as usize)?;
+        if !self.config.reissued_ids {
+            return (!attempt.lost).then_some(named);
+        }
+        let name = s.attempt_name(named, true);
+        (0..s.attempts.len() as AttemptId)
+            .find(|&a| !s.attempts[a as usize].lost && s.attempt_name(a, true) == name)
     }
 
     /// §6.1 for `heartbeat`, `result` and `rejoin`, in precedence order.
@@ -948,14 +962,17 @@ impl LeaseModel {
                     now + self.config.lease_ttl
                 };
                 let runner_expiry = self.runner_expiry_now(s);
-                let attempt = &mut s.attempts[m.attempt as usize];
+                // The attempt the server found by the id the heartbeat names.
+                let Ok(a) = self.identify(s, m) else { return };
+                let attempt = &mut s.attempts[a as usize];
                 attempt.lease_expiry = expiry;
                 attempt.runner_expiry = runner_expiry;
             }
             MessageKind::Rejoin => {
                 if variant == Variant::RejoinResurrectsLease {
-                    s.attempts[m.attempt as usize].lease_expiry =
-                        Self::now(s) + self.config.lease_ttl;
+                    if let Ok(a) = self.identify(s, m) {
+                        s.attempts[a as usize].lease_expiry = Self::now(s) + self.config.lease_ttl;
+                    }
                 }
             }
             MessageKind::SideEffect(effect) => self.apply_side_effect(s, m, effect),
@@ -978,6 +995,9 @@ impl LeaseModel {
 
     pub(crate) fn claim(&self, s: &mut State, runner: RunnerId, job: JobId) {
         let a = s.attempts.len() as AttemptId;
+        // Lease ids are fresh, or with reissued ids issued with the attempt id from the server's
+        // counter (a failover rolls both back).
+        let lease = s.attempt_name(a, self.config.reissued_ids) + 1;
         let (now, runner_expiry) = (Self::now(s), self.runner_expiry_now(s));
         let variant = self.config.variant;
         // Fences and slot tokens carry the epoch: a claim issues at least the epoch's first one.
@@ -1008,7 +1028,7 @@ impl LeaseModel {
         s.attempts.push(Attempt {
             job,
             runner,
-            lease: a + 1,
+            lease,
             fence,
             lease_expiry: now + self.config.lease_ttl,
             state: AttemptState::Active,

@@ -68,6 +68,13 @@ pub const CONFLICT_RECORDED: &str = "a conflicting result is recorded as a confl
 /// sets it to `now + lease_ttl`, which is never earlier than it was).
 pub const HEARTBEAT_NEVER_SHORTENS: &str = "an accepted heartbeat never shortens its lease";
 
+/// Invariant 30: the outcome a job commits from a result was produced by the execution that
+/// holds its current attempt: every result the server accepts was really sent by the runner that
+/// claimed the job's current attempt, about that attempt (ground truth: the execution the
+/// message came from, not the ids it names).
+pub const RESULT_FROM_CURRENT_EXECUTION: &str =
+    "an accepted result comes from the execution that holds the current attempt";
+
 /// Invariant 21: the ledger holds a record of every message the server received, written once,
 /// against the attempt that really sent it (unattributed otherwise).
 pub const LEDGER_RECORDS_EVERY_MESSAGE: &str =
@@ -104,6 +111,11 @@ pub const SOMETIMES_HEARTBEAT_EXTENDS: &str = "an accepted heartbeat extends its
 /// the earlier epoch ([`Config::failover`] only).
 pub const SOMETIMES_LOST_CLAIM_MADE_AGAIN: &str =
     "a claim a failover lost is made again in the new epoch";
+/// With reissued ids ([`Config::reissued_ids`]): a result of the execution whose claim a
+/// failover lost names the attempt id and lease id the next claim was issued again, and is
+/// refused `fence_mismatch` (the fence, which carries the epoch, is all that tells them apart).
+pub const SOMETIMES_REISSUED_ID_FENCED: &str =
+    "a lost execution's result under a reissued id is refused by its fence";
 /// Some job became `uncertain`.
 pub const SOMETIMES_UNCERTAIN: &str = "a job becomes uncertain";
 /// A job got a second attempt with a larger fence.
@@ -332,9 +344,20 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::AutoRetryUnfenced => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::ResultAfterExpiry => &[NO_RESULT_AFTER_EXPIRY],
         Variant::RetryAfterCancel => &[NO_RETRY_AFTER_CANCEL],
-        Variant::RunnerNotChecked => &[EXACT_TUPLE_ONLY, REPORTS_ATTRIBUTED],
+        // Its harm first: another runner's copy of the holder's result is accepted (an outcome
+        // the current execution did not produce), then the rules it breaks.
+        Variant::RunnerNotChecked => &[
+            RESULT_FROM_CURRENT_EXECUTION,
+            EXACT_TUPLE_ONLY,
+            REPORTS_ATTRIBUTED,
+        ],
+        // Only the rule: with fences that carry the epoch the lease id never is the one thing
+        // that tells two executions apart (docs/model.md "Caught by their harm").
         Variant::LeaseNotChecked => &[EXACT_TUPLE_ONLY],
-        Variant::FenceNotChecked => &[EXACT_TUPLE_ONLY],
+        // Its harm first (with reissued ids): after a failover the lost claim's execution,
+        // which has the new attempt's id and lease id, has its result accepted as the new
+        // attempt's; then the rule.
+        Variant::FenceNotChecked => &[RESULT_FROM_CURRENT_EXECUTION, EXACT_TUPLE_ONLY],
         Variant::RunnerClockExtendsLease => &[LEASE_BOUNDED, RUNNER_TIME_IRRELEVANT],
         Variant::LateReportDropped => &[
             REPORTS_ATTRIBUTED,
@@ -371,7 +394,9 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::HalfSkewMargin => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
         Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
-        Variant::FenceReused => &[FENCES_INCREASE],
+        // Its harm first (with reissued ids): the claim after a failover gets the lost claim's
+        // whole tuple, and the lost execution's result is accepted as its; then the rule.
+        Variant::FenceReused => &[RESULT_FROM_CURRENT_EXECUTION, FENCES_INCREASE],
         // Its harm first: a stale holder's write lands at a fenced target after a later
         // holder's (the reset token is not below the target's highest), then the rule itself.
         Variant::SlotTokenResets => &[FENCED_TARGET_MONOTONIC, SLOT_TOKENS_INCREASE],
@@ -491,6 +516,7 @@ const INVARIANTS: &[(&str, Condition)] = &[
     (SIDE_EFFECTS_NEED_LEASE, side_effects_need_lease),
     (CACHE_PER_PROJECT, cache_per_project),
     (HEARTBEAT_NEVER_SHORTENS, heartbeat_never_shortens),
+    (RESULT_FROM_CURRENT_EXECUTION, result_from_current_execution),
     // The batch claim (crate::batch): every batch any runner could ask for in the state.
     (BATCH_ONE_JOB_PER_SLOT, |c| {
         batch::one_job_per_slot(c.m, c.s)
@@ -508,7 +534,7 @@ fn single<const I: usize>(m: &LeaseModel, s: &State) -> bool {
 }
 
 /// Each invariant as its own stateright condition, in the order of [`INVARIANTS`].
-const SINGLE: [fn(&LeaseModel, &State) -> bool; 29] = [
+const SINGLE: [fn(&LeaseModel, &State) -> bool; 30] = [
     single::<0>,
     single::<1>,
     single::<2>,
@@ -538,6 +564,7 @@ const SINGLE: [fn(&LeaseModel, &State) -> bool; 29] = [
     single::<26>,
     single::<27>,
     single::<28>,
+    single::<29>,
 ];
 
 /// The rejection reasons `check` must show produced (§6.1–6.3; `sequence_conflict` and
@@ -835,6 +862,19 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
             },
         ));
     }
+    if config.reissued_ids {
+        properties.push(Property::sometimes(
+            SOMETIMES_REISSUED_ID_FENCED,
+            |m: &LeaseModel, s: &State| {
+                s.in_flight.iter().any(|msg| {
+                    matches!(msg.kind, MessageKind::Result(_))
+                        && sending_execution(s, msg).is_some_and(|a| s.attempts[a as usize].lost)
+                        && m.server_attempt(s, msg.attempt).is_some()
+                        && m.delivery_verdict(s, msg) == Expected::rejected(Reason::FenceMismatch)
+                })
+            },
+        ));
+    }
     if config.shared_slot && config.all_jobs() > 1 {
         properties.push(Property::sometimes(
             SOMETIMES_SLOT_BLOCKS_CLAIM,
@@ -965,6 +1005,36 @@ pub(crate) fn late_or_conflicting(s: &State, m: &Message) -> bool {
     attempt.state == AttemptState::Uncertain
         || (attempt.state == AttemptState::Active
             && crate::LeaseModel::now(s) >= attempt.lease_expiry)
+}
+
+/// The execution `m` really came from: the attempt recorded at the id it names, when that
+/// attempt is of the named job and was claimed by the sender (its own message, or one it altered
+/// itself), whether or not the server still knows the attempt; `None` for a message of a runner
+/// that never claimed it. Independent of the server's checks, and of the id the server issued
+/// (with [`Config::reissued_ids`] a lost claim's execution and the next claim's have one id).
+pub(crate) fn sending_execution(s: &State, m: &Message) -> Option<AttemptId> {
+    let attempt = s.attempts.get(m.attempt as usize)?;
+    (attempt.job == m.job && attempt.runner == m.sender).then_some(m.attempt)
+}
+
+/// With [`Config::reissued_ids`], what reissuing costs the ledger: a message naming an attempt
+/// whose claim a failover lost names the id the next claim was issued again; when that attempt
+/// is of the same job and was claimed by the sender, the sender names an id its own attempt
+/// holds, checks 1–5 cannot tell the two apart, and the record is attributed to that attempt
+/// (the fence, check 7, then rejects the lost execution's message).
+fn reissued_namesake(m: &LeaseModel, s: &State, msg: &Message) -> Option<AttemptId> {
+    let lost = s.attempts.get(msg.attempt as usize)?.lost;
+    if !(m.config.reissued_ids && lost) {
+        return None;
+    }
+    let name = s.attempt_name(msg.attempt, true);
+    (0..s.attempts.len() as AttemptId).find(|&b| {
+        let attempt = &s.attempts[b as usize];
+        !attempt.lost
+            && s.attempt_name(b, true) == name
+            && attempt.job == msg.job
+            && attempt.runner == msg.sender
+    })
 }
 
 /// `m` carries the exact ownership tuple of its job's current attempt.
@@ -1101,7 +1171,6 @@ fn expired_is_uncertain(c: &Ctx<'_>) -> bool {
 /// record of another project's runner lands in this project's ledger.
 fn reports_attributed(c: &Ctx<'_>) -> bool {
     let (m, s) = (c.m, c.s);
-    let _ = m;
     c.server_probes().all(|p| {
         let msg = &p.msg;
         let Some(record) = p.record else {
@@ -1112,7 +1181,7 @@ fn reports_attributed(c: &Ctx<'_>) -> bool {
             MessageKind::Result(o) => Some((o, msg.digest)),
             _ => None,
         };
-        record.attempt == true_attribution(s, msg)
+        record.attempt == true_attribution(s, msg).or_else(|| reissued_namesake(m, s, msg))
             && record.sender == msg.sender
             && record.job == msg.job
             && record.named_attempt == msg.attempt
@@ -1283,6 +1352,32 @@ fn exact_tuple_only(c: &Ctx<'_>) -> bool {
     let _ = m;
     c.server_probes()
         .all(|p| p.verdict.verdict != Verdict::Accepted || exact_current_tuple(s, &p.msg))
+}
+
+/// Invariant 30, the harm of accepting a result whose ids or sender are not the current
+/// attempt's: every job's completing result (history) and every result the server would accept
+/// now (probes) was sent by the execution of the job's current attempt. With reissued ids this is
+/// what the fence alone guards: the lost claim's execution names the current attempt's id and
+/// lease id, and only its older fence tells it apart.
+fn result_from_current_execution(c: &Ctx<'_>) -> bool {
+    let s = c.s;
+    let completions = s.jobs.iter().all(|job| {
+        job.completed_by.is_none_or(|(a, sender)| {
+            job.current == Some(a)
+                && s.attempts
+                    .get(a as usize)
+                    .is_some_and(|x| x.runner == sender)
+        })
+    });
+    completions
+        && c.server_probes().all(|p| {
+            let msg = &p.msg;
+            !matches!(msg.kind, MessageKind::Result(_))
+                || p.verdict.verdict != Verdict::Accepted
+                || s.jobs.get(msg.job as usize).is_some_and(|job| {
+                    job.current.is_some() && sending_execution(s, msg) == job.current
+                })
+        })
 }
 
 /// A result the server accepts comes while its job's current attempt holds a valid lease:

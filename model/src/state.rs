@@ -64,6 +64,15 @@ pub struct Config {
     /// the ledger or the side effects.
     #[serde(default)]
     pub failover: bool,
+    /// With [`Config::failover`]: attempt ids and lease ids are issued from the server's
+    /// counters, which the failover rolls back with the rest of its state, so the claim after a
+    /// failover is issued the lost claim's attempt id and lease id again (its fence is not: it
+    /// carries the epoch). Each attempt is then named by [`State::attempt_name`] (its record in
+    /// [`State::attempts`] stays its own: the ground truth of which execution sent a message),
+    /// and the server finds an attempt by its name (docs/model.md "Reissued ids"). Off: every
+    /// attempt id and lease id is fresh (the implementation's UUIDs).
+    #[serde(default)]
+    pub reissued_ids: bool,
     /// Replica clocks (docs/protocol.md §3.1): every server-side step is judged at the receipt
     /// time `clock + d` of the replica that serves it, for a `d` in `[-replica_skew,
     /// replica_skew]` the environment chooses (`Action::ReplicaClock`), and the expiry sweep and
@@ -111,6 +120,7 @@ impl Default for Config {
             ledger: 0,
             side_effects: false,
             failover: false,
+            reissued_ids: false,
             replica_skew: 0,
             batch_claim: 0,
             slot_shared_by: 0,
@@ -184,6 +194,9 @@ impl Config {
             // One job: the loss of its claim is the whole story.
             self.failover = true;
             self.jobs = 1;
+        }
+        if variant.needs_reissued_ids() {
+            self.reissued_ids = true;
         }
         if variant.needs_batch_claim() {
             // The batch claims' shape with a fourth job (jobs 0 and 1 on slot 0, jobs 2 and 3 a
@@ -775,6 +788,23 @@ impl Clone for State {
 }
 
 impl State {
+    /// The attempt id the server issued to the attempt recorded at `attempt` (what its runner's
+    /// messages carry, and all the server can tell it by). Without `reissued` ids it is the
+    /// record itself (ids are fresh). With them ([`Config::reissued_ids`]) the server's counter
+    /// is how many attempts it knows, and a failover rolls it back: an attempt is named by how
+    /// many attempts the server knew before it (every attempt recorded before it that a failover
+    /// did not lose), so the first claim after a failover is named as the lost claim was.
+    pub fn attempt_name(&self, attempt: AttemptId, reissued: bool) -> AttemptId {
+        if !reissued {
+            return attempt;
+        }
+        self.attempts
+            .iter()
+            .take(attempt as usize)
+            .filter(|a| !a.lost)
+            .count() as AttemptId
+    }
+
     /// Whether `job`'s slot is reserved for it.
     pub fn reserved(&self, job: JobId) -> bool {
         self.jobs

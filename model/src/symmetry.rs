@@ -271,6 +271,12 @@ impl State {
         if self.attempts.windows(2).all(|w| w[0].job <= w[1].job) {
             return;
         }
+        // After a failover the claim order is kept: with reissued ids an attempt's id is how
+        // many attempts the server knew before it (`State::attempt_name`), which the order
+        // decides. (No reduction is sound; with one job the order is the job order already.)
+        if self.attempts.iter().any(|a| a.lost) {
+            return;
+        }
         let mut order: SmallVec<[usize; 8]> = (0..self.attempts.len()).collect();
         order.sort_by_key(|&a| self.attempts[a].job);
         let mut new_id: SmallVec<[AttemptId; 8]> = smallvec::smallvec![0; order.len()];

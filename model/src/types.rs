@@ -380,7 +380,14 @@ impl Variant {
         matches!(
             self,
             Self::FailoverWithoutEpoch | Self::FailoverWithoutWait | Self::HalfSkewMargin
-        )
+        ) || self.needs_reissued_ids()
+    }
+
+    /// This variant's harm shows only where an attempt id and lease id are issued twice: it is
+    /// checked with a failover that reissues them ([`crate::Config::reissued_ids`]), so that the
+    /// lost claim's execution and the next claim's differ only by the fence.
+    pub fn needs_reissued_ids(self) -> bool {
+        matches!(self, Self::FenceNotChecked | Self::FenceReused)
     }
 
     /// This variant's flaw is in the batch claim: it is checked with batch claims

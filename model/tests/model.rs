@@ -48,6 +48,16 @@ fn sent(s: &State, runner: RunnerId, attempt: AttemptId, kind: MessageKind) -> M
         .expect("the message is in flight")
 }
 
+/// `runner` reports `passed` (runner time 0, digest 0).
+fn sends_passed(runner: RunnerId) -> Action {
+    Action::Result {
+        runner,
+        outcome: Outcome::Passed,
+        runner_time: 0,
+        digest: 0,
+    }
+}
+
 /// Stale completion (§10.1), with fences 1 and 2 instead of 7 and 8: A1 (attempt 0, runner 0)
 /// reports `passed`, but the report is delayed; A1's lease expires, the sweep makes the job
 /// `uncertain`, a reconciliation finds A1's outcome observed and decides `retry`; runner 1 claims
@@ -59,12 +69,7 @@ fn a_late_passed_result_of_a_retried_attempt_is_rejected_not_current_and_kept_in
         &model,
         &[
             Action::Claim { runner: 0 },
-            Action::Result {
-                runner: 0,
-                outcome: Outcome::Passed,
-                runner_time: 0,
-                digest: 0,
-            },
+            sends_passed(0),
             Action::Tick,
             Action::Tick,
             Action::ExpirySweep,
@@ -604,20 +609,100 @@ fn failover_without_epoch_issues_a_fence_and_a_slot_token_twice() {
 /// new epoch.
 #[test]
 fn the_protocol_satisfies_every_property_through_a_failover() {
-    for lease_ttl in [1, 2] {
-        let config = Config {
-            jobs: 1,
-            lease_ttl,
-            disconnects: false,
-            failover: true,
-            ..Config::default()
-        };
-        let checker = check(&config);
-        assert_every_property(&config, &checker);
-        assert!(
-            checker.discovery(SOMETIMES_LOST_CLAIM_MADE_AGAIN).is_some(),
-            "ttl {lease_ttl}"
+    for reissued_ids in [false, true] {
+        for lease_ttl in [1, 2] {
+            let config = Config {
+                jobs: 1,
+                lease_ttl,
+                disconnects: false,
+                failover: true,
+                reissued_ids,
+                ..Config::default()
+            };
+            let checker = check(&config);
+            assert_every_property(&config, &checker);
+            assert!(
+                checker.discovery(SOMETIMES_LOST_CLAIM_MADE_AGAIN).is_some(),
+                "ttl {lease_ttl}"
+            );
+            // With reissued ids the lost execution's result names the new attempt's id and
+            // lease id, and its fence is all that refuses it (invariant 30 is not vacuous).
+            assert_eq!(
+                checker.discovery(SOMETIMES_REISSUED_ID_FENCED).is_some(),
+                reissued_ids,
+                "ttl {lease_ttl}"
+            );
+        }
+    }
+}
+
+/// Reissued ids (issue 29 item 3): R0 claims (attempt 0, lease 1, fence 1) and sends `passed`;
+/// the failover loses the claim; after the wait R0 claims again and is issued attempt id 0 and
+/// lease id 1 again, with fence 33 (the epoch's). The lost execution's result then names the new
+/// attempt's ids: the protocol refuses it by its fence alone (recorded against the attempt that
+/// has the id, the one thing checks 1–5 can do), while a server that skips the fence check
+/// accepts it as the new attempt's and commits an outcome the executing attempt did not produce.
+#[test]
+fn with_reissued_ids_only_the_fence_refuses_the_lost_executions_result() {
+    let steps = [
+        Action::Claim { runner: 0 },
+        sends_passed(0),
+        Action::Failover,
+        Action::Tick,
+        Action::Claim { runner: 0 },
+    ];
+    let config = Config {
+        jobs: 1,
+        lease_ttl: 1,
+        failover: true,
+        reissued_ids: true,
+        ..Config::default()
+    };
+    for variant in [Variant::None, Variant::FenceNotChecked] {
+        let model = LeaseModel::new(config.clone().with_variant(variant));
+        let states = walk(&model, &steps);
+        let s = states.last().unwrap();
+        let (lost, new) = (&s.attempts[0], &s.attempts[1]);
+        assert!(lost.lost && !new.lost);
+        assert_eq!((s.attempt_name(0, true), s.attempt_name(1, true)), (0, 0));
+        assert_eq!(
+            (lost.lease, new.lease),
+            (1, 1),
+            "the lease id is issued again"
         );
+        assert_eq!(
+            (lost.fence, new.fence),
+            (1, EPOCH_BASE + 1),
+            "not the fence"
+        );
+        let late = sent(s, 0, 0, MessageKind::Result(Outcome::Passed));
+        let record = model.observation(s, &late);
+        assert_eq!(
+            record.attempt,
+            Some(1),
+            "checks 1-5 find the attempt with id 0"
+        );
+        let after = model
+            .next_state(s, Action::Deliver { message: late })
+            .unwrap();
+        let holds_30 = !properties::violated(&LeaseModel::for_checking(model.config.clone()), s)
+            .contains(&RESULT_FROM_CURRENT_EXECUTION);
+        if variant == Variant::None {
+            assert_eq!(
+                model.delivery_verdict(s, &late),
+                Expected::rejected(Reason::FenceMismatch)
+            );
+            assert_eq!(after.jobs[0].state, JobState::Running);
+            assert!(holds_30, "invariant 30 holds");
+        } else {
+            assert_eq!(model.delivery_verdict(s, &late), Expected::ACCEPTED);
+            // The job is passed by the lost execution's report while attempt 1 executes.
+            assert_eq!(after.jobs[0].state, JobState::Passed);
+            assert_eq!(after.jobs[0].completed_by, Some((0, 0)));
+            assert_eq!(after.attempts[1].execution, Execution::Executing);
+            assert!(!holds_30, "invariant 30 is violated by the probe");
+            assert!(properties::violated(&model, &after).contains(&RESULT_FROM_CURRENT_EXECUTION));
+        }
     }
 }
 
@@ -1346,7 +1431,7 @@ const PINNED: &[(&str, &str, &[&str])] = &[
     ),
     (
         "runner-not-checked",
-        EXACT_TUPLE_ONLY,
+        RESULT_FROM_CURRENT_EXECUTION,
         &[
             "R0 claims",
         ],
@@ -1360,8 +1445,11 @@ const PINNED: &[(&str, &str, &[&str])] = &[
     ),
     (
         "fence-not-checked",
-        EXACT_TUPLE_ONLY,
+        RESULT_FROM_CURRENT_EXECUTION,
         &[
+            "R0 claims",
+            "the database fails over: the server's last committed transition is lost, the epoch rises",
+            "tick (server time passes)",
             "R0 claims",
         ],
     ),
@@ -1533,13 +1621,11 @@ const PINNED: &[(&str, &str, &[&str])] = &[
     ),
     (
         "fence-reused",
-        FENCES_INCREASE,
+        RESULT_FROM_CURRENT_EXECUTION,
         &[
             "R0 claims",
-            "R0 sends result(passed) (runner time 0)",
+            "the database fails over: the server's last committed transition is lost, the epoch rises",
             "tick (server time passes)",
-            "server runs the expiry sweep",
-            "operator reconciles job 0: finding observed_passed, decision retry",
             "R0 claims",
         ],
     ),
@@ -1689,6 +1775,10 @@ fn constant_of(property: &str) -> String {
         (SIDE_EFFECTS_NEED_LEASE, "SIDE_EFFECTS_NEED_LEASE"),
         (CACHE_PER_PROJECT, "CACHE_PER_PROJECT"),
         (HEARTBEAT_NEVER_SHORTENS, "HEARTBEAT_NEVER_SHORTENS"),
+        (
+            RESULT_FROM_CURRENT_EXECUTION,
+            "RESULT_FROM_CURRENT_EXECUTION",
+        ),
         (
             batch::BATCH_ONE_JOB_PER_SLOT,
             "batch::BATCH_ONE_JOB_PER_SLOT",
