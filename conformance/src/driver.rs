@@ -292,6 +292,48 @@ pub fn stored_content(what: &str, bytes: &[u8]) -> u8 {
         .unwrap_or(UNKNOWN_CONTENT)
 }
 
+/// What one attempt stored, as a driver fetched it: its log chunks (seq, bytes) in sequence
+/// order, and its artifact's bytes.
+pub type FetchedAttempt = (Vec<(i64, Vec<u8>)>, Option<Vec<u8>>);
+
+/// What an implementation stored, as a driver fetched it, in the model's terms: `attempts`,
+/// by model attempt index, each attempt's log chunks (seq, bytes) in sequence order and its
+/// artifact's bytes; `cache`, each project's cache entry (model project 0, then the outsider's)
+/// with its bytes and the model attempt index of its storer. Every driver builds its
+/// [`Stored`] here, so they compare the same fields.
+pub fn implementation_stored(
+    attempts: Vec<FetchedAttempt>,
+    cache: Vec<Option<(Vec<u8>, u8)>>,
+) -> Result<Stored, DriverError> {
+    let mut stored = Stored::default();
+    for (i, (chunks, artifact)) in attempts.into_iter().enumerate() {
+        let mut log = Vec::with_capacity(chunks.len());
+        for (seq, bytes) in chunks {
+            let seq = u8::try_from(seq)
+                .map_err(|_| DriverError::Implementation(format!("log seq {seq} out of range")))?;
+            log.push((seq, stored_content("log chunk", &bytes)));
+        }
+        let artifact = artifact.map(|bytes| stored_content("artifact", &bytes));
+        if !log.is_empty() || artifact.is_some() {
+            stored.attempts.push(StoredByAttempt {
+                attempt: i as u8,
+                log,
+                artifact,
+            });
+        }
+    }
+    stored.cache = cache
+        .into_iter()
+        .map(|e| {
+            e.map(|(bytes, stored_by)| CacheProjection {
+                content: stored_content("cache", &bytes),
+                stored_by,
+            })
+        })
+        .collect();
+    Ok(stored)
+}
+
 /// What the model's state `s` holds as stored by side effects.
 pub fn model_stored(s: &State) -> Stored {
     use leasewright_model::side_effects::{artifact_of, chunk_at};

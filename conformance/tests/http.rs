@@ -72,13 +72,10 @@ impl<S: Session> Session for Recording<S> {
 
     async fn project(&mut self) -> Result<Projection, DriverError> {
         let projection = self.inner.project().await?;
-        // Everything, the rules' return values and the observations' details included: both
-        // drivers read all of it from this server, except what the side effects stored, which
-        // no route reads (`Part::Stored`; compared in-process).
-        let mut seen = projection.clone();
-        seen.stored = None;
-        seen.unread.retain(|p| *p != Part::Stored);
-        self.seen.push(Seen::State(Box::new(seen)));
+        // Everything, the rules' return values, the observations' details and what the side
+        // effects stored (who stored a cache entry included): both drivers read all of it
+        // from this server.
+        self.seen.push(Seen::State(Box::new(projection.clone())));
         Ok(projection)
     }
 
@@ -158,6 +155,32 @@ fn side_effect_walks(
         .collect()
 }
 
+/// Whether a step of `trace` overwrites a cache entry that one attempt stored with another
+/// attempt's `cache put` (the storer then changes).
+fn overwrites_cache(trace: &Generated<LeaseModel>) -> bool {
+    let mut before = trace.init.cache;
+    trace.steps.iter().any(|(_, after)| {
+        let changed = before
+            .iter()
+            .zip(&after.cache)
+            .any(|(b, a)| matches!((b, a), (Some(b), Some(a)) if b.stored_by != a.stored_by));
+        before = after.cache;
+        changed
+    })
+}
+
+/// `count` side-effect walks (seeded, as [`side_effect_walks`]) in which a later attempt
+/// overwrites a cache entry an earlier one stored: the storer compared over HTTP must change.
+fn cache_overwrite_walks(model: &LeaseModel, count: usize) -> Vec<Generated<LeaseModel>> {
+    let found: Vec<_> = (100..200)
+        .flat_map(|seed| side_effect_walks(model, seed, 20, 40))
+        .filter(overwrites_cache)
+        .take(count)
+        .collect();
+    assert_eq!(found.len(), count, "walks overwriting a cache entry");
+    found
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step() {
     let db = TestDatabase::create().await.expect("a test database");
@@ -192,6 +215,7 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
             // Uniform walks send few side effects from an executing attempt (9 in these 200
             // steps, 1 accepted): walks that prefer them too.
             walks.extend(side_effect_walks(&model, 5, 8, 30));
+            walks.extend(cache_overwrite_walks(&model, 2));
         }
         for trace in walks {
             if !leasewright_conformance::suite::names_unknown_identity(&trace) {
@@ -205,6 +229,8 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
     // outsider project's jobs at work, side effects answered and contents served.
     let (mut shared_slot_steps, mut outsider_job_claims) = (0, 0);
     let (mut side_effect_verdicts, mut served) = (0, 0);
+    // Steps after which a cache entry with its storer, and a log chunk, were compared.
+    let (mut cache_storers, mut log_chunks) = (0, 0);
     for (model, trace) in &traces {
         let (over_http, seen_http) = record(&http, model, trace).await;
         let (in_process, seen_pg) = record(&pg, model, trace).await;
@@ -233,6 +259,10 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
             if matches!(answer, Some(Answer::Served { .. })) {
                 served += 1;
             }
+            if let Some(stored) = &p.stored {
+                cache_storers += stored.cache.iter().flatten().count();
+                log_chunks += stored.attempts.iter().map(|a| a.log.len()).sum::<usize>();
+            }
             if p.observation.as_ref().is_some_and(|o| {
                 !matches!(o.kind, "heartbeat" | "result" | "rejoin") && o.reason.is_none()
             }) {
@@ -255,6 +285,11 @@ async fn scenarios_and_random_walks_agree_over_http_and_in_process_step_by_step(
         "side effects accepted: {side_effect_verdicts}"
     );
     assert!(served >= 1, "no served content was compared");
+    assert!(
+        cache_storers >= 1 && log_chunks >= 1,
+        "what the side effects stored was not compared over HTTP: {cache_storers} cache \
+         entries, {log_chunks} log chunks"
+    );
     server.stop().await.unwrap();
 }
 
@@ -426,9 +461,8 @@ async fn traces_run_several_at_once_per_server_with_a_time_per_request_else_one_
         .expect("the HTTP driver connects to both")
         .with_traces_per_server(2);
     assert_eq!(http.places(), 4);
-    // Everything is read but what the side effects stored (no route reads who stored a cache
-    // entry; compared in-process).
-    assert_eq!(http.unread(), [Part::Stored], "{:?}", http.unread());
+    // Everything is read, what the side effects stored included.
+    assert_eq!(http.unread(), [], "{:?}", http.unread());
     replay_at_once(http, 4, 8).await;
 
     // A second server on a's database: with a time per request, accepted.

@@ -494,6 +494,19 @@ impl AttemptView {
     }
 }
 
+/// A project's cache entry with who stored it last (a read: [`crate::Store::cache_entry`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheEntryView {
+    pub content: Vec<u8>,
+    /// The hex SHA-256 of `content`, recorded when it was stored.
+    pub content_sha256: String,
+    /// The attempt that stored it last (it may have been pruned since: the entry outlives it).
+    pub stored_by_attempt: AttemptId,
+    /// That attempt's job; `None` once the job is pruned.
+    pub stored_by_job: Option<JobId>,
+    pub stored_at: DateTime<Utc>,
+}
+
 /// The record of one received runner message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservationView {

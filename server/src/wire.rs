@@ -418,6 +418,29 @@ pub struct ReconciliationList {
     pub next: Option<i64>,
 }
 
+/// `GET /v1/projects/{project}/cache/{key}`: a cache entry with who stored it last.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct CacheEntryBody {
+    pub key: String,
+    pub content_base64: String,
+    /// The hex SHA-256 of the content, recorded when it was stored.
+    pub sha256: String,
+    /// The attempt whose `cache put` stored it last.
+    pub stored_by_attempt: Uuid,
+    /// That attempt's job; `null` once the job has been pruned (the entry outlives it).
+    pub stored_by_job: Option<Uuid>,
+    pub stored_at: DateTime<Utc>,
+}
+
+/// One log chunk of an attempt (`GET .../jobs/{job}/log-chunks`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct LogChunkBody {
+    pub seq: i64,
+    pub content_base64: String,
+    /// The hex SHA-256 of the content.
+    pub sha256: String,
+}
+
 /// The error body of every non-2xx answer.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {

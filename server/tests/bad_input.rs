@@ -354,6 +354,7 @@ fn fill(path: &str, project: &str, job: &str, slot: &str, name: &str) -> String 
         .replace("{job}", job)
         .replace("{slot}", slot)
         .replace("{name}", name)
+        .replace("{key}", name)
         // No runner of the world has this id: a revoke that gets past every check is
         // `404 unknown_runner` and revokes nothing.
         .replace("{runner}", "00000000-0000-4000-8000-00000000abcd")
@@ -373,14 +374,17 @@ fn valid_path(w: &World, route: &Route) -> String {
     } else {
         "fenced-slot"
     };
-    fill(
-        route.path,
-        &w.a.to_string(),
-        &job.to_string(),
-        slot,
-        "out.txt",
-    )
+    // The world's artifact, or its cache entry (`World::build`).
+    let name = if route.path.contains("{key}") {
+        WORLD_CACHE_KEY
+    } else {
+        "out.txt"
+    };
+    fill(route.path, &w.a.to_string(), &job.to_string(), slot, name)
 }
+
+/// The key of the cache entry A's first job stores (`World::build`).
+const WORLD_CACHE_KEY: &str = "k";
 
 /// The token a route's valid request carries.
 fn valid_token(w: &World, route: &Route) -> Option<String> {
@@ -982,8 +986,29 @@ fn unknown_ids(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Ca
                 })
                 .boxed(),
         ),
+        // An unknown project, or a key with no entry.
+        "/v1/projects/{project}/cache/{key}" => Some(
+            (any::<bool>(), uuid_strategy(), "[a-z0-9.]{1,20}")
+                .prop_map(move |(unknown_project, id, key)| {
+                    let (path, code) = if unknown_project {
+                        (
+                            fill(route.path, &id.to_string(), "", "", "out.txt"),
+                            "unknown_project",
+                        )
+                    } else {
+                        (
+                            fill(route.path, &a, "", "", &format!("missing-{key}")),
+                            "not_found",
+                        )
+                    };
+                    operator_get("unknown_ids", route, path, 404, code)
+                })
+                .boxed(),
+        ),
         path if path.starts_with("/v1/projects/{project}/jobs/{job}") && route.method == "GET" => {
-            let names_attempt = route.path.ends_with("/logs") || route.path.contains("/artifacts/");
+            let names_attempt = (route.path.ends_with("/logs")
+                || route.path.ends_with("/log-chunks"))
+                || route.path.contains("/artifacts/");
             let names_artifact = route.path.contains("/artifacts/");
             Some(
                 (0..4u8, uuid_strategy(), "[a-z0-9.]{1,20}")
@@ -1118,6 +1143,15 @@ fn other_project(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<
                 })
                 .boxed(),
         ),
+        // A's entry is not B's: under B's path, no such entry.
+        "/v1/projects/{project}/cache/{key}" => Some(
+            Just(())
+                .prop_map(move |()| {
+                    let path = fill(route.path, &b, "", "", WORLD_CACHE_KEY);
+                    operator_get("other_project", route, path, 404, "not_found")
+                })
+                .boxed(),
+        ),
         path if path.starts_with("/v1/projects/{project}/jobs/{job}") && route.method == "GET" => {
             let l1_attempt = w.l1.attempt;
             Some(
@@ -1126,7 +1160,8 @@ fn other_project(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<
                         let (path, code) = match how {
                             0 => (fill(route.path, &b, &a1, "", "out.txt"), "unknown_job"),
                             1 => (fill(route.path, &a, &b1, "", "out.txt"), "unknown_job"),
-                            _ if route.path.ends_with("/logs")
+                            _ if (route.path.ends_with("/logs")
+                                || route.path.ends_with("/log-chunks"))
                                 || route.path.contains("/artifacts/") =>
                             {
                                 (
@@ -1359,8 +1394,11 @@ fn bad_paths(w: &Arc<World>, route: &'static Route) -> Option<BoxedStrategy<Case
         "[a-z]{0,4}".prop_map(|s| format!("{s}%C3%28")),
     ];
     let uuid_params = route.path.contains("{project}") || route.path.contains("{job}");
-    let string_params = route.path.contains("{slot}") || route.path.contains("{name}");
-    let has_attempt_query = route.path.ends_with("/logs") || route.path.contains("/artifacts/");
+    let string_params = route.path.contains("{slot}")
+        || route.path.contains("{name}")
+        || route.path.contains("{key}");
+    let has_attempt_query = (route.path.ends_with("/logs") || route.path.ends_with("/log-chunks"))
+        || route.path.contains("/artifacts/");
     Some(
         (
             0..4u8,

@@ -5,6 +5,7 @@
 use leasewright_server::client::{CallError, RunnerClient};
 use leasewright_server::wire::{LeaseBody, TupleBody};
 use serde_json::{json, Value};
+use sha2::Digest as _;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -671,5 +672,112 @@ async fn a_batch_result_answers_each_item_as_a_single_result_would() {
     assert!(
         matches!(error, CallError::Http { status: 400, .. }),
         "{error:?}"
+    );
+}
+
+/// `GET` `path` with the operator token: the JSON answer, or the error's status and code.
+async fn operator_read(f: &Fixture, path: &str) -> Result<Value, (u16, String)> {
+    f.operator.http.get(path).await.map_err(|e| match e {
+        CallError::Http { status, code, .. } => (status, code),
+        other => panic!("{path}: {other}"),
+    })
+}
+
+#[tokio::test]
+async fn a_cache_entry_is_read_with_the_attempt_and_job_that_stored_it_last() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        f.operator
+            .submit(f.project, &submit_request(None, "unfenced"))
+            .await
+            .unwrap();
+        leases.push(f.runner.claim(1).await.unwrap().remove(0));
+    }
+    for (lease, content) in leases.iter().zip([&b"first"[..], b"second"]) {
+        let put = f.runner.cache_put(&lease.tuple(None), "k", content).await;
+        assert_eq!(put.unwrap().verdict, "accepted");
+    }
+    // The second attempt overwrote the entry: it is the storer, with its job.
+    let path = format!("/v1/projects/{}/cache/k", f.project);
+    let entry = operator_read(&f, &path).await.unwrap();
+    let second = &leases[1];
+    assert_eq!(entry["key"], "k");
+    assert_eq!(entry["content_base64"], b64(b"second"));
+    assert_eq!(
+        entry["sha256"],
+        hex::encode(sha2::Sha256::digest(b"second")).as_str()
+    );
+    assert_eq!(
+        entry["stored_by_attempt"],
+        second.attempt.to_string().as_str()
+    );
+    assert_eq!(entry["stored_by_job"], second.job.to_string().as_str());
+    assert!(entry["stored_at"].is_string(), "{entry}");
+    // No such key; another project's route; no such project.
+    let missing = format!("/v1/projects/{}/cache/other", f.project);
+    assert_eq!(
+        operator_read(&f, &missing).await.unwrap_err(),
+        (404, "not_found".into())
+    );
+    let other = f.operator.create_project("other").await.unwrap();
+    assert_eq!(
+        operator_read(&f, &format!("/v1/projects/{other}/cache/k"))
+            .await
+            .unwrap_err(),
+        (404, "not_found".into())
+    );
+    assert_eq!(
+        operator_read(&f, &format!("/v1/projects/{}/cache/k", Uuid::new_v4()))
+            .await
+            .unwrap_err(),
+        (404, "unknown_project".into())
+    );
+}
+
+#[tokio::test]
+async fn an_attempts_log_is_read_chunk_by_chunk_with_each_sequence_number() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let job = f
+        .operator
+        .submit(f.project, &submit_request(None, "unfenced"))
+        .await
+        .unwrap()
+        .job;
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
+    let tuple = lease.tuple(None);
+    // Out of order and with a gap: the chunks come back in sequence order, each with its number.
+    f.runner.log_append(&tuple, 2, b"two\n").await.unwrap();
+    f.runner.log_append(&tuple, 0, b"zero\n").await.unwrap();
+    let base = format!("/v1/projects/{}/jobs/{job}/log-chunks", f.project);
+    let chunks = operator_read(&f, &format!("{base}?attempt={}", lease.attempt))
+        .await
+        .unwrap();
+    let expected: Vec<Value> = [(0, &b"zero\n"[..]), (2, b"two\n")]
+        .into_iter()
+        .map(|(seq, content)| {
+            json!({
+                "seq": seq,
+                "content_base64": b64(content),
+                "sha256": hex::encode(sha2::Sha256::digest(content)),
+            })
+        })
+        .collect();
+    assert_eq!(chunks, Value::Array(expected));
+    // No such attempt of the job; the job under another project's route.
+    assert_eq!(
+        operator_read(&f, &format!("{base}?attempt={}", Uuid::new_v4()))
+            .await
+            .unwrap_err(),
+        (404, "unknown_attempt".into())
+    );
+    let other = f.operator.create_project("other").await.unwrap();
+    assert_eq!(
+        operator_read(&f, &format!("/v1/projects/{other}/jobs/{job}/log-chunks"))
+            .await
+            .unwrap_err(),
+        (404, "unknown_job".into())
     );
 }

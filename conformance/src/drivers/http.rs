@@ -33,7 +33,8 @@ use leasewright_server::client::{
 };
 use leasewright_server::source::{build_snapshot, SourceFile};
 use leasewright_server::wire::{
-    ClockRequest, DeployRequest, GetRequest, GetResponse, ResultAnswer, SubmitJobRequest, TupleBody,
+    CacheEntryBody, ClockRequest, DeployRequest, GetRequest, GetResponse, LogChunkBody,
+    ResultAnswer, SubmitJobRequest, TupleBody,
 };
 use model::{Action, Expected, LeaseModel, MessageKind, State};
 use serde::Deserialize;
@@ -44,12 +45,12 @@ use uuid::Uuid;
 use crate::driver::{
     code, model_runner_time, result_digest, result_echo, runner_time, trace_epoch, FORGED_LEASE,
 };
+use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored};
 use crate::driver::{
     payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
-use crate::driver::{BatchResults, ResultBatches};
 use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
 
 /// What an unknown id stands for ([`HttpSession::unknown`]), as in-process.
@@ -346,8 +347,6 @@ impl HttpDriver {
             }
         }
         let mut unread: Vec<Part> = connected.iter().flat_map(|c| c.unread.clone()).collect();
-        // No route of docs/http.md reads what the side effects stored with who stored it.
-        unread.push(Part::Stored);
         unread.sort();
         unread.dedup();
         // Servers that share a database would expire each other's leases when their sweeps run
@@ -600,6 +599,14 @@ impl HttpDriver {
         read(
             target.get(&target_path(&slot)).await,
             Part::Targets,
+            &mut unread,
+        )?;
+        // What the side effects stored: a server that reads an attempt's log chunk by chunk
+        // also reads a cache entry with its storer (docs/http.md; an unknown route and a
+        // missing entry both answer 404 `not_found`, so only the log chunks can be probed).
+        read(
+            operator.http.get(&format!("{base}/log-chunks")).await,
+            Part::Stored,
             &mut unread,
         )?;
         Ok(Connected {
@@ -861,6 +868,7 @@ impl Driver for HttpDriver {
             jobs,
             owners,
             attempts: Vec::new(),
+            attempt_jobs: Vec::new(),
             leases: BTreeMap::new(),
             slots,
             target_kind: config.target,
@@ -911,6 +919,8 @@ pub struct HttpSession {
     seen: Vec<usize>,
     /// Model attempt index → attempt.
     attempts: Vec<Uuid>,
+    /// Model attempt index → its job (nil where the implementation made no attempt).
+    attempt_jobs: Vec<Uuid>,
     /// Model lease id → lease id.
     leases: BTreeMap<u8, Uuid>,
     /// Model slot index → its target slot's name.
@@ -1543,6 +1553,72 @@ impl HttpSession {
         })
     }
 
+    /// What the side effects stored, read as the in-process driver reads it: every attempt's
+    /// log chunks and artifact, both projects' cache entries with the attempt that stored each.
+    async fn stored(&self) -> Result<Stored, DriverError> {
+        use crate::side_effects::{ARTIFACT_NAME, CACHE_KEY};
+        let failed = |what: &str| {
+            let what = what.to_owned();
+            move |e: CallError| DriverError::Implementation(format!("reading {what}: {e}"))
+        };
+        let mut attempts = Vec::with_capacity(self.attempts.len());
+        for (attempt, job) in self.attempts.iter().zip(&self.attempt_jobs) {
+            let Some(j) = self.jobs.iter().position(|id| id == job) else {
+                // No attempt of the implementation's: nothing it stored.
+                attempts.push((Vec::new(), None));
+                continue;
+            };
+            let base = job_path(self.owners[j], *job);
+            let chunks: Vec<LogChunkBody> = self
+                .server
+                .operator
+                .http
+                .get(&format!("{base}/log-chunks?attempt={attempt}"))
+                .await
+                .map_err(failed("an attempt's log chunks"))?;
+            let mut log = Vec::with_capacity(chunks.len());
+            for c in chunks {
+                log.push((c.seq, decode_base64(&c.content_base64)?));
+            }
+            let artifact = match self
+                .server
+                .operator
+                .http
+                .get_bytes(&format!(
+                    "{base}/artifacts/{ARTIFACT_NAME}?attempt={attempt}"
+                ))
+                .await
+            {
+                Ok(bytes) => Some(bytes),
+                Err(CallError::Http {
+                    status: 404, code, ..
+                }) if code == "not_found" => None,
+                Err(e) => return Err(failed("an attempt's artifact")(e)),
+            };
+            attempts.push((log, artifact));
+        }
+        let mut cache = Vec::new();
+        for project in [self.project, self.outsider_project] {
+            let entry: Result<CacheEntryBody, CallError> = self
+                .server
+                .operator
+                .http
+                .get(&format!("/v1/projects/{project}/cache/{CACHE_KEY}"))
+                .await;
+            cache.push(match entry {
+                Ok(e) => Some((
+                    decode_base64(&e.content_base64)?,
+                    Self::index_of(&self.attempts, &e.stored_by_attempt, "attempt")?,
+                )),
+                Err(CallError::Http {
+                    status: 404, code, ..
+                }) if code == "not_found" => None,
+                Err(e) => return Err(failed("a cache entry")(e)),
+            });
+        }
+        implementation_stored(attempts, cache)
+    }
+
     async fn target_projection(&self, slot: &str) -> Result<TargetProjection, DriverError> {
         let (applied, highest) = match self
             .server
@@ -1615,6 +1691,7 @@ impl Session for HttpSession {
                         )));
                     };
                     self.attempts.push(lease.attempt);
+                    self.attempt_jobs.push(lease.job);
                     self.leases.insert(created.lease, lease.lease_id);
                     self.answer = Some(Answer::Claim {
                         job: Self::index_of(&self.jobs, &lease.job, "job")?,
@@ -1658,9 +1735,13 @@ impl Session for HttpSession {
                         match taken.iter().find(|(job, _)| *job == a.job) {
                             Some((_, lease)) => {
                                 self.attempts.push(lease.attempt);
+                                self.attempt_jobs.push(lease.job);
                                 self.leases.insert(a.lease, lease.lease_id);
                             }
-                            None => self.attempts.push(Uuid::nil()),
+                            None => {
+                                self.attempts.push(Uuid::nil());
+                                self.attempt_jobs.push(Uuid::nil());
+                            }
                         }
                     }
                     let mut leases = Vec::with_capacity(taken.len());
@@ -1911,6 +1992,11 @@ impl Session for HttpSession {
                 )))
             }
         };
+        let stored = if self.model.config.side_effects && self.reads(Part::Stored) {
+            Some(self.stored().await?)
+        } else {
+            None
+        };
         Ok(Projection {
             jobs,
             targets,
@@ -1919,9 +2005,7 @@ impl Session for HttpSession {
                 observation: observation_details,
                 answer: self.answer.clone(),
             }),
-            // No route reads who stored a cache entry (or an attempt's log chunks): not
-            // compared over HTTP (`Part::Stored`, named in the summary).
-            stored: None,
+            stored,
             unread,
         })
     }
@@ -2019,6 +2103,15 @@ async fn side_effect(
         _ => None,
     };
     Ok((answer(got, |r| &r.verdict)?, served))
+}
+
+/// Stored content as a read route sends it (base64).
+fn decode_base64(text: &str) -> Result<Vec<u8>, DriverError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| {
+            DriverError::Implementation(format!("a stored content that is not base64: {e}"))
+        })
 }
 
 /// The verdict of an answer: 200 with `accepted`/`acknowledged`, or a 409 rejection with the

@@ -21,9 +21,7 @@ use crate::driver::{
     DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Projection,
     Session, TargetProjection, FORGED_LEASE, TICK,
 };
-use crate::driver::{
-    stored_content, BatchResults, CacheProjection, ResultBatches, Stored, StoredByAttempt,
-};
+use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored};
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = 0;
@@ -881,47 +879,32 @@ impl PgSession {
     /// cache entries with the attempt that stored each.
     async fn stored(&self) -> Result<Stored, DriverError> {
         use crate::side_effects::{ARTIFACT_NAME, CACHE_KEY};
-        let mut attempts = Vec::new();
-        for (i, id) in self.attempts.iter().enumerate() {
-            let mut log = Vec::new();
-            for (seq, bytes) in self.store.logs(*id).await.map_err(failed)? {
-                let seq = u8::try_from(seq).map_err(|_| {
-                    DriverError::Implementation(format!("log seq {seq} out of range"))
-                })?;
-                log.push((seq, stored_content("log chunk", &bytes)));
-            }
-            let artifact = self
-                .store
-                .artifact(*id, ARTIFACT_NAME)
-                .await
-                .map_err(failed)?
-                .map(|bytes| stored_content("artifact", &bytes));
-            if !log.is_empty() || artifact.is_some() {
-                attempts.push(StoredByAttempt {
-                    attempt: i as u8,
-                    log,
-                    artifact,
-                });
-            }
+        let mut attempts = Vec::with_capacity(self.attempts.len());
+        for id in &self.attempts {
+            attempts.push((
+                self.store.logs(*id).await.map_err(failed)?,
+                self.store
+                    .artifact(*id, ARTIFACT_NAME)
+                    .await
+                    .map_err(failed)?,
+            ));
         }
         let mut cache = Vec::new();
         for project in [self.project, self.outsider_project] {
-            cache.push(
-                match self
-                    .store
-                    .cache_entry(project, CACHE_KEY)
-                    .await
-                    .map_err(failed)?
-                {
-                    Some((bytes, by)) => Some(CacheProjection {
-                        content: stored_content("cache", &bytes),
-                        stored_by: Self::index_of(&self.attempts, &by, "attempt")?,
-                    }),
-                    None => None,
-                },
-            );
+            let entry = self
+                .store
+                .cache_entry(project, CACHE_KEY)
+                .await
+                .map_err(failed)?;
+            cache.push(match entry {
+                Some(e) => Some((
+                    e.content,
+                    Self::index_of(&self.attempts, &e.stored_by_attempt, "attempt")?,
+                )),
+                None => None,
+            });
         }
-        Ok(Stored { attempts, cache })
+        implementation_stored(attempts, cache)
     }
 
     /// Whole ticks from the clock's now to `at`.

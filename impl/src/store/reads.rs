@@ -202,22 +202,26 @@ impl Store {
             .await?)
     }
 
-    /// The project's cache entry `key`: its content and the attempt that stored it last.
+    /// The project's cache entry `key`: its content and digest, the attempt that stored it last,
+    /// that attempt's job, and when.
     pub async fn cache_entry(
         &self,
         project: ProjectId,
         key: &str,
-    ) -> Result<Option<(Vec<u8>, AttemptId)>, Error> {
+    ) -> Result<Option<CacheEntryView>, Error> {
         let row = sqlx::query(self.sql(sql::CACHE_ENTRY_SELECT_STORER))
             .bind(project.0)
             .bind(key)
             .fetch_optional(&self.pool)
             .await?;
         row.map(|row| {
-            Ok((
-                row.try_get("content")?,
-                AttemptId(row.try_get("stored_by_attempt")?),
-            ))
+            Ok(CacheEntryView {
+                content: row.try_get("content")?,
+                content_sha256: row.try_get("content_sha256")?,
+                stored_by_attempt: AttemptId(row.try_get("stored_by_attempt")?),
+                stored_by_job: row.try_get::<Option<Uuid>, _>("stored_by_job")?.map(JobId),
+                stored_at: row.try_get("stored_at")?,
+            })
         })
         .transpose()
     }

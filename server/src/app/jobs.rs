@@ -1,9 +1,10 @@
 //! The operator routes of jobs: submission, the views (job, attempts, observations,
-//! reconciliations, logs, artifacts), cancel and reconcile.
+//! reconciliations, logs and their chunks, artifacts, cache entries), cancel and reconcile.
 
 use super::error::{created, db_error, ok, plain_verdict, ApiError, ApiResult};
 use super::extract::{
-    decode, identifier, parse_uuid, JsonBody, OperatorAuth, OptionalJsonBody, QueryParams, Segments,
+    decode, identifier, parse_uuid, JsonBody, OperatorAuth, OptionalJsonBody, QueryParams,
+    Segments, B64,
 };
 use super::projects::project_exists;
 use super::runner::job_spec;
@@ -13,6 +14,7 @@ use crate::wire::*;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
+use base64::Engine as _;
 use chrono::Utc;
 use leasewright_impl::{
     AttemptId, AttemptView, Decision, Finding, JobId, JobView, NewJob, ObservationView, ProjectId,
@@ -589,6 +591,69 @@ pub(super) async fn get_logs(
         text.extend_from_slice(&chunk);
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// An attempt's log chunk by chunk, each with its sequence number (`GET .../logs` joins them).
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/jobs/{job}/log-chunks",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("job" = Uuid, Path, description = "the job id"), ("attempt" = Option<Uuid>, Query, description = "the attempt; default: the current one, else the latest")),
+    responses(
+        (status = 200, description = "the chosen attempt's log chunks, in sequence order", body = Vec<LogChunkBody>),
+        (status = 404, description = "`unknown_job` (a job of another project too) or `unknown_attempt`", body = ErrorBody)
+    )
+)]
+pub(super) async fn get_log_chunks(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, job)): Segments<(String, String)>,
+    QueryParams(query): QueryParams<AttemptQuery>,
+) -> ApiResult {
+    let view = project_job(&state, &project, &job).await?;
+    let attempt = chosen_attempt(&state, &view, &query).await?;
+    let chunks = state.0.store.logs(attempt).await?;
+    ok(chunks
+        .into_iter()
+        .map(|(seq, content)| LogChunkBody {
+            seq,
+            sha256: hex::encode(sha2::Sha256::digest(&content)),
+            content_base64: B64.encode(&content),
+        })
+        .collect::<Vec<_>>())
+}
+
+/// A project's cache entry, with the attempt (and its job) that stored it last.
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/cache/{key}",
+    tag = "operator",
+    security(("operator_token" = [])),
+    params(("project" = Uuid, Path, description = "the project id"), ("key" = String, Path, description = "the cache key")),
+    responses(
+        (status = 200, description = "the entry and who stored it last", body = CacheEntryBody),
+        (status = 404, description = "`unknown_project` or `not_found` (no entry with this key in this project)", body = ErrorBody)
+    )
+)]
+pub(super) async fn get_cache_entry(
+    State(state): State<AppState>,
+    _: OperatorAuth,
+    Segments((project, key)): Segments<(String, String)>,
+) -> ApiResult {
+    identifier(&key, "the cache key")?;
+    let project = project_exists(&state, parse_uuid(&project, "project")?).await?;
+    match state.0.store.cache_entry(project, &key).await? {
+        Some(entry) => ok(CacheEntryBody {
+            key,
+            content_base64: B64.encode(&entry.content),
+            sha256: entry.content_sha256,
+            stored_by_attempt: entry.stored_by_attempt.0,
+            stored_by_job: entry.stored_by_job.map(|j| j.0),
+            stored_at: entry.stored_at,
+        }),
+        None => Err(ApiError::not_found("not_found", "no such cache entry")),
+    }
 }
 
 /// An artifact of an attempt.

@@ -465,7 +465,9 @@ fn api(
         .routes(routes!(jobs::get_observations))
         .routes(routes!(jobs::get_reconciliations))
         .routes(routes!(jobs::get_logs))
+        .routes(routes!(jobs::get_log_chunks))
         .routes(routes!(jobs::get_artifact))
+        .routes(routes!(jobs::get_cache_entry))
         .routes(routes!(jobs::cancel).layer(control))
         .routes(routes!(jobs::reconcile).layer(control))
         .routes(routes!(time::sweep).layer(control));

@@ -469,7 +469,23 @@ pub const ROUTES: &[Route] = &[
     ),
     route(
         "GET",
+        "/v1/projects/{project}/jobs/{job}/log-chunks",
+        Op,
+        NoB,
+        B::None,
+        None,
+    ),
+    route(
+        "GET",
         "/v1/projects/{project}/jobs/{job}/artifacts/{name}",
+        Op,
+        NoB,
+        B::None,
+        None,
+    ),
+    route(
+        "GET",
+        "/v1/projects/{project}/cache/{key}",
         Op,
         NoB,
         B::None,
