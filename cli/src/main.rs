@@ -11,6 +11,7 @@ mod migrate;
 mod output;
 mod prune;
 mod runner;
+mod runner_suite;
 mod secret;
 mod serve;
 mod stress;
@@ -38,6 +39,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run a runner agent: claim jobs, verify their source, run them, report.
     Runner(runner::RunnerArgs),
+    /// Check a runner against the runner's duties (docs/runner-suite.md): `leasewright runner` or --runner-cmd.
+    RunnerSuite(runner_suite::RunnerSuiteArgs),
     /// Operator commands against a running server (projects, runners, jobs).
     Op(serve::OpArgs),
     /// Many runners against the implementation, with faults; the history checked against the model.
@@ -68,6 +71,7 @@ fn main() {
         Command::Bench(args) => bench::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Runner(args) => runner::run(args),
+        Command::RunnerSuite(args) => runner_suite::run(args),
         Command::Op(args) => serve::op(args),
         Command::Stress(args) => stress::run(&args),
         Command::Audit(args) => audit::run(&args),

@@ -14,6 +14,7 @@ pub mod mutants;
 pub mod probe;
 pub mod property;
 pub mod replay;
+pub mod runner_suite;
 pub mod scenarios;
 pub mod select;
 pub mod shard;

@@ -24,7 +24,9 @@ use crate::source::{self, Limits};
 use crate::wire::{LeaseBody, ResultAnswer, TupleBody, VerdictResponse};
 use backon::{BackoffBuilder, ExponentialBuilder, Retryable};
 use sha2::{Digest, Sha256};
+use std::future::Future;
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,6 +34,135 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::time::Instant;
+
+/// A future the agent's clock hands out (`Send`, owning what it needs).
+pub type ClockFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The runner's own sense of time, injected as the server's `Clock` is: monotonic, never compared
+/// with the server's. Every wait of the agent goes through it (heartbeat intervals, backoffs,
+/// idle claim polls, each request's limit and the lease's end by the runner's reckoning), so a
+/// test that holds a [`ManualAgentClock`] decides when the runner's lease runs out.
+pub trait AgentClock: Send + Sync + 'static {
+    /// Now, on the runner's monotonic clock.
+    fn now(&self) -> Instant;
+    /// A future that completes once [`AgentClock::now`] has reached `deadline`.
+    fn sleep_until(&self, deadline: Instant) -> ClockFuture;
+    /// A future that completes once `duration` has passed from now.
+    fn sleep(&self, duration: Duration) -> ClockFuture {
+        self.sleep_until(self.now() + duration)
+    }
+}
+
+/// The production clock: tokio's monotonic time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemAgentClock;
+
+impl AgentClock for SystemAgentClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> ClockFuture {
+        Box::pin(tokio::time::sleep_until(deadline))
+    }
+}
+
+/// A clock that stands still until a test moves it (tests only: nothing in the binary builds
+/// one). It starts at the instant it was made.
+#[derive(Debug)]
+pub struct ManualAgentClock {
+    start: Instant,
+    elapsed: watch::Sender<Duration>,
+}
+
+impl ManualAgentClock {
+    /// A clock standing at the instant it was made.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            elapsed: watch::channel(Duration::ZERO).0,
+        })
+    }
+
+    /// How far the clock has been moved.
+    pub fn elapsed(&self) -> Duration {
+        *self.elapsed.borrow()
+    }
+
+    /// Moves the clock forward by `by` (never back).
+    pub fn advance(&self, by: Duration) {
+        self.elapsed.send_modify(|elapsed| *elapsed += by);
+    }
+
+    /// Moves the clock to `elapsed` after its start, if that is later than where it stands.
+    pub fn advance_to(&self, elapsed: Duration) {
+        self.elapsed.send_if_modified(|current| {
+            let later = elapsed > *current;
+            if later {
+                *current = elapsed;
+            }
+            later
+        });
+    }
+}
+
+impl AgentClock for ManualAgentClock {
+    fn now(&self) -> Instant {
+        self.start + *self.elapsed.borrow()
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> ClockFuture {
+        let start = self.start;
+        let mut elapsed = self.elapsed.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the clock; a dropped clock never wakes anyone.
+            let _ = elapsed
+                .wait_for(|elapsed| start + *elapsed >= deadline)
+                .await;
+            if start + *elapsed.borrow() < deadline {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// backon's waits on the agent's clock.
+struct ClockSleeper(Arc<dyn AgentClock>);
+
+impl backon::Sleeper for ClockSleeper {
+    type Sleep = ClockFuture;
+
+    fn sleep(&self, wait: Duration) -> ClockFuture {
+        self.0.sleep(wait)
+    }
+}
+
+/// `call`, cut after `limit` on `clock` (a cut call got no answer: `CallError::Network`).
+fn cut<T, F>(
+    clock: &dyn AgentClock,
+    limit: Duration,
+    call: F,
+) -> impl Future<Output = Result<T, CallError>>
+where
+    F: Future<Output = Result<T, CallError>>,
+{
+    // The deadline is taken now, and the future borrows no clock.
+    let deadline = clock.sleep(limit);
+    async move {
+        tokio::select! {
+            answer = call => answer,
+            () = deadline => Err(timed_out(limit)),
+        }
+    }
+}
+
+/// A request the runner cut after `limit`: it got no answer.
+fn timed_out(limit: Duration) -> CallError {
+    CallError::Network(format!(
+        "timed out: no answer within {} ms (the runner's request timeout, or the time left on its lease)",
+        limit.as_millis()
+    ))
+}
 
 /// How the agent behaves. Its `Debug` never shows the token.
 #[derive(Clone)]
@@ -58,6 +189,8 @@ pub struct AgentConfig {
     pub limits: Limits,
     /// Stop after this many jobs have finished (tests, one-shot use).
     pub max_jobs: Option<usize>,
+    /// The runner's clock ([`SystemAgentClock`] unless a test injects another).
+    pub clock: Arc<dyn AgentClock>,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -86,6 +219,7 @@ impl AgentConfig {
             request_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             max_jobs: None,
+            clock: Arc::new(SystemAgentClock),
         }
     }
 }
@@ -105,10 +239,23 @@ enum Stop {
 /// protocol reason code, only the runner's log line.
 const LEASE_RAN_OUT: &str = "lease ran out without renewal";
 
+/// The reason the runner gives itself when the control plane refused its token (`401`) on a
+/// message about a lease it holds: the lease can no longer be renewed or reported, so the work
+/// stops at once, as on a rejection (docs/protocol.md §6.4, "401").
+const UNAUTHORIZED: &str = "unauthorized (401): the runner's token was refused";
+
+/// The reason the runner gives itself when it shuts down (SIGTERM, SIGINT, a fatal claim error)
+/// while the job runs: it never leaves a command running behind it.
+const SHUTTING_DOWN: &str = "the runner is shutting down";
+
 /// What every task of one job shares.
 struct JobContext {
     client: RunnerClient,
     lease: LeaseBody,
+    /// The runner's clock: every wait and every lease reckoning of this job.
+    clock: Arc<dyn AgentClock>,
+    /// The longest any one request may take (`AgentConfig::request_timeout`).
+    request_timeout: Duration,
     stop_tx: watch::Sender<Option<Stop>>,
     /// `false` after a network error, until a rejoin answers.
     connected_tx: watch::Sender<bool>,
@@ -198,7 +345,25 @@ impl JobContext {
                     self.stop(Stop::Revoked(code.clone()));
                 }
             }
+            CallError::Http { status: 401, .. } => {
+                // The token was refused: nothing about this lease can be renewed or reported
+                // any more, so it is over for this runner, as on a rejection.
+                tracing::warn!(job = %self.lease.job, what, "the runner's token was refused (401): stopping the work");
+                self.stop(Stop::Revoked(UNAUTHORIZED.to_owned()));
+            }
             other => tracing::warn!(job = %self.lease.job, what, %other, "call failed"),
+        }
+    }
+
+    /// The most a request about the lease may take: the request timeout, cut at the lease's end
+    /// by the runner's own reckoning while the lease lasts, so that no request outlives the
+    /// lease (afterwards, for the result and the logs still to deliver, the request timeout).
+    fn request_limit(&self) -> Duration {
+        let left = self.lease_left();
+        if left.is_zero() {
+            self.request_timeout
+        } else {
+            self.request_timeout.min(left)
         }
     }
 
@@ -215,11 +380,8 @@ impl JobContext {
         if *self.connected_tx.borrow() {
             return Ok(());
         }
-        let client = match timeout {
-            Some(timeout) => self.client.within(timeout),
-            None => self.client.clone(),
-        };
-        match client.rejoin(&self.tuple()).await {
+        let limit = timeout.unwrap_or_else(|| self.request_limit());
+        match cut(&*self.clock, limit, self.client.rejoin(&self.tuple())).await {
             Ok(answer) => {
                 tracing::info!(job = %self.lease.job, instruction = %answer.instruction, "rejoined");
                 if answer.instruction == "cancel" {
@@ -241,7 +403,10 @@ impl JobContext {
         }
     }
 
-    /// The lease was renewed by a request sent at `sent`.
+    /// The lease was renewed by a request sent at `sent` (on the runner's clock): the lease
+    /// cannot end before `sent + TTL`, since the server received the request after it was sent.
+    /// Never the instant the answer came: a late answer would stretch the lease past the
+    /// server's (docs/protocol.md §6.4, "accepted").
     fn renewed(&self, sent: Instant) {
         let ttl = Duration::from_millis(self.lease.lease_ttl_ms);
         let mut end = self
@@ -256,7 +421,7 @@ impl JobContext {
         self.lease_end
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .saturating_duration_since(Instant::now())
+            .saturating_duration_since(self.clock.now())
     }
 
     /// Send a message about the lease until the server decides it: a transient failure (no
@@ -273,12 +438,19 @@ impl JobContext {
         Fut: std::future::Future<Output = Result<T, CallError>>,
     {
         let call = &call;
+        let clock = self.clock.clone();
         (|| async move {
             // The rejoin's own failure changes nothing here: the call goes out and decides.
             let _ = self.rejoin_if_disconnected().await;
-            call(self.tuple()).await
+            let limit = self.request_limit();
+            let deadline = self.clock.sleep(limit);
+            tokio::select! {
+                answer = call(self.tuple()) => answer,
+                () = deadline => Err(timed_out(limit)),
+            }
         })
         .retry(delivery_backoff())
+        .sleep(ClockSleeper(clock))
         .when(CallError::is_transient)
         .adjust(|error, wait| wait.map(|wait| honour_retry_after(error, wait)))
         .notify(|error, _| self.on_error(what, error))
@@ -387,20 +559,85 @@ fn single_answer(answer: ResultAnswer) -> Result<VerdictResponse, CallError> {
 
 /// Run the agent until `max_jobs` jobs finished (forever when `None`).
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    run_until(config, std::future::pending()).await
+}
+
+/// What the jobs of one agent share with it: the signal to stop every job (a shutdown), and how
+/// many commands it started are still running.
+#[derive(Clone)]
+struct Supervisor {
+    shutdown: watch::Receiver<bool>,
+    live_commands: Arc<watch::Sender<usize>>,
+}
+
+/// Run the agent until `max_jobs` jobs finished, or until `shutdown` completes (SIGTERM, SIGINT),
+/// or a claim fails for good (`401`: the token was refused). However it ends, it never returns
+/// while a command it started is running (docs/protocol.md §6.4, "shutdown"): it stops every
+/// job's command first (killing its process group and reaping it), gives each job up to the
+/// request timeout to report what it observed, and only then returns.
+pub async fn run_until(
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let client = RunnerClient::new(&config.server, &config.token, config.request_timeout)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let run_id = crate::app::random_token("run-")?[..16].to_owned();
     std::fs::create_dir_all(&config.workdir)?;
+    let (stop_all, shutdown_rx) = watch::channel(false);
+    let supervisor = Supervisor {
+        shutdown: shutdown_rx,
+        live_commands: Arc::new(watch::channel(0usize).0),
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    let claimed = {
+        let claims = claim_loop(&config, &client, &run_id, &supervisor, &mut tasks);
+        tokio::pin!(claims);
+        tokio::pin!(shutdown);
+        tokio::select! {
+            ended = &mut claims => ended,
+            () = &mut shutdown => {
+                tracing::info!("shutting down: stopping every job's command first");
+                Ok(())
+            }
+        }
+    };
+    // Stop every job still running; wait until no command of ours is left, then let the jobs
+    // report (bounded: a control plane that is gone does not hold the process).
+    stop_all.send_replace(true);
+    let mut live = supervisor.live_commands.subscribe();
+    let _ = live.wait_for(|live| *live == 0).await;
+    let grace = config.clock.sleep(config.request_timeout);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => if joined.is_none() { break },
+            () = &mut grace => {
+                tasks.shutdown().await;
+                break;
+            }
+        }
+    }
+    claimed
+}
+
+/// Claim and start jobs until `max_jobs` were started and have finished; an error when a claim
+/// fails for good (the token refused).
+async fn claim_loop(
+    config: &AgentConfig,
+    client: &RunnerClient,
+    run_id: &str,
+    supervisor: &Supervisor,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<()> {
     let capacity = config.capacity.max(1);
     let slots = Arc::new(Semaphore::new(capacity as usize));
-    let finished = Arc::new(AtomicUsize::new(0));
     let mut started = 0usize;
-    let mut tasks = tokio::task::JoinSet::new();
     let results = ResultSender::spawn(client.clone());
     tracing::info!(server = %config.server, capacity, %run_id, "runner started");
     // Claims that find no work back off from poll_interval to max_poll_interval.
     let idle_backoff = backoff(config.poll_interval, config.max_poll_interval);
     let mut idle = idle_backoff.build();
+    let clock = config.clock.clone();
     loop {
         if let Some(max) = config.max_jobs {
             if started >= max {
@@ -416,8 +653,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             None => free,
         }
         .min(crate::app::MAX_CLAIM_CAPACITY);
-        let claim_sent = Instant::now();
-        match client.claim(want).await {
+        let claim_sent = clock.now();
+        match cut(&*clock, config.request_timeout, client.claim(want)).await {
             Ok(leases) if !leases.is_empty() => {
                 idle = idle_backoff.build();
                 let mut permit = Some(first);
@@ -430,19 +667,27 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
                     tracing::info!(job = %lease.job, attempt = %lease.attempt, fence = lease.fence, "claimed");
                     let job_client = client.clone();
                     let config = config.clone();
-                    let run_id = run_id.clone();
-                    let finished = finished.clone();
+                    let run_id = run_id.to_owned();
                     let results = results.clone();
+                    let supervisor = supervisor.clone();
                     tasks.spawn(async move {
-                        run_job(&config, job_client, &results, &run_id, lease, claim_sent).await;
-                        finished.fetch_add(1, Ordering::SeqCst);
+                        run_job(
+                            &config,
+                            job_client,
+                            &results,
+                            &run_id,
+                            lease,
+                            claim_sent,
+                            &supervisor,
+                        )
+                        .await;
                         drop(slot);
                     });
                 }
             }
             Ok(_) => {
                 drop(first);
-                tokio::time::sleep(idle.next().unwrap_or_default()).await;
+                clock.sleep(idle.next().unwrap_or_default()).await;
             }
             Err(CallError::Http { status: 401, .. }) => {
                 anyhow::bail!("the server refused the runner token (401)");
@@ -450,7 +695,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             Err(error) => {
                 drop(first);
                 tracing::warn!(%error, "claim failed");
-                tokio::time::sleep(idle.next().unwrap_or_default()).await;
+                clock.sleep(idle.next().unwrap_or_default()).await;
             }
         }
         while let Some(joined) = tasks.try_join_next() {
@@ -541,49 +786,72 @@ async fn upload_logs(
     }
 }
 
-/// Renew the lease every `heartbeat_interval` until the job is done or its lease revoked.
-async fn heartbeats(
-    ctx: Arc<JobContext>,
-    request_timeout: Duration,
-    mut done: watch::Receiver<bool>,
-) {
+/// Renew the lease every `heartbeat_interval` until the job is done or its lease revoked; and
+/// stop the work when the lease runs out by the runner's own reckoning, whatever the network
+/// does: every wait here, and every request, ends at the lease's end at the latest.
+async fn heartbeats(ctx: Arc<JobContext>, mut done: watch::Receiver<bool>) {
     let ttl = Duration::from_millis(ctx.lease.lease_ttl_ms);
     let interval = heartbeat_interval(ttl);
-    // One attempt never outlasts a third of the lease, so a hung request leaves time to retry.
-    let timeout = request_timeout.min(ttl / 3).max(Duration::from_millis(50));
     loop {
+        let left = ctx.lease_left();
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            () = ctx.clock.sleep(interval.min(left)) => {}
             _ = done.changed() => return,
         }
         if *done.borrow() || matches!(ctx.stopped(), Some(Stop::Revoked(_))) {
             return;
         }
-        if !renew(&ctx, ttl, timeout, &mut done).await {
+        if ctx.lease_left().is_zero() {
+            lease_ran_out(&ctx);
+            return;
+        }
+        if !renew(&ctx, ttl, &mut done).await {
             return;
         }
     }
 }
 
+/// The lease ran out by the runner's reckoning with no renewal: stop the work now, as a
+/// rejection would make it. Nothing the runner does from here can be accepted; and a failover
+/// that forgot its claim lets another attempt start once this lease has expired
+/// (docs/protocol.md §12): an execution that outlived its lease unseen would run beside it.
+fn lease_ran_out(ctx: &JobContext) {
+    if ctx.reporting.load(Ordering::SeqCst) {
+        // The command is done; the result's own delivery goes on and decides.
+        return;
+    }
+    tracing::warn!(job = %ctx.lease.job, "no renewal of the lease within it: stopping the work");
+    ctx.stop(Stop::Revoked(LEASE_RAN_OUT.to_owned()));
+}
+
+/// The most one heartbeat or rejoin may take: the request timeout, a third of the lease (so a
+/// hung request leaves time to retry), and never past the lease's end by the runner's reckoning.
+fn renewal_limit(ctx: &JobContext, ttl: Duration) -> Duration {
+    ctx.request_timeout
+        .min(ttl / 3)
+        .max(Duration::from_millis(50))
+        .min(ctx.lease_left())
+}
+
 /// One renewal: after lost contact a rejoin first (obeyed), then the heartbeat. What gets no
 /// decision is retried with backoff, honouring `Retry-After`, while the lease can still be valid
-/// by the runner's reckoning; past it, the next interval tries again (the server decides). Whether
-/// the heartbeats go on (`false`: the lease was revoked, or the job is done).
-async fn renew(
-    ctx: &JobContext,
-    ttl: Duration,
-    timeout: Duration,
-    done: &mut watch::Receiver<bool>,
-) -> bool {
+/// by the runner's reckoning; at its end the work stops. Whether the heartbeats go on (`false`:
+/// the lease was revoked or ran out, or the job is done).
+async fn renew(ctx: &JobContext, ttl: Duration, done: &mut watch::Receiver<bool>) -> bool {
     let mut waits = heartbeat_backoff(ttl).build();
     loop {
-        let error = match ctx.rejoin_within(Some(timeout)).await {
+        if ctx.lease_left().is_zero() {
+            lease_ran_out(ctx);
+            return false;
+        }
+        let error = match ctx.rejoin_within(Some(renewal_limit(ctx, ttl))).await {
             // No decision on the rejoin (already noted): retry below.
             Err(error) => error,
             Ok(()) if matches!(ctx.stopped(), Some(Stop::Revoked(_))) => return false,
             Ok(()) => {
-                let sent = Instant::now();
-                match ctx.client.within(timeout).heartbeat(&ctx.tuple()).await {
+                let sent = ctx.clock.now();
+                let limit = renewal_limit(ctx, ttl);
+                match cut(&*ctx.clock, limit, ctx.client.heartbeat(&ctx.tuple())).await {
                     Ok(answer) => {
                         ctx.renewed(sent);
                         if answer.cancel_requested {
@@ -599,7 +867,8 @@ async fn renew(
                     Err(error) => {
                         ctx.on_error("heartbeat", &error);
                         if !error.is_transient() {
-                            // A rejection stops the work at once; another 4xx is not retried.
+                            // A rejection or a 401 stops the work at once; another 4xx is not
+                            // retried (the lease then runs out unless a later heartbeat renews it).
                             return !matches!(ctx.stopped(), Some(Stop::Revoked(_)));
                         }
                         error
@@ -615,23 +884,13 @@ async fn renew(
         } else {
             let margin = heartbeat_interval(ttl) / 10;
             if left <= margin {
-                if ctx.reporting.load(Ordering::SeqCst) {
-                    // The command is done; the result's own delivery goes on and decides.
-                    return false;
-                }
-                // No renewal within the lease: stop the work now, as a rejection would. The
-                // lease has ended by the runner's own reckoning (or will within the margin), so
-                // nothing it does from here can be accepted; and a failover that forgot its claim
-                // lets another attempt start once this lease has expired (docs/protocol.md §12):
-                // an execution that outlived its lease unseen would run beside it.
-                tracing::warn!(job = %ctx.lease.job, "no renewal of the lease within it: stopping the work");
-                ctx.stop(Stop::Revoked(LEASE_RAN_OUT.to_owned()));
+                lease_ran_out(ctx);
                 return false;
             }
             left - margin
         };
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            () = ctx.clock.sleep(wait) => {}
             _ = done.changed() => return false,
         }
         if *done.borrow() {
@@ -737,13 +996,17 @@ async fn run_job(
     run_id: &str,
     lease: LeaseBody,
     claim_sent: Instant,
+    supervisor: &Supervisor,
 ) {
     let (stop_tx, mut stop_rx) = watch::channel(None);
+    // The lease is reckoned from when the claim was sent, never from its answer.
     let lease_end = claim_sent + Duration::from_millis(lease.lease_ttl_ms);
     let (connected_tx, _) = watch::channel(true);
     let ctx = Arc::new(JobContext {
         client,
         lease,
+        clock: config.clock.clone(),
+        request_timeout: config.request_timeout,
         stop_tx,
         connected_tx,
         reporting: AtomicBool::new(false),
@@ -769,7 +1032,17 @@ async fn run_job(
     };
     let uploader = tokio::spawn(upload_logs(ctx.clone(), log_rx, queued));
     let (done_tx, done_rx) = watch::channel(false);
-    let heartbeat = tokio::spawn(heartbeats(ctx.clone(), config.request_timeout, done_rx));
+    let heartbeat = tokio::spawn(heartbeats(ctx.clone(), done_rx));
+    // A shutdown of the runner stops this job as a rejection would.
+    let shutdown = {
+        let ctx = ctx.clone();
+        let mut shutdown = supervisor.shutdown.clone();
+        tokio::spawn(async move {
+            if shutdown.wait_for(|down| *down).await.is_ok() {
+                ctx.stop(Stop::Revoked(SHUTTING_DOWN.to_owned()));
+            }
+        })
+    };
 
     sink.line(&format!(
         "job {} attempt {} fence {} slot {} token {} source {} ({})",
@@ -827,9 +1100,21 @@ async fn run_job(
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
+                .kill_on_drop(true)
                 .process_group(0);
-            match command.spawn() {
-                Err(error) => sink.line(&format!("cannot start the command: {error}")),
+            // Counted before it starts, so the runner never returns between its start and the
+            // count (`run_until` waits for the count to reach 0).
+            supervisor.live_commands.send_modify(|live| *live += 1);
+            let spawned = if ctx.stopped().is_some() {
+                Err(std::io::Error::other("stopped before the command started"))
+            } else {
+                command.spawn()
+            };
+            match spawned {
+                Err(error) => {
+                    supervisor.live_commands.send_modify(|live| *live -= 1);
+                    sink.line(&format!("cannot start the command: {error}"));
+                }
                 Ok(mut child) => {
                     let pid = child.id();
                     let (chunk_tx, mut chunk_rx) = mpsc::unbounded_channel();
@@ -853,6 +1138,10 @@ async fn run_job(
                             }
                         }
                     };
+                    // Whatever ended it, nothing of its process group stays behind (a
+                    // background grandchild included).
+                    kill_group(pid);
+                    supervisor.live_commands.send_modify(|live| *live -= 1);
                     // Drain what the command printed (bounded: a background grandchild may keep
                     // the pipes open).
                     let drain = async {
@@ -860,7 +1149,10 @@ async fn run_job(
                             sink.send(chunk);
                         }
                     };
-                    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+                    tokio::select! {
+                        () = drain => {}
+                        () = ctx.clock.sleep(Duration::from_secs(2)) => {}
+                    }
                     for p in pumps {
                         p.abort();
                     }
@@ -947,6 +1239,7 @@ async fn run_job(
     }
     let _ = done_tx.send(true);
     let _ = heartbeat.await;
+    shutdown.abort();
     // The workspace goes with the job: its source, outputs and artifacts are on the server.
     let removed = tokio::task::spawn_blocking(move || {
         let removed = std::fs::remove_dir_all(&job_dir);

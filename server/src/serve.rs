@@ -160,9 +160,12 @@ pub async fn runner(options: RunnerOptions) -> anyhow::Result<()> {
     config.poll_interval = options.poll_interval;
     config.max_poll_interval = options.max_poll_interval;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        result = crate::agent::run(config) => result,
-        _ = tokio::signal::ctrl_c() => Ok(()),
-        _ = terminate.recv() => Ok(()),
-    }
+    // A signal stops every job's command before the runner exits (docs/protocol.md §6.4).
+    let signalled = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    };
+    crate::agent::run_until(config, signalled).await
 }
