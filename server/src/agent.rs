@@ -126,6 +126,32 @@ impl AgentClock for ManualAgentClock {
     }
 }
 
+/// The runner's duties broken on purpose, one at a time (feature `mutants` only; docs/runner-suite.md):
+/// each named mutant is the flaw issue 40 found, and `leasewright runner-suite` must fail on it.
+/// Chosen by `LEASEWRIGHT_AGENT_MUTANT=NAME` in a build with the feature; without the feature
+/// [`mutant`] is the constant `false` and no mutant exists in the binary.
+pub const AGENT_MUTANTS: &[&str] = &[
+    // The lease reckoned from when the heartbeat's answer came, not when it was sent.
+    "reckon-from-answer",
+    // A 401 on a message about a held lease logged and ignored.
+    "ignore-401",
+    // The runner returns on a shutdown or a fatal claim error without stopping its commands.
+    "exit-with-live-command",
+    // A heartbeat is cut only by the request timeout and a third of the TTL, not at the lease's end.
+    "request-not-cut",
+];
+
+#[cfg(feature = "mutants")]
+fn mutant(name: &str) -> bool {
+    debug_assert!(AGENT_MUTANTS.contains(&name));
+    std::env::var("LEASEWRIGHT_AGENT_MUTANT").is_ok_and(|chosen| chosen == name)
+}
+
+#[cfg(not(feature = "mutants"))]
+const fn mutant(_name: &str) -> bool {
+    false
+}
+
 /// backon's waits on the agent's clock.
 struct ClockSleeper(Arc<dyn AgentClock>);
 
@@ -345,7 +371,7 @@ impl JobContext {
                     self.stop(Stop::Revoked(code.clone()));
                 }
             }
-            CallError::Http { status: 401, .. } => {
+            CallError::Http { status: 401, .. } if !mutant("ignore-401") => {
                 // The token was refused: nothing about this lease can be renewed or reported
                 // any more, so it is over for this runner, as on a rejection.
                 tracing::warn!(job = %self.lease.job, what, "the runner's token was refused (401): stopping the work");
@@ -601,6 +627,9 @@ pub async fn run_until(
             }
         }
     };
+    if mutant("exit-with-live-command") {
+        return claimed;
+    }
     // Stop every job still running; wait until no command of ours is left, then let the jobs
     // report (bounded: a control plane that is gone does not hold the process).
     stop_all.send_replace(true);
@@ -830,7 +859,11 @@ fn renewal_limit(ctx: &JobContext, ttl: Duration) -> Duration {
     ctx.request_timeout
         .min(ttl / 3)
         .max(Duration::from_millis(50))
-        .min(ctx.lease_left())
+        .min(if mutant("request-not-cut") {
+            Duration::MAX
+        } else {
+            ctx.lease_left()
+        })
 }
 
 /// One renewal: after lost contact a rejoin first (obeyed), then the heartbeat. What gets no
@@ -853,7 +886,11 @@ async fn renew(ctx: &JobContext, ttl: Duration, done: &mut watch::Receiver<bool>
                 let limit = renewal_limit(ctx, ttl);
                 match cut(&*ctx.clock, limit, ctx.client.heartbeat(&ctx.tuple())).await {
                     Ok(answer) => {
-                        ctx.renewed(sent);
+                        ctx.renewed(if mutant("reckon-from-answer") {
+                            ctx.clock.now()
+                        } else {
+                            sent
+                        });
                         if answer.cancel_requested {
                             ctx.stop(Stop::Cancel);
                         }
@@ -1100,7 +1137,7 @@ async fn run_job(
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
-                .kill_on_drop(true)
+                .kill_on_drop(!mutant("exit-with-live-command"))
                 .process_group(0);
             // Counted before it starts, so the runner never returns between its start and the
             // count (`run_until` waits for the count to reach 0).
