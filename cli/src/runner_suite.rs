@@ -79,9 +79,23 @@ pub fn run(args: RunnerSuiteArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    if report.no_runner() {
+        let log = report
+            .scenarios
+            .first()
+            .map(|s| s.runner_log.display().to_string());
+        eprintln!(
+            "leasewright runner-suite: the runner never called the control plane in any scenario: \
+             is {:?} a runner that reads LEASEWRIGHT_SERVER and LEASEWRIGHT_RUNNER_TOKEN? (its \
+             output: --keep DIR, then {})",
+            options.runner_cmd,
+            log.unwrap_or_default()
+        );
+        return Ok(2);
+    }
     let violations = report.violations();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::output::print_json(&report)?;
     } else {
         for scenario in &report.scenarios {
             println!("{}: {}", scenario.name, scenario.what);

@@ -75,6 +75,8 @@ pub struct ScenarioReport {
     pub exit_code: Option<i32>,
     /// Where its output went (when kept).
     pub runner_log: PathBuf,
+    /// How many requests the runner sent the control plane.
+    pub requests: usize,
 }
 
 /// The whole suite's verdicts.
@@ -87,6 +89,12 @@ pub struct SuiteReport {
 }
 
 impl SuiteReport {
+    /// No runner of any scenario sent a single request: the command line runs no runner (or none
+    /// that reads the suite's environment). A setup failure, not a verdict.
+    pub fn no_runner(&self) -> bool {
+        self.scenarios.iter().all(|s| s.requests == 0)
+    }
+
     /// Every violated verdict, with its scenario.
     pub fn violations(&self) -> Vec<(&'static str, &Verdict)> {
         self.scenarios
@@ -327,5 +335,6 @@ async fn run_scenario(
             .collect(),
         exit_code: exited.and_then(|(_, code)| code),
         runner_log: log_path,
+        requests: outcome.records.len(),
     })
 }
