@@ -47,6 +47,15 @@ REQUEST_TIMEOUT = 10.0
 POLL = 0.05
 
 shutdown = threading.Event()
+# Set by the signal handler, which takes no lock (an `Event.set()` there can deadlock when the
+# signal lands while the main thread holds that event's lock); `stopping()` reads both.
+signalled = False
+
+
+def stopping():
+    if signalled and not shutdown.is_set():
+        shutdown.set()
+    return shutdown.is_set()
 
 
 def log(*parts):
@@ -201,7 +210,7 @@ class Job:
         backoff = 0.1
         while True:
             status, answer, retry_after = post(path, body, REQUEST_TIMEOUT)
-            if not transient(status) or once or shutdown.is_set():
+            if not transient(status) or once or stopping():
                 return status, answer
             time.sleep(max(backoff, retry_after or 0.0))
             backoff = min(backoff * 2, 5.0)
@@ -225,7 +234,7 @@ class Job:
                 tar.extractall(src, filter="data")
             if manifest_digest(src) != lease["source_digest"]:
                 log(lease["job"], "refusing to execute: the manifest digest differs")
-            elif not (self.stopped.is_set() or shutdown.is_set()):
+            elif not (self.stopped.is_set() or stopping()):
                 exit_code, output = self.execute(src, live)
         reason = self.stop_reason
         if reason == "cancel":
@@ -250,7 +259,7 @@ class Job:
         """Run the command in its own process group; kill the whole group on a stop."""
         out = tempfile.TemporaryFile()
         with live:
-            if shutdown.is_set():
+            if stopping():
                 return None, b""
             process = subprocess.Popen(["sh", "-c", self.lease["command"]], cwd=src, stdout=out,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -258,8 +267,8 @@ class Job:
             live.count += 1
         try:
             while process.poll() is None:
-                if self.stopped.is_set() or shutdown.is_set():
-                    if shutdown.is_set():
+                if self.stopped.is_set() or stopping():
+                    if stopping():
                         self.stop("the runner is shutting down")
                     break
                 self.stopped.wait(POLL)
@@ -289,13 +298,17 @@ def main():
         log("LEASEWRIGHT_SERVER and LEASEWRIGHT_RUNNER_TOKEN must be set")
         return 2
     live = Live()
-    signal.signal(signal.SIGTERM, lambda *_: shutdown.set())
-    signal.signal(signal.SIGINT, lambda *_: shutdown.set())
+    def on_signal(*_):
+        global signalled
+        signalled = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     slots = threading.Semaphore(CAPACITY)
     threads = []
     started = 0
     code = 0
-    while not shutdown.is_set():
+    while not stopping():
         if MAX_JOBS is not None and started >= MAX_JOBS:
             break
         if not slots.acquire(timeout=POLL):
@@ -323,15 +336,28 @@ def main():
             shutdown.set()
             code = 2
             break
-        shutdown.wait(POLL * 4)
-    # Never exit while a command runs: every job stops its command on `shutdown`.
-    if shutdown.is_set():
-        with live:
-            live.wait_for(lambda: live.count == 0)
+        time.sleep(POLL * 4)
+    # Never exit while a command runs: every job stops its command on `stopping()`, and the jobs
+    # are waited for (a signal while waiting sets `signalled`, which the jobs poll).
     for thread in threads:
-        thread.join(timeout=REQUEST_TIMEOUT)
+        while thread.is_alive() and not stopping():
+            thread.join(POLL)
+    # Every wait of the main thread is short: a signal delivered to another thread runs its
+    # handler only when the main thread next runs Python code.
+    if stopping():
+        with live:
+            while live.count:
+                live.wait(POLL)
+        deadline = time.monotonic() + REQUEST_TIMEOUT
+        for thread in threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                thread.join(POLL)
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Every command is dead by now; nothing is left to wait for at the interpreter's exit.
+    os._exit(code)
