@@ -7,7 +7,7 @@
 
 use leasewright_conformance::runner_suite::control_plane::{ControlPlane, Scene};
 use leasewright_conformance::runner_suite::scenarios::{Route, SCENARIOS};
-use leasewright_conformance::runner_suite::TICK_SCRIPT;
+use leasewright_conformance::runner_suite::{alive, command_pid, TICK_SCRIPT};
 use leasewright_server::agent::{self, AgentConfig, ManualAgentClock};
 use leasewright_server::source::{build_snapshot, SourceFile};
 use std::path::Path;
@@ -24,14 +24,6 @@ async fn until(what: &str, bound: Duration, mut condition: impl FnMut() -> bool)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
 }
 
 fn ticks(path: &Path) -> usize {
@@ -72,11 +64,7 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
 
     let bound = Duration::from_secs(30);
     until("the command runs", bound, || ticks(&tick_file) > 0).await;
-    let pid: i32 = std::fs::read_to_string(dir.path().join("ticks.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = command_pid(&tick_file).expect("the command's pid");
     // A sixth of the TTL on: the heartbeat goes out, and is never answered.
     clock.advance(ttl / 6);
     until("the heartbeat is sent", bound, || {

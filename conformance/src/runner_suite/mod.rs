@@ -184,7 +184,7 @@ pub async fn run(options: &SuiteOptions) -> std::io::Result<SuiteReport> {
 }
 
 /// A process of the machine, alive (not a zombie)?
-fn alive(pid: i32) -> bool {
+pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         // `pid (comm) state ...`: the state follows the last `)`.
         stat.rsplit_once(')')
@@ -209,8 +209,8 @@ fn signal_group(group: i32, signal: rustix::process::Signal) {
     }
 }
 
-/// The pid the command wrote when it started.
-fn command_pid(ticks: &Path) -> Option<i32> {
+/// The pid the command wrote when it started (`TICKS.pid`).
+pub fn command_pid(ticks: &Path) -> Option<i32> {
     let mut file = ticks.as_os_str().to_owned();
     file.push(".pid");
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
