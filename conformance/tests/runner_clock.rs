@@ -7,7 +7,7 @@
 
 use leasewright_conformance::runner_suite::control_plane::{ControlPlane, Scene};
 use leasewright_conformance::runner_suite::scenarios::{Route, SCENARIOS};
-use leasewright_conformance::runner_suite::{alive, command_pid, TICK_SCRIPT};
+use leasewright_conformance::runner_suite::{alive, command_pid, kill_command, TICK_SCRIPT};
 use leasewright_server::agent::{self, AgentConfig, ManualAgentClock};
 use leasewright_server::source::{build_snapshot, SourceFile};
 use std::path::Path;
@@ -32,39 +32,12 @@ fn ticks(path: &Path) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runners_own_clock() {
-    let spec = SCENARIOS.iter().find(|s| s.name == "hang").expect("hang");
-    let ttl = Duration::from_millis(spec.ttl_ms);
-    let dir = tempfile::tempdir().unwrap();
-    let tick_file = dir.path().join("ticks");
-    let snapshot = build_snapshot(vec![SourceFile {
-        path: "tick.sh".into(),
-        mode: 0o755,
-        content: TICK_SCRIPT.as_bytes().to_vec(),
-    }])
-    .unwrap();
-    let plane = ControlPlane::default();
-    let (url, server) = plane.serve().await.unwrap();
-    plane.add(
-        "runner",
-        Scene {
-            spec,
-            snapshot: Arc::new(snapshot),
-            ticks: tick_file.clone(),
-            leases: Vec::new(),
-            records: Vec::new(),
-        },
-    );
-    let clock = ManualAgentClock::new();
-    let mut config = AgentConfig::new(&url, "runner", dir.path().join("work"));
-    config.clock = clock.clone();
-    config.max_jobs = Some(1);
-    // Only the runner's clock ends a request here: no real-time timeout of the client's.
-    config.request_timeout = Duration::from_secs(3600);
-    let agent = tokio::spawn(agent::run(config));
-
+    let setup = Setup::new("hang").await;
+    let (plane, clock, tick_file, ttl) = (&setup.plane, &setup.clock, &setup.ticks, setup.ttl);
+    let agent = tokio::spawn(agent::run(setup.config.clone()));
     let bound = Duration::from_secs(30);
-    until("the command runs", bound, || ticks(&tick_file) > 0).await;
-    let pid = command_pid(&tick_file).expect("the command's pid");
+    until("the command runs", bound, || ticks(tick_file) > 0).await;
+    let pid = command_pid(tick_file).expect("the command's pid");
     // A sixth of the TTL on: the heartbeat goes out, and is never answered.
     clock.advance(ttl / 6);
     until("the heartbeat is sent", bound, || {
@@ -108,9 +81,9 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
     // Shortly before the lease's end (farther than the runner's own margin, a tenth of a
     // heartbeat interval, by which it may stop early) the work still runs: it ticks on.
     clock.advance_to(ttl - ttl / 30);
-    let before = ticks(&tick_file);
+    let before = ticks(tick_file);
     until("the work ticks on before the lease's end", bound, || {
-        ticks(&tick_file) >= before + 3
+        ticks(tick_file) >= before + 3
     })
     .await;
     assert!(alive(pid));
@@ -128,5 +101,144 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
         "no heartbeat or rejoin was ever answered: {records:?}"
     );
     agent.abort();
-    server.abort();
+}
+
+/// The suite's control plane playing one scenario, and an agent's configuration on a manual
+/// clock against it.
+struct Setup {
+    plane: ControlPlane,
+    server: tokio::task::JoinHandle<()>,
+    clock: Arc<ManualAgentClock>,
+    config: AgentConfig,
+    ticks: std::path::PathBuf,
+    ttl: Duration,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    async fn new(scenario: &str) -> Self {
+        let spec = SCENARIOS
+            .iter()
+            .find(|s| s.name == scenario)
+            .expect("a scenario");
+        let dir = tempfile::tempdir().unwrap();
+        let ticks = dir.path().join("ticks");
+        let snapshot = build_snapshot(vec![SourceFile {
+            path: "tick.sh".into(),
+            mode: 0o755,
+            content: TICK_SCRIPT.as_bytes().to_vec(),
+        }])
+        .unwrap();
+        let plane = ControlPlane::default();
+        let (url, server) = plane.serve().await.unwrap();
+        plane.add(
+            "runner",
+            Scene {
+                spec,
+                snapshot: Arc::new(snapshot),
+                ticks: ticks.clone(),
+                leases: Vec::new(),
+                records: Vec::new(),
+            },
+        );
+        let clock = ManualAgentClock::new();
+        let mut config = AgentConfig::new(&url, "runner", dir.path().join("work"));
+        config.clock = clock.clone();
+        config.capacity = spec.capacity;
+        config.max_jobs = Some(spec.max_jobs as usize);
+        // Only the runner's clock ends a request here: no real-time timeout of the client's.
+        config.request_timeout = Duration::from_secs(3600);
+        Self {
+            plane,
+            server,
+            clock,
+            config,
+            ticks,
+            ttl: Duration::from_millis(spec.ttl_ms),
+            _dir: dir,
+        }
+    }
+
+    /// Waits until the command runs; its pid.
+    async fn command_running(&self) -> i32 {
+        until("the command runs", Duration::from_secs(30), || {
+            ticks(&self.ticks) > 0
+        })
+        .await;
+        command_pid(&self.ticks).expect("the command's pid")
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        // A failing test leaves no command behind.
+        kill_command(&self.ticks);
+        self.server.abort();
+    }
+}
+
+/// The margin within which a killed command is gone (a bound on a hang, not a threshold).
+const GONE: Duration = Duration::from_secs(5);
+
+/// Issue 36: a revoked runner (401 on its heartbeat) kept executing. Now the 401 stops the work
+/// at once: the clock moves only to the first heartbeat, a sixth of the lease, and stands there
+/// while the command is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_on_a_heartbeat_stops_the_work_at_once_at_capacity_1_with_the_clock_standing() {
+    let setup = Setup::new("revoked-token").await;
+    let agent = tokio::spawn(agent::run(setup.config.clone()));
+    let pid = setup.command_running().await;
+    setup.clock.advance(setup.ttl / 6);
+    until("the work stops on the 401", GONE, || !alive(pid)).await;
+    assert!(setup.clock.elapsed() < setup.ttl);
+    let records = setup.plane.records("runner").0;
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(&r.answered, Some((_, 401, _)))),
+        "{records:?}"
+    );
+    agent.abort();
+}
+
+/// Issue 36: at capacity 2 the next claim's 401 made the process exit and leave its command
+/// running. Now the runner stops every command first: when `run` returns (an error), its command
+/// is gone, the clock never having moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_on_a_claim_at_capacity_2_stops_the_command_before_the_runner_returns() {
+    let setup = Setup::new("unauthorized-claim").await;
+    let agent = tokio::spawn(agent::run(setup.config.clone()));
+    let pid = setup.command_running().await;
+    let ended = agent.await.expect("the agent task");
+    assert!(
+        ended.is_err(),
+        "a refused token ends the runner with an error"
+    );
+    until("the command is gone when the runner returns", GONE, || {
+        !alive(pid)
+    })
+    .await;
+    assert_eq!(setup.clock.elapsed(), Duration::ZERO);
+}
+
+/// A runner told to shut down (SIGTERM, SIGINT: `run_until`'s future) stops its command before it
+/// returns, the clock never having moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_stops_the_command_before_the_runner_returns() {
+    let setup = Setup::new("sigterm").await;
+    let (shutdown, signalled) = tokio::sync::oneshot::channel::<()>();
+    let agent = tokio::spawn(agent::run_until(setup.config.clone(), async move {
+        let _ = signalled.await;
+    }));
+    let pid = setup.command_running().await;
+    shutdown.send(()).unwrap();
+    agent
+        .await
+        .expect("the agent task")
+        .expect("a clean shutdown");
+    until("the command is gone when the runner returns", GONE, || {
+        !alive(pid)
+    })
+    .await;
+    assert_eq!(setup.clock.elapsed(), Duration::ZERO);
 }

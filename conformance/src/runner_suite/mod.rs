@@ -216,6 +216,17 @@ pub fn command_pid(ticks: &Path) -> Option<i32> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
+/// Kills the command that ticks into `ticks` (its whole process group), if it still runs.
+pub fn kill_command(ticks: &Path) {
+    if let Some(pid) = command_pid(ticks) {
+        if alive(pid) {
+            if let Some(command_group) = process_group(pid) {
+                signal_group(command_group, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
 async fn run_scenario(
     spec: &'static Scenario,
     plane: &ControlPlane,
@@ -286,13 +297,7 @@ async fn run_scenario(
     }
     // Nothing outlives the scenario: the runner's group, the command's.
     signal_group(group, rustix::process::Signal::KILL);
-    if let Some(pid) = command_pid(&ticks) {
-        if alive(pid) {
-            if let Some(command_group) = process_group(pid) {
-                signal_group(command_group, rustix::process::Signal::KILL);
-            }
-        }
-    }
+    kill_command(&ticks);
     let _ = waiter.await;
     let (records, lease_end) = plane.records(token);
     let outcome = Outcome {
