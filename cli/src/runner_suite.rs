@@ -93,6 +93,14 @@ pub fn run(args: RunnerSuiteArgs) -> anyhow::Result<i32> {
         );
         return Ok(2);
     }
+    if report.no_command_ran() {
+        eprintln!(
+            "leasewright runner-suite: the runner never ran a job's command in any scenario: \
+             nothing was judged (it must run each lease's `command` with `sh -c` in the \
+             extracted source; docs/runner-suite.md)"
+        );
+        return Ok(2);
+    }
     let violations = report.violations();
     if args.json {
         crate::output::print_json(&report)?;
@@ -110,9 +118,10 @@ pub fn run(args: RunnerSuiteArgs) -> anyhow::Result<i32> {
         }
         let verdicts: usize = report.scenarios.iter().map(|s| s.verdicts.len()).sum();
         println!(
-            "{} scenarios, {verdicts} verdicts, {} violated, {:.1} s (margin {} ms)",
+            "{} scenarios, {verdicts} verdicts, {} violated, {} not exercised, {:.1} s (margin {} ms)",
             report.scenarios.len(),
             violations.len(),
+            report.not_exercised(),
             report.seconds,
             report.margin_ms
         );

@@ -47,6 +47,14 @@ fn an_unknown_scenario_and_a_command_that_runs_no_runner_are_exit_2() {
         stderr.contains("no scenario \"no-such-scenario\""),
         "{stderr}"
     );
+    // A runner that claims and reports but never runs the command judges nothing: exit 2, not 0.
+    let idle = "python3 examples/python-runner/runner.py";
+    let (code, _, stderr) = suite(
+        &["--scenario", "hang", "--runner-cmd", idle],
+        &[("RUNNER_BUG", "never-run")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("never ran a job's command"), "{stderr}");
     let (code, _, stderr) = suite(&["--scenario", "hang", "--runner-cmd", "true"], &[]);
     assert_eq!(code, 2, "{stderr}");
     assert!(

@@ -16,7 +16,9 @@ Settings, all from the environment (the suite's contract):
   LEASEWRIGHT_WORKDIR         where the workspaces go (default: a temporary directory)
   RUNNER_BUG                  a seeded bug, to see the suite catch it: `ignore-401` (a 401 on a
                               heartbeat is logged and ignored) or `reckon-from-answer` (the lease
-                              reckoned from when the heartbeat's answer came)
+                              reckoned from when the heartbeat's answer came), or `never-run`
+                              (claims and reports, never runs a command: the suite judges
+                              nothing and says so, exit 2)
 
 What it leaves out (an example, not a product): log streaming (the command's output is sent as
 one log chunk after it ends), artifacts, batch results, target URLs.
@@ -234,7 +236,7 @@ class Job:
                 tar.extractall(src, filter="data")
             if manifest_digest(src) != lease["source_digest"]:
                 log(lease["job"], "refusing to execute: the manifest digest differs")
-            elif not (self.stopped.is_set() or stopping()):
+            elif not (self.stopped.is_set() or stopping()) and BUG != "never-run":
                 exit_code, output = self.execute(src, live)
         reason = self.stop_reason
         if reason == "cancel":

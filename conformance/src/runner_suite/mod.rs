@@ -77,6 +77,8 @@ pub struct ScenarioReport {
     pub runner_log: PathBuf,
     /// How many requests the runner sent the control plane.
     pub requests: usize,
+    /// How many times the job's command ticked (0: it never ran).
+    pub ticks: usize,
 }
 
 /// The whole suite's verdicts.
@@ -93,6 +95,21 @@ impl SuiteReport {
     /// that reads the suite's environment). A setup failure, not a verdict.
     pub fn no_runner(&self) -> bool {
         self.scenarios.iter().all(|s| s.requests == 0)
+    }
+
+    /// No scenario's command ever ran: nothing about stopping work was judged (a runner that
+    /// never runs a command would otherwise pass, every verdict `not exercised`). A setup failure.
+    pub fn no_command_ran(&self) -> bool {
+        self.scenarios.iter().all(|s| s.ticks == 0)
+    }
+
+    /// How many verdicts could not be judged.
+    pub fn not_exercised(&self) -> usize {
+        self.scenarios
+            .iter()
+            .flat_map(|s| &s.verdicts)
+            .filter(|v| v.status == Status::NotExercised)
+            .count()
     }
 
     /// Every violated verdict, with its scenario.
@@ -341,5 +358,6 @@ async fn run_scenario(
         exit_code: exited.and_then(|(_, code)| code),
         runner_log: log_path,
         requests: outcome.records.len(),
+        ticks: outcome.ticks.len(),
     })
 }
