@@ -371,7 +371,11 @@ async fn benign_maintenance_and_a_prune_are_clean_under_since_with_the_witness()
     let pruned = common::prune_audited(&store, position, finished_before).await;
     store.close().await;
     assert_eq!(pruned, 1, "the passed job is pruned");
-    sql(url, &["VACUUM FULL".into(), "REINDEX SCHEMA leasewright".into()]).await;
+    sql(
+        url,
+        &["VACUUM FULL".into(), "REINDEX SCHEMA leasewright".into()],
+    )
+    .await;
     let since = audit_with(url, Some((&token, &witness))).await;
     assert!(since.is_clean(), "{:#?}", since.violations);
     let full = audit_with(url, None).await;
