@@ -674,6 +674,9 @@ pub async fn audit(
         cache
     };
     let mut claim_order = order::ClaimOrder::default();
+    // The jobs whose replay stopped at a violation: what it was (a slot finding on a reservation
+    // of theirs says it follows from it).
+    let mut stopped: HashMap<Uuid, String> = HashMap::new();
     for chunk in ids.chunks(options.batch.max(1)) {
         let mut stored = if chained {
             Default::default()
@@ -723,7 +726,9 @@ pub async fn audit(
             claim_order.read(&jl, submitted.get(&jl.job.id).copied());
             match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
-                replay::Outcome::Violation(v, held) => {
+                replay::Outcome::Violation(v, mut held) => {
+                    replay::release_as_the_ledger_shows(&jl, &mut held);
+                    stopped.insert(jl.job.id, format!("[{}] at {}", v.kind.as_str(), v.record));
                     report.violations.push(*v);
                     reservations.extend(held);
                 }
@@ -745,7 +750,9 @@ pub async fn audit(
     if !chained {
         report.violations.extend(side_effects.finish());
     }
-    report.violations.extend(slot_overlaps(reservations));
+    report
+        .violations
+        .extend(slot_overlaps(reservations, &stopped));
     (report.epochs, report.across_epochs) =
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
     let slot_rows = read::slots(&mut conn).await?;
@@ -1022,7 +1029,12 @@ fn epoch_boundaries(
 }
 
 /// Invariant 14 across jobs: the reservations of one target slot, in ledger order, never overlap.
-fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
+/// `stopped`: the violation each job whose replay stopped was stopped by (a finding against its
+/// reservation says it follows from it).
+fn slot_overlaps(
+    mut reservations: Vec<replay::Reservation>,
+    stopped: &HashMap<Uuid, String>,
+) -> Vec<Violation> {
     reservations.sort_by(|a, b| a.target.cmp(&b.target).then(a.start.cmp(&b.start)));
     let mut out = Vec::new();
     // The reservation of each slot that ends last among those started so far.
@@ -1071,7 +1083,12 @@ fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
                     } else {
                         format!("released at ledger {}", first.end)
                     }
-                ),
+                ) + &stopped.get(&first.job).map_or(String::new(), |v| {
+                    format!(
+                        "; this follows from job {}'s violation {v}, whose replay stopped there",
+                        first.job
+                    )
+                }),
                 steps: Vec::new(),
             });
         }
@@ -1109,7 +1126,7 @@ mod tests {
             held("dev", 4, 9, 10),
             held("prod", 2, 20, 30),
         ];
-        assert!(slot_overlaps(clean).is_empty());
+        assert!(slot_overlaps(clean, &Default::default()).is_empty());
         // A long holder, then two later claims while it still holds the slot: both reported,
         // the second although the first of them had already been released.
         let overlapping = vec![
@@ -1117,7 +1134,7 @@ mod tests {
             held("prod", 2, 3, 4),
             held("prod", 3, 6, 7),
         ];
-        let found = slot_overlaps(overlapping);
+        let found = slot_overlaps(overlapping, &Default::default());
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found.iter().all(|v| v.kind == Kind::SlotOverlap));
         assert_eq!(found[1].job, Uuid::from_u128(3));
@@ -1127,7 +1144,10 @@ mod tests {
     fn slot_tokens_must_increase_in_reservation_order_across_jobs() {
         let mut reused = held("prod", 2, 6, 7);
         reused.slot_token = 1;
-        let found = slot_overlaps(vec![held("prod", 1, 1, 5), reused, held("dev", 3, 2, 3)]);
+        let found = slot_overlaps(
+            vec![held("prod", 1, 1, 5), reused, held("dev", 3, 2, 3)],
+            &Default::default(),
+        );
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(
             (found[0].kind, found[0].job),

@@ -882,3 +882,35 @@ async fn a_prune_takes_only_a_watermark_this_ledger_printed() {
         "a position never issued"
     );
 }
+
+/// Issue 37 item 4: a violation in one job never makes another a suspect. The first job on `prod`
+/// has its accepted result's receipt time moved past its lease (a violation: its replay stops
+/// there, before the release); the second job's later claim of the slot is not a `slot_overlap`,
+/// in a full run and under `--since`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_violation_in_one_job_never_makes_the_next_holder_of_its_slot_a_suspect() {
+    let l = build().await;
+    let url = l.db.url();
+    sql(
+        url,
+        &[format!(
+            "UPDATE observations SET received_at = received_at + interval '1 hour' \
+             WHERE attempt_id = '{}' AND kind = 'result'",
+            l.first.attempt.0
+        )],
+    )
+    .await;
+    l.touch(&[l.first]).await;
+    for since in [None, Some(l.watermark)] {
+        let report = run(url, since).await;
+        let on = |job: JobId| -> Vec<Kind> {
+            replayed(&report)
+                .iter()
+                .filter(|v| v.job == job.0)
+                .map(|v| v.kind)
+                .collect()
+        };
+        assert!(!on(l.first.job).is_empty(), "{:#?}", report.violations);
+        assert_eq!(on(l.second.job), vec![], "{:#?}", report.violations);
+    }
+}
