@@ -8,6 +8,7 @@
 
 use crate::witness::{self, Tombstone, Witness};
 use chrono::{DateTime, TimeZone as _, Utc};
+use leasewright_impl::epoch::epoch_of;
 use sha2::{Digest as _, Sha256};
 use sqlx::{PgConnection, Row};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -155,6 +156,10 @@ pub struct ChainReport {
     pub tombstones_of_existing_jobs: Vec<Uuid>,
     /// Messages recorded from a runner after its revocation (`revocation`).
     pub(crate) after_revocation: Vec<crate::Violation>,
+    /// Every job's claims per epoch (of their fence and slot token), and its attempts still
+    /// active or uncertain: the epochs and the jobs running across one, in every run.
+    pub(crate) claims_per_epoch: BTreeMap<i64, usize>,
+    pub(crate) still_leased: Vec<crate::AcrossEpoch>,
 }
 
 /// Whether the schema has the chain (migration 0015).
@@ -336,6 +341,10 @@ pub async fn check_all(
     for chunk in ids.chunks(batch.max(1)) {
         let jobs = read_jobs(conn, chunk).await?;
         let mut read = read_records(conn, chunk).await?;
+        for (epoch, n) in std::mem::take(&mut read.claims_per_epoch) {
+            *report.claims_per_epoch.entry(epoch).or_default() += n;
+        }
+        report.still_leased.append(&mut read.still_leased);
         let mut stored = crate::stored::rows(conn, chunk).await?;
         for job in jobs {
             let recs = read.records.remove(&job.id).unwrap_or_default();
@@ -630,6 +639,8 @@ struct Read {
     attempt_states: HashMap<Uuid, Vec<(Uuid, Vec<u8>)>>,
     /// The claims and the accepted messages: the record's name, the runner, the receipt time.
     accepted: HashMap<Uuid, Vec<(String, Uuid, Time)>>,
+    claims_per_epoch: BTreeMap<i64, usize>,
+    still_leased: Vec<crate::AcrossEpoch>,
 }
 
 /// Every chained record of the jobs `ids`, by job.
@@ -658,11 +669,25 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
             r.try_get("runner_id")?,
             r.try_get("claimed_at")?,
         ));
+        let attempt_state: String = r.try_get("state")?;
+        let fence: i64 = r.try_get("fence")?;
+        let claimed_in = epoch_of(fence).max(slot_token.map_or(0, epoch_of));
+        *read.claims_per_epoch.entry(claimed_in).or_default() += 1;
+        if attempt_state == "active" || attempt_state == "uncertain" {
+            read.still_leased.push(crate::AcrossEpoch {
+                job,
+                project: r.try_get("project_id")?,
+                attempt: id,
+                state: attempt_state.clone(),
+                claimed_in,
+                latest: 0,
+            });
+        }
         let mut state = Encoder::default();
         state
             .text(Some("attempt"))
             .uuid(Some(id))
-            .text(Some(r.try_get("state")?))
+            .text(Some(&attempt_state))
             .time(Some(r.try_get("lease_expiry")?))
             .text(r.try_get("outcome")?)
             .text(r.try_get("result_digest")?)

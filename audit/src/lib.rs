@@ -753,6 +753,19 @@ pub async fn audit(
     report
         .violations
         .extend(slot_overlaps(reservations, &stopped));
+    // With the chain, every job's claims and leases (the chain pass reads them all), and the
+    // epoch now: shown even when nothing was claimed since the last audit, or since the epoch
+    // changed.
+    if let Some(c) = chain_report.as_mut() {
+        claims_per_epoch = std::mem::take(&mut c.claims_per_epoch);
+        still_leased = std::mem::take(&mut c.still_leased)
+            .into_iter()
+            .filter(|a| project.is_none_or(|p| p == a.project))
+            .collect();
+    }
+    if let Some((_, epoch)) = &here {
+        claims_per_epoch.entry(*epoch).or_default();
+    }
     (report.epochs, report.across_epochs) =
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
     let slot_rows = read::slots(&mut conn).await?;
