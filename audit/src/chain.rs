@@ -314,6 +314,7 @@ pub async fn check_all(
     since_buckets: Option<u32>,
     position: i64,
     batch: usize,
+    progress: &mut impl FnMut(usize, usize, usize),
 ) -> Result<ChainReport, sqlx::Error> {
     let started = std::time::Instant::now();
     let mut report = ChainReport {
@@ -401,8 +402,10 @@ pub async fn check_all(
                 }
             }
         }
+        progress(report.jobs, ids.len(), report.records);
     }
     report.side_effects.extend(side_effects.finish());
+    progress(report.jobs, ids.len(), report.records);
     for (i, &p) in at.iter().enumerate() {
         for t in &pruned {
             if existing.contains(&t.job) {

@@ -184,6 +184,8 @@ pub struct AuditOptions {
 /// Progress of a long audit.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
+    /// `chain` (every job's records hashed) or `replay` (the jobs replayed).
+    pub phase: &'static str,
     pub jobs_done: usize,
     pub jobs_total: usize,
     pub records: usize,
@@ -603,6 +605,15 @@ pub async fn audit(
                     .and_then(|w| w.witness.map(|(b, _)| b)),
                 watermark,
                 options.batch,
+                &mut |jobs_done, jobs_total, records| {
+                    progress(Progress {
+                        phase: "chain",
+                        jobs_done,
+                        jobs_total,
+                        records,
+                        seconds: started.elapsed().as_secs_f64(),
+                    })
+                },
             )
             .await?,
         )
@@ -741,6 +752,7 @@ pub async fn audit(
             }
         }
         progress(Progress {
+            phase: "replay",
             jobs_done: report.jobs,
             jobs_total: ids.len(),
             records: report.records,

@@ -120,7 +120,8 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         if show_progress && p.seconds - last_shown >= 2.0 {
             last_shown = p.seconds;
             eprintln!(
-                "leasewright audit: {}/{} jobs, {} records, {:.0} records/s",
+                "leasewright audit: {}: {}/{} jobs, {} records, {:.0} records/s",
+                p.phase,
                 p.jobs_done,
                 p.jobs_total,
                 p.records,
