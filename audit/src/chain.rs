@@ -154,7 +154,8 @@ pub struct ChainReport {
     pub(crate) runners: BTreeMap<Uuid, Option<i64>>,
     /// Tombstones that stand for a job that still exists (`tombstone`).
     pub tombstones_of_existing_jobs: Vec<Uuid>,
-    /// Messages recorded from a runner after its revocation (`revocation`).
+    /// Messages recorded from a runner after its revocation (`revocation`), and claims above the
+    /// lease policy in force at their position (`lease_ttl`).
     pub(crate) after_revocation: Vec<crate::Violation>,
     /// Every job's claims per epoch (of their fence and slot token), and its attempts still
     /// active or uncertain: the epochs and the jobs running across one, in every run.
@@ -331,6 +332,7 @@ pub async fn check_all(
         .map(|(id, (_, revoked))| (*id, revoked.map(witness::micros)))
         .collect();
     let mut holdings = holdings(conn).await?;
+    let policy = policy_history(conn).await?;
     let existing: BTreeSet<Uuid> = ids.iter().copied().collect();
     let mut unfinished = Vec::new();
     let mut cache = crate::stored::cache_rows(conn).await?;
@@ -362,6 +364,11 @@ pub async fn check_all(
             let messages = read.messages.remove(&job.id).unwrap_or_default();
             if let Some(v) = side_effects.job(job.id, job.project, &messages, &rows) {
                 report.side_effects.push(v);
+            }
+            for (claim, at, ttl) in read.claim_ttls.remove(&job.id).unwrap_or_default() {
+                if let Some(v) = above_policy(&job, claim, at, ttl, &policy) {
+                    report.after_revocation.push(v);
+                }
             }
             for (o, runner, at) in read.accepted.remove(&job.id).unwrap_or_default() {
                 if let Some(v) = after_revocation(&job, &o, runner, at, &runners) {
@@ -491,6 +498,61 @@ pub async fn pruned_on_the_record(conn: &mut PgConnection) -> Result<bool, sqlx:
     .fetch_one(&mut *conn)
     .await?;
     Ok(found == 1)
+}
+
+/// The lease policy's history (migration 0019): each ttl with the ledger position it was recorded
+/// at, in order; empty without the table.
+async fn policy_history(
+    conn: &mut PgConnection,
+) -> Result<Vec<(i64, chrono::Duration)>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy_history') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT ledger_seq, (extract(epoch FROM max_lease_ttl) * 1000000)::bigint \
+         FROM lease_policy_history ORDER BY ledger_seq",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, micros)| (seq, chrono::Duration::microseconds(micros)))
+        .collect())
+}
+
+/// A claim whose ttl is above the policy in force at its ledger position (the last recorded
+/// before it; the first for a claim before the history began), but not above the largest policy
+/// ever recorded (that one the replay reports, `lease_ttl`).
+fn above_policy(
+    job: &JobHead,
+    claim: String,
+    at: i64,
+    ttl: chrono::Duration,
+    policy: &[(i64, chrono::Duration)],
+) -> Option<crate::Violation> {
+    let largest = policy.iter().map(|(_, t)| *t).max()?;
+    let (since, in_force) = policy
+        .iter()
+        .rev()
+        .find(|(seq, _)| *seq < at)
+        .or(policy.first())?;
+    (ttl > *in_force && ttl <= largest).then(|| crate::Violation {
+        kind: crate::Kind::LeaseTtl,
+        job: job.id,
+        project: job.project,
+        record: claim,
+        detail: format!(
+            "the claim granted a lease ttl of {} s, above the policy in force at its ledger \
+             position ({} s, recorded at ledger {since}, lease_policy_history): a ttl raised \
+             later does not cover it",
+            ttl.num_milliseconds() as f64 / 1e3,
+            in_force.num_milliseconds() as f64 / 1e3
+        ),
+        steps: Vec::new(),
+    })
 }
 
 /// Every runner: its project and its revocation time.
@@ -644,6 +706,8 @@ struct Read {
     accepted: HashMap<Uuid, Vec<(String, Uuid, Time)>>,
     claims_per_epoch: BTreeMap<i64, usize>,
     still_leased: Vec<crate::AcrossEpoch>,
+    /// Each claim's name, ledger position and lease ttl (claim expiry − claim time).
+    claim_ttls: HashMap<Uuid, Vec<(String, i64, chrono::Duration)>>,
 }
 
 /// Every chained record of the jobs `ids`, by job.
@@ -667,11 +731,19 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
         if let Some(token) = slot_token {
             read.claims.entry(job).or_default().push((id, token));
         }
+        let claimed_at: Time = r.try_get("claimed_at")?;
         read.accepted.entry(job).or_default().push((
             format!("claim of attempt {id} (ledger {ledger_seq})"),
             r.try_get("runner_id")?,
-            r.try_get("claimed_at")?,
+            claimed_at,
         ));
+        if let Some(expiry) = r.try_get::<Option<Time>, _>("claim_lease_expiry")? {
+            read.claim_ttls.entry(job).or_default().push((
+                format!("attempt {id} (claim, ledger {ledger_seq})"),
+                ledger_seq,
+                expiry - claimed_at,
+            ));
+        }
         let attempt_state: String = r.try_get("state")?;
         let fence: i64 = r.try_get("fence")?;
         let claimed_in = epoch_of(fence).max(slot_token.map_or(0, epoch_of));

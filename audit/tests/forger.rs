@@ -381,3 +381,23 @@ async fn benign_maintenance_and_a_prune_are_clean_under_since_with_the_witness()
     let full = audit_with(url, None).await;
     assert!(full.is_clean(), "{:#?}", full.violations);
 }
+
+/// Issue 37 item 3: the lease ttl raised 1000 times together with the policy row (the row's
+/// history records the raise at its own ledger position, migration 0019), and every chain
+/// recomputed: the claim's ttl is above the policy in force at its position, in a full run and
+/// under `--since`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_raised_with_the_policy_row_is_judged_by_the_policy_at_its_claim() {
+    let l = build().await;
+    let job = l.uncertain.0;
+    let edit = [
+        format!(
+            "UPDATE attempts SET claim_lease_expiry = claimed_at + (claim_lease_expiry - \
+             claimed_at) * 1000, lease_expiry = claimed_at + (claim_lease_expiry - claimed_at) \
+             * 1000 WHERE job_id = '{job}'"
+        ),
+        "UPDATE lease_policy SET max_lease_ttl = max_lease_ttl * 1000".to_string(),
+    ];
+    let (full, _) = forged(&l, &edit, l.uncertain, Kind::LeaseTtl).await;
+    assert!(full.contains(&Kind::LeaseTtl), "{full:?}");
+}
