@@ -3,7 +3,10 @@
 -- numbered again 2, 3, ... in their stored order (closing the gap a deleted record left), every
 -- hash recomputed with the writer's own SQL (migration 0015's encodings, as audit/src/multiply.sql
 -- recomputes them), and each job's row made to hold its last head (its attempts' copies of the
--- head, migration 0017, cleared). Run on one connection, after the edit.
+-- head, migration 0017, cleared). Run on one connection, after the edit. Its hash loop repeats
+-- multiply.sql's on purpose: that script hashes only the copies it made and renumbers nothing;
+-- this one is the forger's, over every job, and must stay the writer's encoding independently of
+-- the audit's Rust (a ledger it rewrote auditing clean is the check that all three agree).
 CREATE TEMP TABLE renumbered AS
 SELECT t, rid, job, (row_number() OVER (PARTITION BY job ORDER BY chain_seq, ledger_seq) + 1)::integer AS s
 FROM (
