@@ -6,16 +6,18 @@
 //! committing to the database, the epoch, the position and a digest over every job's chain head.
 //! A hash-only pass: no model replay, every record of every job read once.
 
+use crate::witness::{self, Tombstone, Witness};
 use chrono::{DateTime, TimeZone as _, Utc};
+use leasewright_impl::epoch::epoch_of;
 use sha2::{Digest as _, Sha256};
 use sqlx::{PgConnection, Row};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 type Time = DateTime<Utc>;
 
 /// The canonical encoding of one record (docs/audit.md, "The canonical encoding").
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Encoder(Vec<u8>);
 
 impl Encoder {
@@ -102,6 +104,10 @@ struct JobHead {
     chain_seq: Option<i32>,
     chain_head: Option<Vec<u8>>,
     submission: Vec<u8>,
+    /// The state its row holds (the start of its witness state entry: `witness`).
+    row_state: Encoder,
+    /// Passed, failed, cancelled or aborted.
+    finished: bool,
 }
 
 /// A break in one job's chain (reported as `ledger_chain`).
@@ -135,6 +141,26 @@ pub struct ChainReport {
     pub(crate) side_effects: Vec<crate::Violation>,
     /// The largest slot token every claim of every job issued, per slot (`slot_counter`).
     pub(crate) issued: crate::slots::Issued,
+    /// The witness as of `position` (what the token's roots commit to).
+    pub witness: Witness,
+    /// With `--since W` (a token with a witness): the chain root recomputed as of W with W's
+    /// bucket count.
+    pub chain_root_at_since: Option<[u8; 32]>,
+    /// What a witness as of `since` is compared with (`witness::compare`).
+    pub(crate) chain_at_since: BTreeMap<Uuid, Vec<u8>>,
+    pub(crate) state_now: BTreeMap<Uuid, (i64, Vec<u8>)>,
+    pub(crate) moved: BTreeSet<Uuid>,
+    pub(crate) tombstones: Vec<Tombstone>,
+    pub(crate) runners: BTreeMap<Uuid, Option<i64>>,
+    /// Tombstones that stand for a job that still exists (`tombstone`).
+    pub tombstones_of_existing_jobs: Vec<Uuid>,
+    /// Messages recorded from a runner after its revocation (`revocation`), and claims above the
+    /// lease policy in force at their position (`lease_ttl`).
+    pub(crate) after_revocation: Vec<crate::Violation>,
+    /// Every job's claims per epoch (of their fence and slot token), and its attempts still
+    /// active or uncertain: the epochs and the jobs running across one, in every run.
+    pub(crate) claims_per_epoch: BTreeMap<i64, usize>,
+    pub(crate) still_leased: Vec<crate::AcrossEpoch>,
 }
 
 /// Whether the schema has the chain (migration 0015).
@@ -286,8 +312,10 @@ fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
 pub async fn check_all(
     conn: &mut PgConnection,
     since: Option<i64>,
+    since_buckets: Option<u32>,
     position: i64,
     batch: usize,
+    progress: &mut impl FnMut(usize, usize, usize),
 ) -> Result<ChainReport, sqlx::Error> {
     let started = std::time::Instant::now();
     let mut report = ChainReport {
@@ -297,24 +325,16 @@ pub async fn check_all(
     let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
         .fetch_all(&mut *conn)
         .await?;
-    let pruned: BTreeMap<Uuid, (i64, Vec<u8>, i64, i64)> = sqlx::query(
-        "SELECT job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq FROM ledger_pruned",
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| {
-        Ok((
-            r.try_get("job_id")?,
-            (
-                i64::from(r.try_get::<i32, _>("chain_seq")?),
-                r.try_get("chain_head")?,
-                r.try_get("job_ledger_seq")?,
-                r.try_get("max_ledger_seq")?,
-            ),
-        ))
-    })
-    .collect::<Result<_, sqlx::Error>>()?;
+    let pruned = tombstones(conn).await?;
+    let runners = runners(conn).await?;
+    report.runners = runners
+        .iter()
+        .map(|(id, (_, revoked))| (*id, revoked.map(witness::micros)))
+        .collect();
+    let mut holdings = holdings(conn).await?;
+    let policy = policy_history(conn).await?;
+    let existing: BTreeSet<Uuid> = ids.iter().copied().collect();
+    let mut unfinished = Vec::new();
     let mut cache = crate::stored::cache_rows(conn).await?;
     let mut side_effects = crate::stored::Checker::default();
     side_effects.entries(cache.values().flatten());
@@ -324,6 +344,10 @@ pub async fn check_all(
     for chunk in ids.chunks(batch.max(1)) {
         let jobs = read_jobs(conn, chunk).await?;
         let mut read = read_records(conn, chunk).await?;
+        for (epoch, n) in std::mem::take(&mut read.claims_per_epoch) {
+            *report.claims_per_epoch.entry(epoch).or_default() += n;
+        }
+        report.still_leased.append(&mut read.still_leased);
         let mut stored = crate::stored::rows(conn, chunk).await?;
         for job in jobs {
             let recs = read.records.remove(&job.id).unwrap_or_default();
@@ -341,6 +365,35 @@ pub async fn check_all(
             if let Some(v) = side_effects.job(job.id, job.project, &messages, &rows) {
                 report.side_effects.push(v);
             }
+            for (claim, at, ttl) in read.claim_ttls.remove(&job.id).unwrap_or_default() {
+                if let Some(v) = above_policy(&job, claim, at, ttl, &policy) {
+                    report.after_revocation.push(v);
+                }
+            }
+            for (o, runner, at) in read.accepted.remove(&job.id).unwrap_or_default() {
+                if let Some(v) = after_revocation(&job, &o, runner, at, &runners) {
+                    report.after_revocation.push(v);
+                }
+            }
+            if since.is_some_and(|w| job.ledger_seq > w || recs.iter().any(|r| r.ledger_seq > w)) {
+                report.moved.insert(job.id);
+            }
+            // The state held in rows: the job's, its attempts' (id order), the slot row it holds.
+            let mut state = job.row_state.clone();
+            let mut attempts = read.attempt_states.remove(&job.id).unwrap_or_default();
+            attempts.sort_by_key(|(id, _)| *id);
+            for (_, a) in &attempts {
+                state.0.extend_from_slice(a);
+            }
+            for h in holdings.remove(&job.id).unwrap_or_default() {
+                state.0.extend_from_slice(&h);
+            }
+            if job.ledger_seq <= position {
+                report.state_now.insert(job.id, (job.ledger_seq, state.0));
+                if !job.finished {
+                    unfinished.push(job.id);
+                }
+            }
             let checked = check_job(&job, recs, &at);
             if let Some((record, detail)) = checked.broken {
                 report.breaks.push(Break {
@@ -356,23 +409,215 @@ pub async fn check_all(
                 }
             }
         }
+        progress(report.jobs, ids.len(), report.records);
     }
     report.side_effects.extend(side_effects.finish());
+    progress(report.jobs, ids.len(), report.records);
     for (i, &p) in at.iter().enumerate() {
-        for (job, (seq, head, job_seq, max_seq)) in &pruned {
-            if *job_seq > p {
+        for t in &pruned {
+            if existing.contains(&t.job) {
+                // A tombstone never stands in for a job that is there (judged below).
+            } else if t.job_ledger_seq > p {
                 // Submitted after the position: not in its digest.
-            } else if *max_seq <= p {
-                entries[i].insert(*job, (*seq, head.clone()));
+            } else if t.max_ledger_seq <= p {
+                entries[i].insert(t.job, (t.chain_seq, t.chain_head.clone()));
             } else if i == 1 {
-                report.unverifiable_at_since.push(*job);
+                report.unverifiable_at_since.push(t.job);
             }
         }
     }
+    report.tombstones_of_existing_jobs = pruned
+        .iter()
+        .filter(|t| existing.contains(&t.job))
+        .map(|t| t.job)
+        .collect();
     report.digest = digest(&entries[0]);
     report.digest_at_since = entries.get(1).map(digest);
+    let chain_entries = |e: &BTreeMap<Uuid, (i64, Vec<u8>)>| -> BTreeMap<Uuid, Vec<u8>> {
+        e.iter()
+            .map(|(j, (seq, head))| (*j, witness::chain_entry(*seq, head)))
+            .collect()
+    };
+    let now = chain_entries(&entries[0]);
+    let buckets = witness::bucket_count(now.len());
+    report.witness = Witness {
+        buckets,
+        chain: witness::bucket_digests(buckets, now.iter().map(|(j, e)| (*j, &e[..]))),
+        state: witness::bucket_digests(
+            buckets,
+            report.state_now.iter().map(|(j, (_, e))| (*j, &e[..])),
+        ),
+        unfinished,
+        runners: report.runners.iter().map(|(r, t)| (*r, *t)).collect(),
+    };
+    if let (Some(e), Some(b)) = (entries.get(1), since_buckets) {
+        report.chain_at_since = chain_entries(e);
+        let digests =
+            witness::bucket_digests(b, report.chain_at_since.iter().map(|(j, e)| (*j, &e[..])));
+        report.chain_root_at_since = Some(witness::chain_root(b, &digests));
+    }
+    report.tombstones = pruned;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Every tombstone (`ledger_pruned`), with the prune's position where the schema records it
+/// (migration 0019).
+async fn tombstones(conn: &mut PgConnection) -> Result<Vec<Tombstone>, sqlx::Error> {
+    let pruned_seq = if pruned_on_the_record(conn).await? {
+        "pruned_seq"
+    } else {
+        "NULL::bigint AS pruned_seq"
+    };
+    sqlx::query(&format!(
+        "SELECT job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq, {pruned_seq} \
+         FROM ledger_pruned ORDER BY job_id"
+    ))
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Tombstone {
+            job: r.try_get("job_id")?,
+            chain_seq: i64::from(r.try_get::<i32, _>("chain_seq")?),
+            chain_head: r.try_get("chain_head")?,
+            job_ledger_seq: r.try_get("job_ledger_seq")?,
+            max_ledger_seq: r.try_get("max_ledger_seq")?,
+            pruned_seq: r.try_get("pruned_seq")?,
+        })
+    })
+    .collect()
+}
+
+/// Whether a prune records its own position in its tombstones (migration 0019).
+pub async fn pruned_on_the_record(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = current_schema() \
+           AND table_name = 'ledger_pruned' AND column_name = 'pruned_seq'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(found == 1)
+}
+
+/// The lease policy's history (migration 0019): each ttl with the ledger position it was recorded
+/// at, in order; empty without the table.
+async fn policy_history(
+    conn: &mut PgConnection,
+) -> Result<Vec<(i64, chrono::Duration)>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy_history') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT ledger_seq, (extract(epoch FROM max_lease_ttl) * 1000000)::bigint \
+         FROM lease_policy_history ORDER BY ledger_seq",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, micros)| (seq, chrono::Duration::microseconds(micros)))
+        .collect())
+}
+
+/// A claim whose ttl is above the policy in force at its ledger position (the last recorded
+/// before it; the first for a claim before the history began), but not above the largest policy
+/// ever recorded (that one the replay reports, `lease_ttl`).
+fn above_policy(
+    job: &JobHead,
+    claim: String,
+    at: i64,
+    ttl: chrono::Duration,
+    policy: &[(i64, chrono::Duration)],
+) -> Option<crate::Violation> {
+    let largest = policy.iter().map(|(_, t)| *t).max()?;
+    let (since, in_force) = policy
+        .iter()
+        .rev()
+        .find(|(seq, _)| *seq < at)
+        .or(policy.first())?;
+    (ttl > *in_force && ttl <= largest).then(|| crate::Violation {
+        kind: crate::Kind::LeaseTtl,
+        job: job.id,
+        project: job.project,
+        record: claim,
+        detail: format!(
+            "the claim granted a lease ttl of {} s, above the policy in force at its ledger \
+             position ({} s, recorded at ledger {since}, lease_policy_history): a ttl raised \
+             later does not cover it",
+            ttl.num_milliseconds() as f64 / 1e3,
+            in_force.num_milliseconds() as f64 / 1e3
+        ),
+        steps: Vec::new(),
+    })
+}
+
+/// Every runner: its project and its revocation time.
+async fn runners(
+    conn: &mut PgConnection,
+) -> Result<BTreeMap<Uuid, (Uuid, Option<Time>)>, sqlx::Error> {
+    sqlx::query("SELECT id, project_id, revoked_at FROM runners")
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get("id")?,
+                (r.try_get("project_id")?, r.try_get("revoked_at")?),
+            ))
+        })
+        .collect()
+}
+
+/// The slot rows that name a holder, by holder job: each encoded (slot, attempt, project, time).
+async fn holdings(conn: &mut PgConnection) -> Result<HashMap<Uuid, Vec<Vec<u8>>>, sqlx::Error> {
+    let mut out: HashMap<Uuid, Vec<Vec<u8>>> = HashMap::new();
+    let rows = sqlx::query(
+        "SELECT slot, holder_job_id, holder_attempt_id, holder_project_id, reserved_at \
+         FROM target_slots WHERE holder_job_id IS NOT NULL ORDER BY slot",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let mut e = Encoder::default();
+        e.text(Some("holds"))
+            .text(Some(r.try_get("slot")?))
+            .uuid(r.try_get("holder_attempt_id")?)
+            .uuid(r.try_get("holder_project_id")?)
+            .time(r.try_get("reserved_at")?);
+        out.entry(r.try_get("holder_job_id")?)
+            .or_default()
+            .push(e.0);
+    }
+    Ok(out)
+}
+
+/// A message recorded from `runner` at `at`, after its revocation by more than the tolerance of
+/// receipt times (`audit::time::TOLERANCE`): a revoked runner authenticates nothing.
+fn after_revocation(
+    job: &JobHead,
+    record: &str,
+    runner: Uuid,
+    at: Time,
+    runners: &BTreeMap<Uuid, (Uuid, Option<Time>)>,
+) -> Option<crate::Violation> {
+    let revoked = runners.get(&runner)?.1?;
+    (at > revoked + crate::time::TOLERANCE).then(|| crate::Violation {
+        kind: crate::Kind::Revocation,
+        job: job.id,
+        project: job.project,
+        record: record.to_string(),
+        detail: format!(
+            "accepted from runner {runner} at {}, after its revocation at {} (a revoked runner \
+             authenticates nothing)",
+            at.to_rfc3339(),
+            revoked.to_rfc3339()
+        ),
+        steps: Vec::new(),
+    })
 }
 
 fn digest(entries: &BTreeMap<Uuid, (i64, Vec<u8>)>) -> [u8; 32] {
@@ -388,7 +633,9 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
     // heartbeats advance the attempt's, migration 0017).
     let rows = sqlx::query(
         "SELECT j.id, j.project_id, j.ledger_seq, j.submitted_at, j.source_revision, \
-                j.source_digest, j.command, j.target, j.target_kind, \
+                j.source_digest, j.command, j.target, j.target_kind, j.state, j.fence, \
+                j.current_attempt_id, j.cancel_requested, j.outcome, j.result_digest, \
+                j.finished_at, \
                 CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_seq \
                      ELSE j.chain_seq END AS chain_seq, \
                 CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_head \
@@ -415,7 +662,23 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
                 .text(Some(r.try_get("command")?))
                 .text(Some(r.try_get("target")?))
                 .text(Some(r.try_get("target_kind")?));
+            let state: String = r.try_get("state")?;
+            let mut row_state = Encoder::default();
+            row_state
+                .text(Some("job"))
+                .text(Some(&state))
+                .int(Some(r.try_get("fence")?))
+                .uuid(r.try_get("current_attempt_id")?)
+                .int(Some(i64::from(r.try_get::<bool, _>("cancel_requested")?)))
+                .text(r.try_get("outcome")?)
+                .text(r.try_get("result_digest")?)
+                .time(r.try_get("finished_at")?);
             Ok(JobHead {
+                finished: matches!(
+                    state.as_str(),
+                    "passed" | "failed" | "cancelled" | "aborted"
+                ),
+                row_state,
                 id,
                 project: r.try_get("project_id")?,
                 target: r.try_get("target")?,
@@ -437,6 +700,14 @@ struct Read {
     messages: HashMap<Uuid, Vec<crate::stored::Message>>,
     /// Every claim's attempt and slot token (of the attempts read).
     claims: HashMap<Uuid, Vec<(Uuid, i64)>>,
+    /// Each attempt's state held in its row, encoded.
+    attempt_states: HashMap<Uuid, Vec<(Uuid, Vec<u8>)>>,
+    /// The claims and the accepted messages: the record's name, the runner, the receipt time.
+    accepted: HashMap<Uuid, Vec<(String, Uuid, Time)>>,
+    claims_per_epoch: BTreeMap<i64, usize>,
+    still_leased: Vec<crate::AcrossEpoch>,
+    /// Each claim's name, ledger position and lease ttl (claim expiry − claim time).
+    claim_ttls: HashMap<Uuid, Vec<(String, i64, chrono::Duration)>>,
 }
 
 /// Every chained record of the jobs `ids`, by job.
@@ -445,7 +716,8 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     let out = &mut read.records;
     let rows = sqlx::query(
         "SELECT id, job_id, project_id, ledger_seq, runner_id, lease_id, fence, slot_token, \
-                claimed_at, claim_lease_expiry, chain_seq, chain_hash \
+                claimed_at, claim_lease_expiry, chain_seq, chain_hash, state, lease_expiry, \
+                outcome, result_digest, ended_at \
          FROM attempts WHERE job_id = ANY($1)",
     )
     .bind(ids)
@@ -459,6 +731,46 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
         if let Some(token) = slot_token {
             read.claims.entry(job).or_default().push((id, token));
         }
+        let claimed_at: Time = r.try_get("claimed_at")?;
+        read.accepted.entry(job).or_default().push((
+            format!("claim of attempt {id} (ledger {ledger_seq})"),
+            r.try_get("runner_id")?,
+            claimed_at,
+        ));
+        if let Some(expiry) = r.try_get::<Option<Time>, _>("claim_lease_expiry")? {
+            read.claim_ttls.entry(job).or_default().push((
+                format!("attempt {id} (claim, ledger {ledger_seq})"),
+                ledger_seq,
+                expiry - claimed_at,
+            ));
+        }
+        let attempt_state: String = r.try_get("state")?;
+        let fence: i64 = r.try_get("fence")?;
+        let claimed_in = epoch_of(fence).max(slot_token.map_or(0, epoch_of));
+        *read.claims_per_epoch.entry(claimed_in).or_default() += 1;
+        if attempt_state == "active" || attempt_state == "uncertain" {
+            read.still_leased.push(crate::AcrossEpoch {
+                job,
+                project: r.try_get("project_id")?,
+                attempt: id,
+                state: attempt_state.clone(),
+                claimed_in,
+                latest: 0,
+            });
+        }
+        let mut state = Encoder::default();
+        state
+            .text(Some("attempt"))
+            .uuid(Some(id))
+            .text(Some(&attempt_state))
+            .time(Some(r.try_get("lease_expiry")?))
+            .text(r.try_get("outcome")?)
+            .text(r.try_get("result_digest")?)
+            .time(r.try_get("ended_at")?);
+        read.attempt_states
+            .entry(job)
+            .or_default()
+            .push((id, state.0));
         let mut e = Encoder::default();
         e.uuid(Some(id))
             .uuid(Some(job))
@@ -496,6 +808,14 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
         let attempt: Option<Uuid> = r.try_get("attempt_id")?;
         let received_at: Time = r.try_get("received_at")?;
         let payload: Option<String> = r.try_get("payload_sha256")?;
+        let sender: Uuid = r.try_get("sender_runner_id")?;
+        if verdict == "accepted" {
+            read.accepted.entry(job).or_default().push((
+                format!("observation #{id} (ledger {ledger_seq})"),
+                sender,
+                received_at,
+            ));
+        }
         if let Some(m) = crate::stored::Message::of(
             id,
             ledger_seq,
@@ -511,7 +831,7 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
         e.int(Some(id))
             .uuid(Some(job))
             .int(Some(ledger_seq))
-            .uuid(Some(r.try_get("sender_runner_id")?))
+            .uuid(Some(sender))
             .text(Some(kind.as_str()))
             .uuid(Some(r.try_get("named_attempt_id")?))
             .uuid(Some(r.try_get("named_lease_id")?))
@@ -629,12 +949,20 @@ pub struct DatabaseIdentity {
     pub schema: String,
 }
 
-/// The database's identity and its epoch now (migration 0012's `current_epoch()`).
+/// The database's identity and its epoch now: on a primary migration 0012's `current_epoch()`;
+/// on a hot standby (where `current_epoch()` fails: it reads the WAL insert position) the same
+/// sum from what a standby answers: the timeline it receives (`pg_stat_wal_receiver`), else the
+/// timeline of its last restart point, minus 1, plus the operator's offset.
 pub async fn identity(conn: &mut PgConnection) -> Result<(DatabaseIdentity, i64), sqlx::Error> {
     let row = sqlx::query(
         "SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system, \
                 current_database()::text AS database, current_schema()::text AS schema, \
-                current_epoch()::bigint AS epoch",
+                CASE WHEN pg_is_in_recovery() \
+                     THEN coalesce((SELECT w.received_tli::bigint FROM pg_stat_wal_receiver AS w), \
+                                   (SELECT c.timeline_id::bigint FROM pg_control_checkpoint() AS c)) \
+                          - 1 + coalesce((SELECT o.epoch_offset FROM epoch_offset AS o \
+                                          WHERE o.id), 0) \
+                     ELSE current_epoch()::bigint END AS epoch",
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -649,15 +977,19 @@ pub async fn identity(conn: &mut PgConnection) -> Result<(DatabaseIdentity, i64)
 }
 
 /// The watermark `leasewright audit` prints and `--since` takes:
-/// `lw1.<system>.<database>.<schema>.<epoch>.<position>.<digest>`, the names hex-encoded
-/// (docs/audit.md, "Watermarks").
+/// `lw2.<system>.<database>.<schema>.<epoch>.<position>.<buckets>.<chain root>.<state root>`, the
+/// names hex-encoded (docs/audit.md, "Watermarks"; the roots: `witness`); a watermark of the
+/// version before, `lw1.<system>.<database>.<schema>.<epoch>.<position>.<digest>`, is still taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Watermark {
     pub identity: DatabaseIdentity,
     pub epoch: i64,
     /// The largest ledger sequence value the audit read (what `prune --audited-through` takes).
     pub position: i64,
+    /// lw2: the root of the witness's chain digests; lw1: the digest over every job's head.
     pub digest: [u8; 32],
+    /// lw2: the witness's bucket count and the root of the rest of it (`None`: lw1).
+    pub witness: Option<(u32, [u8; 32])>,
 }
 
 /// What `--since` was given.
@@ -688,14 +1020,23 @@ impl std::fmt::Display for Watermark {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "lw1.{}.{}.{}.{}.{}.{}",
+            "{}.{}.{}.{}.{}.{}.",
+            if self.witness.is_some() { "lw2" } else { "lw1" },
             self.identity.system,
             hex_encode(self.identity.database.as_bytes()),
             hex_encode(self.identity.schema.as_bytes()),
             self.epoch,
             self.position,
-            hex_encode(&self.digest)
-        )
+        )?;
+        match &self.witness {
+            None => write!(f, "{}", hex_encode(&self.digest)),
+            Some((buckets, state)) => write!(
+                f,
+                "{buckets}.{}.{}",
+                hex_encode(&self.digest),
+                hex_encode(state)
+            ),
+        }
     }
 }
 
@@ -711,18 +1052,34 @@ impl std::str::FromStr for Since {
         }
         let bad = || {
             format!(
-                "`{s}` is not a watermark (`lw1.` and six fields, as `leasewright audit` prints \
-                 it, or a number from a version before 0015)"
+                "`{s}` is not a watermark (`lw2.` and eight fields, as `leasewright audit` prints \
+                 it, `lw1.` and six from the version before, or a number from a version before \
+                 0015)"
             )
         };
         let parts: Vec<&str> = s.split('.').collect();
-        if parts.len() != 7 || parts[0] != "lw1" {
-            return Err(bad());
-        }
+        let lw2 = match (parts.len(), parts[0]) {
+            (7, "lw1") => false,
+            (9, "lw2") => true,
+            _ => return Err(bad()),
+        };
         let text = |h: &str| hex_decode(h).and_then(|b| String::from_utf8(b).ok());
-        let digest: [u8; 32] = hex_decode(parts[6])
-            .and_then(|d| d.try_into().ok())
-            .ok_or_else(bad)?;
+        let hash = |h: &str| -> Result<[u8; 32], String> {
+            hex_decode(h)
+                .and_then(|d| d.try_into().ok())
+                .ok_or_else(bad)
+        };
+        let digest = hash(parts[6 + usize::from(lw2)])?;
+        let witness = if lw2 {
+            let buckets: u32 = parts[6]
+                .parse()
+                .ok()
+                .filter(|b: &u32| b.is_power_of_two() && *b <= 1 << 16)
+                .ok_or_else(bad)?;
+            Some((buckets, hash(parts[8])?))
+        } else {
+            None
+        };
         Ok(Since::Token(Watermark {
             identity: DatabaseIdentity {
                 system: parts[1].to_string(),
@@ -736,6 +1093,7 @@ impl std::str::FromStr for Since {
                 .filter(|p: &i64| *p >= 0)
                 .ok_or_else(bad)?,
             digest,
+            witness,
         }))
     }
 }
@@ -801,8 +1159,15 @@ mod tests {
             epoch: 3,
             position: 12345,
             digest: [7; 32],
+            witness: None,
         };
         assert_eq!(w.to_string().parse::<Since>(), Ok(Since::Token(w.clone())));
+        let lw2 = Watermark {
+            witness: Some((256, [9; 32])),
+            ..w.clone()
+        };
+        assert!(lw2.to_string().starts_with("lw2."));
+        assert_eq!(lw2.to_string().parse::<Since>(), Ok(Since::Token(lw2)));
         assert_eq!("42".parse::<Since>(), Ok(Since::Position(42)));
         assert!("lw1.1.2".parse::<Since>().is_err());
         assert!("-1".parse::<Since>().is_err());

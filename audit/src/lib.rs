@@ -16,6 +16,7 @@ pub mod settle;
 mod slots;
 mod stored;
 pub mod time;
+pub mod witness;
 
 use chrono::{DateTime, Utc};
 use leasewright_impl::epoch::epoch_of;
@@ -79,6 +80,13 @@ pub enum Kind {
     /// The `--since` watermark's digest over every job's chain head does not match the ledger
     /// as of its position: a record at or below it was edited, deleted or inserted since.
     WatermarkMismatch,
+    /// A tombstone (`ledger_pruned`) that stands for no pruned job: its job is still there, or
+    /// was unfinished at the watermark with no record after it (a prune deletes only finished
+    /// jobs).
+    Tombstone,
+    /// A message recorded from a runner after its revocation, or a revocation edited since the
+    /// watermark.
+    Revocation,
 }
 
 impl Kind {
@@ -105,6 +113,8 @@ impl Kind {
             Kind::ClaimOrder => "claim_order",
             Kind::LedgerChain => "ledger_chain",
             Kind::WatermarkMismatch => "watermark_mismatch",
+            Kind::Tombstone => "tombstone",
+            Kind::Revocation => "revocation",
         }
     }
 }
@@ -165,11 +175,17 @@ pub struct AuditOptions {
     /// How long to wait for the transactions in progress at the start before the snapshot is
     /// taken, so that the watermark's position is settled (`audit::settle`; `None`: 60 s).
     pub settle_timeout: Option<std::time::Duration>,
+    /// The witness the `since_token` commits to (the file the run that printed it wrote): with
+    /// it, every job's rows are compared with the watermark's and a mismatch is named; without
+    /// it, only the chain heads are (`witness`).
+    pub since_witness: Option<witness::Witness>,
 }
 
 /// Progress of a long audit.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
+    /// `chain` (every job's records hashed) or `replay` (the jobs replayed).
+    pub phase: &'static str,
     pub jobs_done: usize,
     pub jobs_total: usize,
     pub records: usize,
@@ -213,6 +229,11 @@ pub struct AuditReport {
     pub chain_seconds: f64,
     /// Jobs submitted before migration 0015 (no stored chain).
     pub unchained_jobs: usize,
+    /// The witness the `since` token commits to: keep it beside the token (`--witness FILE`).
+    #[serde(skip)]
+    pub witness: Option<witness::Witness>,
+    /// Under `--since` a token without its witness: why the rows were not compared.
+    pub rows_not_compared: Option<String>,
 }
 
 impl AuditReport {
@@ -434,13 +455,9 @@ pub enum AuditError {
     Watermark(String),
 }
 
-/// The audit of the database at `database_url`. Read-only; `progress` is called now and then.
-pub async fn audit(
-    database_url: &str,
-    options: &AuditOptions,
-    mut progress: impl FnMut(Progress),
-) -> Result<(AuditReport, HashMap<Uuid, String>), AuditError> {
-    let started = Instant::now();
+/// A connection to the database at `database_url`, which must hold the ledger, and whether its
+/// schema has the chain (migration 0015).
+async fn connect(database_url: &str) -> Result<(sqlx::PgConnection, bool), AuditError> {
     let mut conn = sqlx::PgConnection::connect(database_url)
         .await
         .map_err(AuditError::Connect)?;
@@ -448,6 +465,60 @@ pub async fn audit(
         return Err(AuditError::NoLedger);
     }
     let chained = chain::has_chain(&mut conn).await?;
+    Ok((conn, chained))
+}
+
+/// A watermark checked against the database at `database_url` (its search path naming the
+/// schema) before a prune records it (`leasewright prune --audited-through`): a token must be this
+/// database's, schema's and epoch's, as `--since` requires; a bare number is taken only from a
+/// schema without the chain (before migration 0015). Either way the position must be one the
+/// ledger has reached (not above its sequence's last value). Its position.
+pub async fn verify_watermark(database_url: &str, w: &chain::Since) -> Result<i64, AuditError> {
+    let (mut conn, chained) = connect(database_url).await?;
+    match w {
+        chain::Since::Token(w) => {
+            if !chained {
+                return Err(AuditError::Watermark(
+                    "the schema has no chain (impl migration 0015): give the watermark's number"
+                        .into(),
+                ));
+            }
+            let (identity, epoch) = chain::identity(&mut conn).await?;
+            if let Some(why) = chain::refusal(w, &identity, epoch) {
+                return Err(AuditError::Watermark(why));
+            }
+        }
+        chain::Since::Position(_) if chained => {
+            return Err(AuditError::Watermark(
+                "a bare number names no database: give the watermark token the audit printed \
+                 (`since: lw2.…`, or `since` in --json)"
+                    .into(),
+            ))
+        }
+        chain::Since::Position(_) => {}
+    }
+    let reached: i64 = sqlx::query_scalar("SELECT last_value FROM ledger_seq")
+        .fetch_one(&mut conn)
+        .await?;
+    let position = w.position();
+    if position > reached {
+        return Err(AuditError::Watermark(format!(
+            "position {position} is above every position the ledger has issued ({reached}): no \
+             audit printed it"
+        )));
+    }
+    conn.close().await.ok();
+    Ok(position)
+}
+
+/// The audit of the database at `database_url`. Read-only; `progress` is called now and then.
+pub async fn audit(
+    database_url: &str,
+    options: &AuditOptions,
+    mut progress: impl FnMut(Progress),
+) -> Result<(AuditReport, HashMap<Uuid, String>), AuditError> {
+    let started = Instant::now();
+    let (mut conn, chained) = connect(database_url).await?;
     // The watermark's position, settled before the snapshot (no record in flight below it).
     let settled = settle::settle(
         &mut conn,
@@ -488,6 +559,18 @@ pub async fn audit(
         if let Some(why) = chain::refusal(w, identity, *epoch) {
             return Err(AuditError::Watermark(why));
         }
+        if let (Some(file), Some((buckets, state_root))) = (&options.since_witness, w.witness) {
+            if file.buckets != buckets
+                || file.state_root() != state_root
+                || file.chain_root() != w.digest
+            {
+                return Err(AuditError::Watermark(
+                    "the witness file is not the one this watermark commits to (give the file \
+                     the run that printed the watermark wrote)"
+                        .into(),
+                ));
+            }
+        }
     }
     let since = options
         .since_token
@@ -512,11 +595,56 @@ pub async fn audit(
         ),
     };
     let mut chain_report = if chained {
-        Some(chain::check_all(&mut conn, since, watermark, options.batch).await?)
+        Some(
+            chain::check_all(
+                &mut conn,
+                since,
+                options
+                    .since_token
+                    .as_ref()
+                    .and_then(|w| w.witness.map(|(b, _)| b)),
+                watermark,
+                options.batch,
+                &mut |jobs_done, jobs_total, records| {
+                    progress(Progress {
+                        phase: "chain",
+                        jobs_done,
+                        jobs_total,
+                        records,
+                        seconds: started.elapsed().as_secs_f64(),
+                    })
+                },
+            )
+            .await?,
+        )
     } else {
         None
     };
-    let ids = read::job_ids(&mut conn, project, since).await?;
+    let mut ids = read::job_ids(&mut conn, project, since).await?;
+    // The witness compared: the suspects, and the jobs of every bucket whose rows moved on since,
+    // are replayed in full with the jobs that have a new record.
+    let compared = match (&chain_report, &options.since_witness, since) {
+        (Some(c), Some(w), Some(since)) if options.since_token.is_some() => {
+            let compared = witness::compare(
+                w,
+                &witness::Now {
+                    since,
+                    chain_at_since: &c.chain_at_since,
+                    state: &c.state_now,
+                    moved: &c.moved,
+                    tombstones: &c.tombstones,
+                    runners: &c.runners,
+                },
+            );
+            if project.is_none() {
+                let mut all: std::collections::BTreeSet<Uuid> = ids.into_iter().collect();
+                all.extend(compared.replay.iter().copied());
+                ids = all.into_iter().collect();
+            }
+            Some(compared)
+        }
+        _ => None,
+    };
     let mut report = AuditReport {
         jobs: 0,
         records: 0,
@@ -535,6 +663,8 @@ pub async fn audit(
         chain_records: 0,
         chain_seconds: 0.0,
         unchained_jobs: 0,
+        witness: None,
+        rows_not_compared: None,
     };
     let recorded_epochs = read::epochs(&mut conn).await?;
     let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
@@ -555,6 +685,9 @@ pub async fn audit(
         cache
     };
     let mut claim_order = order::ClaimOrder::default();
+    // The jobs whose replay stopped at a violation: what it was (a slot finding on a reservation
+    // of theirs says it follows from it).
+    let mut stopped: HashMap<Uuid, String> = HashMap::new();
     for chunk in ids.chunks(options.batch.max(1)) {
         let mut stored = if chained {
             Default::default()
@@ -604,7 +737,9 @@ pub async fn audit(
             claim_order.read(&jl, submitted.get(&jl.job.id).copied());
             match replay::replay(&jl, &runner_projects, max_ttl) {
                 replay::Outcome::Clean(held) => reservations.extend(held),
-                replay::Outcome::Violation(v, held) => {
+                replay::Outcome::Violation(v, mut held) => {
+                    replay::release_as_the_ledger_shows(&jl, &mut held);
+                    stopped.insert(jl.job.id, format!("[{}] at {}", v.kind.as_str(), v.record));
                     report.violations.push(*v);
                     reservations.extend(held);
                 }
@@ -617,6 +752,7 @@ pub async fn audit(
             }
         }
         progress(Progress {
+            phase: "replay",
             jobs_done: report.jobs,
             jobs_total: ids.len(),
             records: report.records,
@@ -626,7 +762,22 @@ pub async fn audit(
     if !chained {
         report.violations.extend(side_effects.finish());
     }
-    report.violations.extend(slot_overlaps(reservations));
+    report
+        .violations
+        .extend(slot_overlaps(reservations, &stopped));
+    // With the chain, every job's claims and leases (the chain pass reads them all), and the
+    // epoch now: shown even when nothing was claimed since the last audit, or since the epoch
+    // changed.
+    if let Some(c) = chain_report.as_mut() {
+        claims_per_epoch = std::mem::take(&mut c.claims_per_epoch);
+        still_leased = std::mem::take(&mut c.still_leased)
+            .into_iter()
+            .filter(|a| project.is_none_or(|p| p == a.project))
+            .collect();
+    }
+    if let Some((_, epoch)) = &here {
+        claims_per_epoch.entry(*epoch).or_default();
+    }
     (report.epochs, report.across_epochs) =
         epoch_boundaries(&recorded_epochs, &claims_per_epoch, still_leased);
     let slot_rows = read::slots(&mut conn).await?;
@@ -673,6 +824,7 @@ pub async fn audit(
             c,
             project,
             options.since_token.as_ref(),
+            compared,
             identity,
             epoch,
         );
@@ -683,64 +835,168 @@ pub async fn audit(
     Ok((report, projects))
 }
 
-/// The chain pass's findings (`ledger_chain`, `watermark_mismatch`) and the watermark token.
+/// The chain pass's findings (`ledger_chain`, `watermark_mismatch`, `tombstone`, `revocation`)
+/// and the watermark token.
 fn chain_findings(
     report: &mut AuditReport,
     c: chain::ChainReport,
     project: Option<Uuid>,
     since: Option<&chain::Watermark>,
+    compared: Option<witness::Compared>,
     identity: chain::DatabaseIdentity,
     epoch: i64,
 ) {
     report.chain_records = c.records;
     report.chain_seconds = c.seconds.max(1e-9);
     report.unchained_jobs = c.unchained_jobs;
-    for b in c.breaks {
-        if project.is_some_and(|p| p != b.project) {
-            continue;
-        }
-        report.violations.push(Violation {
-            kind: Kind::LedgerChain,
-            job: b.job,
-            project: b.project,
-            record: b.record,
-            detail: b.detail,
+    let mine = |p: Uuid| project.is_none_or(|q| q == p);
+    let mut found = Vec::new();
+    let mut named = |kind: Kind, job: Uuid, record: String, detail: String| {
+        found.push(Violation {
+            kind,
+            job,
+            project: Uuid::nil(),
+            record,
+            detail,
             steps: Vec::new(),
-        });
+        })
+    };
+    for b in c.breaks {
+        if mine(b.project) {
+            report.violations.push(Violation {
+                kind: Kind::LedgerChain,
+                job: b.job,
+                project: b.project,
+                record: b.record,
+                detail: b.detail,
+                steps: Vec::new(),
+            });
+        }
+    }
+    for job in &c.tombstones_of_existing_jobs {
+        named(
+            Kind::Tombstone,
+            *job,
+            "the job's tombstone (ledger_pruned)".into(),
+            "a tombstone for a job that is still there: a prune deletes the job it writes the \
+             tombstone for, so this one was written by hand, and it stands in for nothing (the \
+             job's own chain is checked)"
+                .into(),
+        );
     }
     if let Some(w) = since {
         for job in &c.unverifiable_at_since {
-            report.violations.push(Violation {
-                kind: Kind::WatermarkMismatch,
-                job: *job,
-                project: Uuid::nil(),
-                record: "the job's tombstone (ledger_pruned)".into(),
-                detail: format!(
+            named(
+                Kind::WatermarkMismatch,
+                *job,
+                "the job's tombstone (ledger_pruned)".into(),
+                format!(
                     "the job was pruned with records after the watermark's position {}: its \
                      chain head as of the watermark cannot be known (a full run clears this)",
                     w.position
                 ),
-                steps: Vec::new(),
-            });
+            );
         }
-        if c.unverifiable_at_since.is_empty() && c.digest_at_since != Some(w.digest) {
-            report.violations.push(Violation {
-                kind: Kind::WatermarkMismatch,
-                job: Uuid::nil(),
-                project: Uuid::nil(),
-                record: format!("the watermark's digest (position {})", w.position),
-                detail: "the chain heads of the jobs as of the watermark's position are not the \
-                         ones the watermark committed to: a record at or below it was edited, \
-                         deleted or inserted since (the ledger_chain violations, if any, name \
-                         which; none: a whole job or chain was rewritten consistently, or a job \
-                         deleted)"
+        let chain_matches = match w.witness {
+            None => c.digest_at_since == Some(w.digest),
+            Some(_) => c.chain_root_at_since == Some(w.digest),
+        };
+        if c.unverifiable_at_since.is_empty() && !chain_matches && compared.is_none() {
+            named(
+                Kind::WatermarkMismatch,
+                Uuid::nil(),
+                format!("the watermark's digest (position {})", w.position),
+                format!(
+                    "the chain heads of the jobs as of the watermark's position are not the ones \
+                     the watermark committed to: a record at or below it was edited, deleted or \
+                     inserted since (the ledger_chain violations, if any, name which; none: a \
+                     whole job or chain was rewritten consistently, or a job deleted). {}",
+                    if w.witness.is_some() {
+                        "Give the watermark's witness file (--witness) to name the jobs"
+                    } else {
+                        "A watermark of this version with its witness file names the jobs"
+                    }
+                ),
+            );
+        }
+        if w.witness.is_some() && compared.is_none() {
+            report.rows_not_compared = Some(
+                "no witness file was given with the watermark: the jobs' chain heads were \
+                 verified, but not the state held in rows (job, attempt and slot rows, runner \
+                 revocations) of the jobs without a new record"
                     .into(),
-                steps: Vec::new(),
-            });
+            );
         }
     }
-    for v in c.side_effects {
-        if project.is_none_or(|p| p == v.project) {
+    for d in compared.map(|c| c.differences).unwrap_or_default() {
+        match d {
+            witness::Difference::Bucket {
+                bucket,
+                what,
+                jobs,
+                tombstoned,
+            } => {
+                let list =
+                    |v: &[Uuid]| v.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ");
+                let detail =
+                    format!(
+                    "the {what} of the jobs of bucket {bucket} are not the ones the watermark's \
+                     witness committed to: one of these jobs (or a tombstone among them) was \
+                     edited, deleted or inserted since, also if every chain was recomputed \
+                     afterwards; each was replayed in full (its findings, if any, are reported \
+                     on their own). Jobs: {}{}",
+                    if jobs.is_empty() { "none left".into() } else { list(&jobs) },
+                    if tombstoned.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; pruned: {}", list(&tombstoned))
+                    }
+                );
+                for job in jobs.iter().chain(&tombstoned) {
+                    named(
+                        Kind::WatermarkMismatch,
+                        *job,
+                        format!("the watermark's witness, bucket {bucket}"),
+                        detail.clone(),
+                    );
+                }
+                if jobs.is_empty() && tombstoned.is_empty() {
+                    named(
+                        Kind::WatermarkMismatch,
+                        Uuid::nil(),
+                        format!("the watermark's witness, bucket {bucket}"),
+                        format!("{detail}: a job of this bucket was deleted with its tombstone"),
+                    );
+                }
+            }
+            witness::Difference::UnfinishedPruned(job) => named(
+                Kind::Tombstone,
+                job,
+                "the job's tombstone (ledger_pruned)".into(),
+                "the job was unfinished at the watermark and has no record after it, yet it is \
+                 gone behind a tombstone: a prune deletes only finished jobs"
+                    .into(),
+            ),
+            witness::Difference::Revocation { runner, then, now } => named(
+                Kind::Revocation,
+                Uuid::nil(),
+                format!("runner {runner} (row)"),
+                format!(
+                    "its revocation was {} at the watermark and is {} now: a revocation is \
+                     written once and never changes",
+                    then.map_or("none".to_string(), |t| format!("{t} µs")),
+                    match now {
+                        None => "gone (the runner's row was deleted)".to_string(),
+                        Some(None) => "none".to_string(),
+                        Some(Some(t)) => format!("{t} µs"),
+                    }
+                ),
+            ),
+        }
+    }
+    report.violations.extend(found);
+    for v in c.side_effects.into_iter().chain(c.after_revocation) {
+        if mine(v.project) {
             report.violations.push(v);
         }
     }
@@ -750,10 +1006,12 @@ fn chain_findings(
                 identity,
                 epoch,
                 position: report.watermark,
-                digest: c.digest,
+                digest: c.witness.chain_root(),
+                witness: Some((c.witness.buckets, c.witness.state_root())),
             }
             .to_string(),
         );
+        report.witness = Some(c.witness);
     }
 }
 
@@ -796,7 +1054,12 @@ fn epoch_boundaries(
 }
 
 /// Invariant 14 across jobs: the reservations of one target slot, in ledger order, never overlap.
-fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
+/// `stopped`: the violation each job whose replay stopped was stopped by (a finding against its
+/// reservation says it follows from it).
+fn slot_overlaps(
+    mut reservations: Vec<replay::Reservation>,
+    stopped: &HashMap<Uuid, String>,
+) -> Vec<Violation> {
     reservations.sort_by(|a, b| a.target.cmp(&b.target).then(a.start.cmp(&b.start)));
     let mut out = Vec::new();
     // The reservation of each slot that ends last among those started so far.
@@ -845,7 +1108,12 @@ fn slot_overlaps(mut reservations: Vec<replay::Reservation>) -> Vec<Violation> {
                     } else {
                         format!("released at ledger {}", first.end)
                     }
-                ),
+                ) + &stopped.get(&first.job).map_or(String::new(), |v| {
+                    format!(
+                        "; this follows from job {}'s violation {v}, whose replay stopped there",
+                        first.job
+                    )
+                }),
                 steps: Vec::new(),
             });
         }
@@ -883,7 +1151,7 @@ mod tests {
             held("dev", 4, 9, 10),
             held("prod", 2, 20, 30),
         ];
-        assert!(slot_overlaps(clean).is_empty());
+        assert!(slot_overlaps(clean, &Default::default()).is_empty());
         // A long holder, then two later claims while it still holds the slot: both reported,
         // the second although the first of them had already been released.
         let overlapping = vec![
@@ -891,7 +1159,7 @@ mod tests {
             held("prod", 2, 3, 4),
             held("prod", 3, 6, 7),
         ];
-        let found = slot_overlaps(overlapping);
+        let found = slot_overlaps(overlapping, &Default::default());
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found.iter().all(|v| v.kind == Kind::SlotOverlap));
         assert_eq!(found[1].job, Uuid::from_u128(3));
@@ -901,7 +1169,10 @@ mod tests {
     fn slot_tokens_must_increase_in_reservation_order_across_jobs() {
         let mut reused = held("prod", 2, 6, 7);
         reused.slot_token = 1;
-        let found = slot_overlaps(vec![held("prod", 1, 1, 5), reused, held("dev", 3, 2, 3)]);
+        let found = slot_overlaps(
+            vec![held("prod", 1, 1, 5), reused, held("dev", 3, 2, 3)],
+            &Default::default(),
+        );
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(
             (found[0].kind, found[0].job),

@@ -45,6 +45,44 @@ pub struct Reservation {
     pub end: i64,
 }
 
+/// For a job whose replay stopped at a violation: its reservation still open at that point ends
+/// where the ledger shows its release (issue 37 item 4), so that the job's violation never makes a
+/// later claimant of the slot, another job, a suspect: at the attempt's first accepted result or
+/// the job's first accepted reconciliation after the claim; still held if the slot's row names the
+/// attempt now; otherwise (no release on the record, the slot not held by it) at its claim, the
+/// job's own violation being what explains the slot.
+pub fn release_as_the_ledger_shows(jl: &JobLedger, held: &mut [Reservation]) {
+    let Some(r) = held.last_mut().filter(|r| r.end == i64::MAX) else {
+        return;
+    };
+    let result = jl
+        .observations
+        .iter()
+        .filter(|o| {
+            o.kind == "result"
+                && o.verdict == "accepted"
+                && o.attributed == Some(r.attempt)
+                && o.ledger_seq > r.start
+        })
+        .map(|o| o.ledger_seq);
+    let reconciled = jl
+        .reconciliations
+        .iter()
+        .filter(|x| x.verdict == "accepted" && x.ledger_seq > r.start)
+        .map(|x| x.ledger_seq);
+    r.end = match result.chain(reconciled).min() {
+        Some(end) => end,
+        None if jl
+            .reservation
+            .as_ref()
+            .is_some_and(|(_, a)| *a == r.attempt) =>
+        {
+            i64::MAX
+        }
+        None => r.start,
+    };
+}
+
 /// What one job's replay found.
 pub enum Outcome {
     /// Every record is one the model allows; the slot reservations it made.

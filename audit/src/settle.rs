@@ -39,27 +39,31 @@ pub struct Settled {
 
 /// The transactions of `$1` (a `pg_current_snapshot()` as text) still in progress, of this
 /// database (a transaction holds the lock on its own id; `pg_stat_activity` says whose database),
-/// after a pause of `$2` seconds.
+/// after a pause of `$2` seconds. On a hot standby the primary's transactions hold no lock the
+/// standby shows, so there every transaction in progress is waited for, of any database.
 const IN_PROGRESS: &str = "SELECT x::text FROM pg_sleep($2) AS pause, \
          pg_snapshot_xip($1::text::pg_snapshot) AS x \
      WHERE pg_xact_status(x) = 'in progress' \
-       AND EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid \
+       AND (pg_is_in_recovery() \
+         OR EXISTS (SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid \
                    WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' \
                      AND l.granted AND l.transactionid = x::xid \
-                     AND a.datname = current_database())";
+                     AND a.datname = current_database()))";
 
 /// Settle the position (outside any transaction of `conn`: before the audit's `BEGIN`).
 /// `pruned`: the schema has `ledger_pruned` (migration 0015), whose tombstones hold positions of
-/// records a prune deleted.
+/// records a prune deleted (and, since migration 0019, the prune's own).
 pub async fn settle(
     conn: &mut PgConnection,
     pruned: bool,
     timeout: Duration,
 ) -> Result<Settled, sqlx::Error> {
-    let tombstones = if pruned {
-        ", (SELECT max(max_ledger_seq) FROM ledger_pruned)"
-    } else {
+    let tombstones = if !pruned {
         ""
+    } else if crate::chain::pruned_on_the_record(conn).await? {
+        ", (SELECT max(greatest(max_ledger_seq, pruned_seq)) FROM ledger_pruned)"
+    } else {
+        ", (SELECT max(max_ledger_seq) FROM ledger_pruned)"
     };
     let (position, snapshot): (i64, String) = sqlx::query_as(&format!(
         "SELECT coalesce(greatest((SELECT max(ledger_seq) FROM jobs), \

@@ -917,3 +917,56 @@ async fn an_artifact_without_its_accepted_put_and_a_log_chunk_deleted_are_caught
         &format!("observation #{appended} "),
     );
 }
+
+/// Issue 37 item 3: after an epoch change with no claim since (no row in `epochs`, no token of
+/// the new epoch), the report still shows the epoch and the job running across it, in a full run
+/// and under `--since` a watermark of the new epoch when no job is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_with_no_claim_yet_is_shown_with_the_jobs_running_across_it() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let clock = ManualClock::at_fixed_start();
+    let store = db
+        .store(Arc::new(clock.clone()), StoreConfig::default())
+        .await
+        .expect("a store");
+    let project = store.create_project("epochs").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r1").await.unwrap();
+    let running = store
+        .submit_job(project, NewJob::new("rev", "digest", "running"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    assert_eq!(lease.tuple.job, running);
+    leasewright_impl::epoch::advance_epoch(store.pool())
+        .await
+        .unwrap();
+    store.close().await;
+    let full = run_audit(db.url()).await;
+    assert!(full.is_clean(), "{:#?}", full.violations);
+    type Shown = (Vec<(i64, usize)>, Vec<(uuid::Uuid, i64, i64)>);
+    let shown = |r: &AuditReport| -> Shown {
+        (
+            r.epochs.iter().map(|e| (e.epoch, e.claims)).collect(),
+            r.across_epochs
+                .iter()
+                .map(|a| (a.job, a.claimed_in, a.latest))
+                .collect(),
+        )
+    };
+    let expected = (vec![(0, 1), (1, 0)], vec![(running.0, 0, 1)]);
+    assert_eq!(shown(&full), expected);
+    let Ok(audit::chain::Since::Token(w)) = full.since.clone().unwrap().parse() else {
+        panic!("a token");
+    };
+    let options = AuditOptions {
+        since: Some(w.position),
+        since_token: Some(w),
+        since_witness: full.witness.clone(),
+        ..AuditOptions::default()
+    };
+    let (since, _) = audit::audit(db.url(), &options, |_| {}).await.unwrap();
+    assert_eq!(since.jobs, 0, "nothing new");
+    assert_eq!(shown(&since), expected);
+}

@@ -790,3 +790,127 @@ async fn a_reservation_copied_into_a_free_slots_row_is_caught_under_since_withou
     l.caught(Kind::SlotHolder, l.later.job, "target slot `prod` (row)")
         .await;
 }
+
+/// Issue 39: a watermark names the schema it was printed for. Two ledgers in two schemas of one
+/// database (one cluster, one database name, one epoch): each one's token is refused by the
+/// other, under `--since` and by `prune --audited-through`'s check, and accepted by its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_another_schema_of_the_same_database_is_refused() {
+    let l = build().await;
+    let url = l.db.url().to_string();
+    let other = StoreConfig {
+        schema: "other_ledger".into(),
+        ..StoreConfig::default()
+    };
+    let store =
+        l.db.store(Arc::new(l.clock.clone()), other)
+            .await
+            .expect("a store in another schema");
+    let project = store.create_project("elsewhere").await.unwrap();
+    store
+        .submit_job(project, NewJob::new("rev", "digest", "elsewhere"))
+        .await
+        .unwrap();
+    store.close().await;
+    let other_url = url.replace(
+        "options[search_path]=leasewright",
+        "options[search_path]=other_ledger",
+    );
+    assert_ne!(other_url, url);
+    let token = |r: AuditReport| r.since.expect("a token");
+    let here = token(run(&url, None).await);
+    let there = token(run(&other_url, None).await);
+    for (target, foreign, own) in [(&url, &there, &here), (&other_url, &here, &there)] {
+        let since = |t: &String| match t.parse::<audit::chain::Since>() {
+            Ok(audit::chain::Since::Token(w)) => AuditOptions {
+                since: Some(w.position),
+                since_token: Some(w),
+                batch: 2,
+                ..AuditOptions::default()
+            },
+            other => panic!("a token: {other:?}"),
+        };
+        let refused = audit::audit(target, &since(foreign), |_| {}).await;
+        assert!(
+            matches!(&refused, Err(audit::AuditError::Watermark(why)) if why.contains("schema")),
+            "{:?}",
+            refused.map(|(r, _)| r.violations)
+        );
+        let accepted = audit::audit(target, &since(own), |_| {}).await;
+        assert!(
+            accepted.as_ref().is_ok_and(|(r, _)| r.is_clean()),
+            "{:?}",
+            accepted.map(|(r, _)| r.violations)
+        );
+        let parsed = foreign.parse().unwrap();
+        assert!(matches!(
+            audit::verify_watermark(target, &parsed).await,
+            Err(audit::AuditError::Watermark(_))
+        ));
+        let parsed = own.parse().unwrap();
+        assert!(audit::verify_watermark(target, &parsed).await.is_ok());
+    }
+}
+
+/// `prune --audited-through`'s check: a bare number names no database (refused once the schema
+/// has the chain), and a token's position must be one the ledger reached (issue 36 item 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_takes_only_a_watermark_this_ledger_printed() {
+    let l = build().await;
+    let url = l.db.url();
+    let report = run(url, None).await;
+    let own: audit::chain::Since = report.since.clone().unwrap().parse().unwrap();
+    assert_eq!(
+        audit::verify_watermark(url, &own).await.ok(),
+        Some(report.watermark)
+    );
+    let refused = |s: &str| {
+        let since: audit::chain::Since = s.parse().unwrap();
+        async move { audit::verify_watermark(url, &since).await.is_err() }
+    };
+    assert!(
+        refused(&report.watermark.to_string()).await,
+        "a bare number"
+    );
+    assert!(refused("9223372036854775807").await);
+    let audit::chain::Since::Token(mut beyond) = own else {
+        panic!("a token")
+    };
+    beyond.position = i64::MAX;
+    assert!(
+        refused(&beyond.to_string()).await,
+        "a position never issued"
+    );
+}
+
+/// Issue 37 item 4: a violation in one job never makes another a suspect. The first job on `prod`
+/// has its accepted result's receipt time moved past its lease (a violation: its replay stops
+/// there, before the release); the second job's later claim of the slot is not a `slot_overlap`,
+/// in a full run and under `--since`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_violation_in_one_job_never_makes_the_next_holder_of_its_slot_a_suspect() {
+    let l = build().await;
+    let url = l.db.url();
+    sql(
+        url,
+        &[format!(
+            "UPDATE observations SET received_at = received_at + interval '1 hour' \
+             WHERE attempt_id = '{}' AND kind = 'result'",
+            l.first.attempt.0
+        )],
+    )
+    .await;
+    l.touch(&[l.first]).await;
+    for since in [None, Some(l.watermark)] {
+        let report = run(url, since).await;
+        let on = |job: JobId| -> Vec<Kind> {
+            replayed(&report)
+                .iter()
+                .filter(|v| v.job == job.0)
+                .map(|v| v.kind)
+                .collect()
+        };
+        assert!(!on(l.first.job).is_empty(), "{:#?}", report.violations);
+        assert_eq!(on(l.second.job), vec![], "{:#?}", report.violations);
+    }
+}

@@ -23,6 +23,12 @@ pub struct AuditArgs {
     /// below it is reported). A bare number (before migration 0015) is taken with a warning.
     #[arg(long, value_name = "WATERMARK")]
     since: Option<audit::chain::Since>,
+    /// The witness file kept beside the watermark token (docs/audit.md, "The witness"): with
+    /// --since, the file the run that printed the token wrote (every job's rows are then compared
+    /// with the watermark's, and a mismatch names its jobs); after the run, this run's witness is
+    /// written to it (replacing it), to keep with the `since:` token this run prints.
+    #[arg(long, value_name = "FILE")]
+    witness: Option<PathBuf>,
     /// Jobs read per round trip.
     #[arg(long, default_value_t = 2000)]
     batch: usize,
@@ -70,6 +76,29 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    let since_witness = match (&args.since, &args.witness) {
+        (Some(audit::chain::Since::Token(w)), Some(path)) if w.witness.is_some() => {
+            match std::fs::read(path).map(|b| audit::witness::Witness::from_bytes(&b)) {
+                Ok(Some(witness)) => Some(witness),
+                Ok(None) => {
+                    eprintln!(
+                        "leasewright audit: {} is not a witness file (written by `leasewright \
+                         audit --witness`)",
+                        path.display()
+                    );
+                    return Ok(2);
+                }
+                Err(error) => {
+                    eprintln!(
+                        "leasewright audit: cannot read the witness {}: {error}",
+                        path.display()
+                    );
+                    return Ok(2);
+                }
+            }
+        }
+        _ => None,
+    };
     let options = AuditOptions {
         project: args.project.clone(),
         since: args.since.as_ref().map(audit::chain::Since::position),
@@ -79,6 +108,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         },
         batch: args.batch,
         settle_timeout: Some(settle_timeout),
+        since_witness,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -90,7 +120,8 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         if show_progress && p.seconds - last_shown >= 2.0 {
             last_shown = p.seconds;
             eprintln!(
-                "leasewright audit: {}/{} jobs, {} records, {:.0} records/s",
+                "leasewright audit: {}: {}/{} jobs, {} records, {:.0} records/s",
+                p.phase,
                 p.jobs_done,
                 p.jobs_total,
                 p.records,
@@ -107,6 +138,23 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
     };
     if let Some(why) = &report.watermark_unsettled {
         eprintln!("leasewright audit: the watermark's position is not settled: {why}");
+    }
+    if let Some(why) = &report.rows_not_compared {
+        eprintln!("leasewright audit: warning: {why}");
+    }
+    if let (Some(path), Some(witness)) = (&args.witness, &report.witness) {
+        // Written beside, then renamed over: the file is always a whole witness.
+        let mut partial = path.clone().into_os_string();
+        partial.push(".partial");
+        let written = std::fs::write(&partial, witness.to_bytes())
+            .and_then(|()| std::fs::rename(&partial, path));
+        if let Err(error) = written {
+            eprintln!(
+                "leasewright audit: cannot write the witness {}: {error}",
+                path.display()
+            );
+            return Ok(2);
+        }
     }
     if let Some(path) = &args.junit {
         if let Err(error) = std::fs::write(path, report.junit()) {

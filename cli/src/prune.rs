@@ -19,11 +19,13 @@ pub struct PruneArgs {
     /// `d` (`30d`, `12h`).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     older_than: Duration,
-    /// First record that the ledger is audited through this watermark (what `leasewright audit`
-    /// printed last): jobs whose every record is at or below it may be pruned. The recorded
-    /// watermark never goes back.
-    #[arg(long, value_name = "WATERMARK", value_parser = clap::value_parser!(i64).range(0..))]
-    audited_through: Option<i64>,
+    /// First record that the ledger is audited through this watermark: the token `leasewright
+    /// audit` printed last (`since: lw2.…`), verified as `audit --since` verifies it (this
+    /// database, schema and epoch, a position the ledger reached); a bare number only for a schema
+    /// from before migration 0015. Jobs whose every record is at or below it may be pruned. The
+    /// recorded watermark never goes back.
+    #[arg(long, value_name = "WATERMARK")]
+    audited_through: Option<leasewright_audit::chain::Since>,
     /// Prune jobs whose ledgers are not audited yet too (each is counted as `unaudited`).
     #[arg(long)]
     unaudited: bool,
@@ -106,8 +108,18 @@ pub fn run(args: &PruneArgs) -> anyhow::Result<i32> {
         leasewright_server::app::ensure_schema(&store)
             .await
             .map_err(|e| anyhow::anyhow!("the server's tables: {}", e.message()))?;
-        if let Some(watermark) = args.audited_through {
-            store.record_audit_watermark(watermark).await?;
+        if let Some(watermark) = &args.audited_through {
+            let audited = leasewright_impl::database::with_search_path(&url, &args.schema);
+            match leasewright_audit::verify_watermark(&audited, watermark).await {
+                Ok(position) => {
+                    store.record_audit_watermark(position).await?;
+                }
+                Err(error) => {
+                    store.close().await;
+                    eprintln!("leasewright prune: --audited-through: {error}");
+                    return Ok(2);
+                }
+            }
         }
         let watermark = store.audit_watermark().await?;
         let age = chrono::Duration::from_std(args.older_than)?;

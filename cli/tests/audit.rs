@@ -162,3 +162,92 @@ async fn a_job_that_cannot_be_judged_exits_1_and_the_summary_counts_its_records(
     assert_eq!(doc["unjudged_records"], 2, "{out}");
     assert_eq!(doc["violations"].as_array().map(Vec::len), Some(0));
 }
+
+/// The witness as the operator keeps it (issue 37): `--witness FILE` written by a run, read back
+/// with `--since` its token (clean: exit 0), an edit of a row since named (exit 1, and the file
+/// replaced), a missing file refused (exit 2); `prune --audited-through` takes the token and
+/// refuses a number no audit printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_witness_file_is_written_read_back_and_names_an_edit_and_the_prune_takes_the_token() {
+    let db = TestDatabase::create().await.expect("a test database");
+    let store = db
+        .store(
+            Arc::new(ManualClock::at_fixed_start()),
+            StoreConfig::default(),
+        )
+        .await
+        .unwrap();
+    let project = store.create_project("p").await.unwrap();
+    let (runner, _) = store.create_runner(project, "r").await.unwrap();
+    let job = store
+        .submit_job(project, NewJob::new("rev", "d", "c"))
+        .await
+        .unwrap();
+    let Verdict::Accepted(lease) = store.claim(runner, None).await.unwrap() else {
+        panic!("a claim");
+    };
+    store
+        .report_result(&lease.tuple, Outcome::Passed, "d", None)
+        .await
+        .unwrap();
+    store.close().await;
+    let dir = std::env::temp_dir().join(format!("lw-witness-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let witness = dir.join("audit.witness");
+    let witness = witness.to_str().unwrap();
+    let (code, out, err) = audit(Some(db.url()), &["--json", "--witness", witness]);
+    assert_eq!(code, 0, "{out}{err}");
+    let token = serde_json::from_str::<Value>(&out).unwrap()["since"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let written = std::fs::read(witness).expect("the witness is written");
+    let (code, out, err) = audit(Some(db.url()), &["--since", &token, "--witness", witness]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("rows were not compared"), "{err}");
+    let missing = dir.join("none");
+    let (code, _, err) = audit(
+        Some(db.url()),
+        &["--since", &token, "--witness", missing.to_str().unwrap()],
+    );
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = audit(Some(db.url()), &["--since", &token]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("not the state held in rows"), "{err}");
+
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(db.url())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE attempts SET lease_expiry = lease_expiry + interval '1 day'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (code, out, err) = audit(Some(db.url()), &["--since", &token, "--witness", witness]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("[watermark_mismatch]") && out.contains(&job.0.to_string()),
+        "{out}"
+    );
+    assert_ne!(
+        std::fs::read(witness).unwrap(),
+        written,
+        "replaced by the run's"
+    );
+
+    let prune = |through: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+            .args(["prune", "--older-than", "30d", "--audited-through", through])
+            .env("DATABASE_URL", db.url())
+            .output()
+            .expect("runs leasewright");
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = prune(&token);
+    assert_eq!(code, 0, "{err}");
+    let (code, err) = prune("9223372036854775807");
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,7 +8,8 @@
 -- own foreign keys' ON DELETE (the server's: server/migrations/1002). Every sub-statement sees the
 -- same snapshot; the foreign keys left (logs and artifacts to attempts, attempts to jobs) are
 -- checked at the statement's end, when every row that referenced a deleted one is gone too.
--- Each deleted job leaves its chain's tombstone in ledger_pruned (migration 0015).
+-- Each deleted job leaves its chain's tombstone in ledger_pruned (migration 0015), with the ledger
+-- position the prune drew for it (`pruned_seq`, migration 0019: the pruning on the record).
 -- Counts per table, for the prune's report.
 -- $1 job ids
 WITH doomed AS (
@@ -19,7 +20,8 @@ WITH doomed AS (
     -- Each pruned job's last chain head (migration 0015): a later `audit --since` finds it here
     -- instead of reporting the job's records deleted. Jobs submitted before 0015 have none.
     -- The head: the later of the job row's and its current attempt's (migration 0017).
-    INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq)
+    INSERT INTO ledger_pruned (job_id, chain_seq, chain_head, job_ledger_seq, max_ledger_seq,
+        pruned_seq)
     SELECT j.id, ledger_later_seq(j.chain_seq, a.job_chain_seq),
         ledger_later_head(j.chain_seq, j.chain_head, a.job_chain_seq, a.job_chain_head),
         j.ledger_seq, greatest(j.ledger_seq,
@@ -27,7 +29,8 @@ WITH doomed AS (
         (SELECT max(ledger_seq) FROM observations WHERE named_job_id = j.id),
         (SELECT max(ledger_seq) FROM reconciliations WHERE job_id = j.id),
         (SELECT max(ledger_seq) FROM cancels WHERE job_id = j.id),
-        (SELECT max(ledger_seq) FROM expiry_sweeps WHERE job_id = j.id))
+        (SELECT max(ledger_seq) FROM expiry_sweeps WHERE job_id = j.id)),
+        nextval('ledger_seq')
     FROM jobs AS j
     LEFT JOIN attempts AS a ON a.id = j.current_attempt_id
     WHERE j.id IN (SELECT id FROM doomed)

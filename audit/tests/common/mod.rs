@@ -42,3 +42,34 @@ pub async fn prune_audited(
     let pruned = store.prune_finished_jobs(policy).await.expect("the prune");
     pruned.jobs
 }
+
+/// A forger's full recomputation of every chain after an edit (common/rechain.sql), one statement
+/// at a time on one connection (`sql`).
+pub fn rechain() -> Vec<String> {
+    split_statements(include_str!("rechain.sql"))
+}
+
+/// `script`'s statements: split at a `;` that ends a line, outside a `$chain$` body; comment lines
+/// dropped.
+fn split_statements(script: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut in_body = false;
+    for line in script.lines() {
+        if line.trim_start().starts_with("--") {
+            continue;
+        }
+        if line.matches("$chain$").count() % 2 == 1 {
+            in_body = !in_body;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if !in_body && line.trim_end().ends_with(';') {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current);
+    }
+    out
+}
