@@ -396,7 +396,17 @@ fn git_source(repo: &std::path::Path, rev: &str) -> anyhow::Result<(String, Vec<
             &format!("{rev}^{{commit}}"),
         ],
     )
-    .map_err(|_| anyhow::anyhow!("--git {rev:?} names no commit in {}", repo.display()))?;
+    .map_err(|error| {
+        // git's own message says why (not a repository, an unknown revision, ...); `--quiet`
+        // leaves it empty for a revision that a repository does not have.
+        let said = error.to_string();
+        let why = said.split_once("failed: ").map_or("", |(_, why)| why);
+        if why.is_empty() {
+            anyhow::anyhow!("--git {rev:?} names no commit in {}", repo.display())
+        } else {
+            anyhow::anyhow!("--git {rev:?}: git says: {why}")
+        }
+    })?;
     let commit = String::from_utf8(commit)?.trim().to_owned();
     let archive = git(repo, &["archive", "--format=tar.gz", &commit])?;
     Ok((commit, archive))

@@ -254,3 +254,29 @@ async fn op_lists_runners_and_revokes_one_whose_token_is_then_refused() {
     let (code, _, _) = op(&url, &["runners", &project.to_string(), "--limit", "0"]);
     assert_eq!(code, 2);
 }
+
+/// `op submit --git` on a directory that is not a git repository says what git said (issue 38
+/// item 5), before any request is sent (no server listens at this URL).
+#[test]
+fn submit_git_outside_a_repository_shows_gits_own_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().to_str().unwrap();
+    let (code, out, err) = op(
+        "http://127.0.0.1:9",
+        &[
+            "submit",
+            "00000000-0000-0000-0000-000000000001",
+            "--git",
+            "HEAD",
+            "--repo",
+            repo,
+            "--command",
+            "true",
+        ],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("git says: fatal: not a git repository"),
+        "{err}"
+    );
+}

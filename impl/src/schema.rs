@@ -198,10 +198,19 @@ pub async fn create_schema(pool: &PgPool, schema: &str) -> Result<(), Error> {
         .execute(&mut *tx)
         .await?;
     // A validated identifier (schema_name): nothing to quote.
-    tx.execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
-        .await?;
-    tx.commit().await?;
-    Ok(())
+    let created = tx
+        .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+        .await
+        .map_err(Error::from);
+    match created {
+        Err(Error::Permission(said)) => Err(Error::Schema(format!(
+            "the schema {schema} does not exist, and this database role may not create it \
+             ({said}): run `leasewright migrate --schema {schema}` as the schema's owner \
+             (docs/roles.md), or name an existing schema (--schema NAME)"
+        ))),
+        Err(error) => Err(error),
+        Ok(_) => Ok(tx.commit().await?),
+    }
 }
 
 /// Apply `migrators`, in order, in the pool's schema, and then, when they include the protocol's
