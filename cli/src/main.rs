@@ -79,8 +79,55 @@ fn main() {
         Command::Prune(args) => prune::run(&args),
     };
     let code = result.unwrap_or_else(|error| {
-        eprintln!("error: {error:#}");
+        eprintln!("error: {}", cause_chain(&error));
         2
     });
     std::process::exit(code);
+}
+
+/// The error and its causes, `: `-separated, each said once: a cause whose text its parent's
+/// already holds (sqlx's "error returned from database: X" above the database's own "X") is left
+/// out.
+fn cause_chain(error: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if said.last().is_some_and(|parent| parent.contains(&text)) {
+            continue;
+        }
+        said.push(text);
+    }
+    said.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("permission denied for table jobs")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "error returned from database: {}", self.0)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let error = anyhow::Error::new(Outer(Inner)).context("database unavailable");
+        assert_eq!(
+            super::cause_chain(&error),
+            "database unavailable: error returned from database: permission denied for table jobs"
+        );
+    }
 }

@@ -315,17 +315,42 @@ enum OpCommand {
         #[arg(long, requires = "wait", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
         timeout: Option<u64>,
     },
-    /// Print the log of the job's current (or latest) attempt.
+    /// Print the log of the job's current (or latest) attempt, or of --attempt.
     Logs {
         project: uuid::Uuid,
         job: uuid::Uuid,
+        /// An earlier attempt of the job (its id: `op ledger` lists them).
+        #[arg(long, value_name = "ATTEMPT")]
+        attempt: Option<uuid::Uuid>,
     },
-    /// Print an artifact of the job's current (or latest) attempt.
+    /// Print the stored log chunks (seq, digest, size) of the job's current (or latest) attempt,
+    /// or of --attempt (JSON).
+    LogChunks {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+        /// An earlier attempt of the job.
+        #[arg(long, value_name = "ATTEMPT")]
+        attempt: Option<uuid::Uuid>,
+    },
+    /// Print an artifact of the job's current (or latest) attempt, or of --attempt.
     Artifact {
         project: uuid::Uuid,
         job: uuid::Uuid,
         name: String,
+        /// An earlier attempt of the job.
+        #[arg(long, value_name = "ATTEMPT")]
+        attempt: Option<uuid::Uuid>,
     },
+    /// Print the job's reconciliations, in the order recorded (JSON; every page).
+    Reconciliations {
+        project: uuid::Uuid,
+        job: uuid::Uuid,
+    },
+    /// Print the project's cache entry under KEY, with who stored it (JSON).
+    Cache { project: uuid::Uuid, key: String },
+    /// Print a target slot's state: its kind, the highest slot token it applied, how many
+    /// mutations it applied (JSON).
+    Target { slot: String },
     /// Print the job's attempts and observations as one JSON document (`{"attempts": [...],
     /// "observations": [...]}`; every page).
     Ledger {
@@ -396,7 +421,17 @@ fn git_source(repo: &std::path::Path, rev: &str) -> anyhow::Result<(String, Vec<
             &format!("{rev}^{{commit}}"),
         ],
     )
-    .map_err(|_| anyhow::anyhow!("--git {rev:?} names no commit in {}", repo.display()))?;
+    .map_err(|error| {
+        // git's own message says why (not a repository, an unknown revision, ...); `--quiet`
+        // leaves it empty for a revision that a repository does not have.
+        let said = error.to_string();
+        let why = said.split_once("failed: ").map_or("", |(_, why)| why);
+        if why.is_empty() {
+            anyhow::anyhow!("--git {rev:?} names no commit in {}", repo.display())
+        } else {
+            anyhow::anyhow!("--git {rev:?}: git says: {why}")
+        }
+    })?;
     let commit = String::from_utf8(commit)?.trim().to_owned();
     let archive = git(repo, &["archive", "--format=tar.gz", &commit])?;
     Ok((commit, archive))
@@ -547,11 +582,36 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 }
                 json(&body);
             }
-            OpCommand::Logs { project, job } => {
-                write_stdout(&client.logs(project, job, None).await?);
+            OpCommand::Logs {
+                project,
+                job,
+                attempt,
+            } => {
+                write_stdout(&client.logs(project, job, attempt).await?);
             }
-            OpCommand::Artifact { project, job, name } => {
-                write_stdout(&client.artifact(project, job, &name).await?);
+            OpCommand::LogChunks {
+                project,
+                job,
+                attempt,
+            } => {
+                json(&client.log_chunks(project, job, attempt).await?);
+            }
+            OpCommand::Artifact {
+                project,
+                job,
+                name,
+                attempt,
+            } => {
+                write_stdout(&client.artifact_of(project, job, &name, attempt).await?);
+            }
+            OpCommand::Reconciliations { project, job } => {
+                json(&client.reconciliations(project, job).await?);
+            }
+            OpCommand::Cache { project, key } => {
+                json(&client.cache_entry(project, &key).await?);
+            }
+            OpCommand::Target { slot } => {
+                json(&client.target(&slot).await?);
             }
             OpCommand::Ledger { project, job } => {
                 json(&serde_json::json!({

@@ -366,3 +366,229 @@ async fn migrate_refuses_system_schemas_and_other_applications_schemas_before_wr
     let (code, _, err) = migrate(db.url(), &["--schema", "tenant_c"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// The schema's shape, one line per column, constraint, index, trigger, function and relation,
+/// sorted: two schemas with equal lines were made alike.
+async fn catalog(url: &str) -> Vec<String> {
+    let pool = sqlx::PgPool::connect(&leasewright_impl::database::with_search_path(
+        url,
+        "leasewright",
+    ))
+    .await
+    .unwrap();
+    let lines = sqlx::query_scalar(
+        "SELECT 'column ' || table_name || '.' || column_name || ' ' || ordinal_position || ' ' \
+             || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') \
+         FROM information_schema.columns WHERE table_schema = 'leasewright' \
+         UNION ALL SELECT 'constraint ' || conrelid::regclass::text || ' ' || conname || ' ' \
+             || pg_get_constraintdef(oid) \
+         FROM pg_constraint WHERE connamespace = 'leasewright'::regnamespace \
+         UNION ALL SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'leasewright' \
+         UNION ALL SELECT 'trigger ' || pg_get_triggerdef(t.oid) \
+         FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+         WHERE c.relnamespace = 'leasewright'::regnamespace AND NOT t.tgisinternal \
+         UNION ALL SELECT 'function ' || pg_get_functiondef(p.oid) \
+         FROM pg_proc p WHERE p.pronamespace = 'leasewright'::regnamespace \
+         UNION ALL SELECT 'relation ' || relname || ' ' || relkind::text || ' ' \
+             || coalesce(array_to_string(reloptions, ','), '') \
+         FROM pg_class WHERE relnamespace = 'leasewright'::regnamespace \
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    lines
+}
+
+/// Upgrades keep working (issue 38 item 3): a schema migrated by the 17 migrations as they were
+/// before their functions moved to impl/sql/functions (cli/tests/fixtures/impl-migrations-0017,
+/// with the checksums they recorded), holding jobs, a claim and their chains, upgrades in place:
+/// `migrate` applies the function files and nothing else, the schema is then exactly a fresh
+/// one's (tables, constraints, indexes, triggers, functions), a job submitted before the upgrade
+/// is claimed after it with its chain continued, and the audit finds every chain whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_migrated_before_the_functions_moved_upgrades_in_place() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/impl-migrations-0017");
+    let old = sqlx::migrate::Migrator::new(fixtures.as_path())
+        .await
+        .expect("the migrations as they were");
+    assert_eq!(old.iter().count(), 17);
+    // Each file is what a schema recorded then: an edited migration's historical checksum, or
+    // the file as it still is.
+    for migration in old.iter() {
+        let now = schema::MIGRATOR
+            .iter()
+            .find(|m| m.version == migration.version)
+            .expect("the same versions");
+        let recorded: String = migration
+            .checksum
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        match schema::EDITED_MIGRATIONS
+            .iter()
+            .find(|(v, _)| *v == migration.version)
+        {
+            Some((_, historical)) => assert_eq!(recorded, *historical, "{}", migration.version),
+            None => assert_eq!(migration.checksum, now.checksum, "{}", migration.version),
+        }
+    }
+
+    let db = TestDatabase::create().await.expect("a test database");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(schema::connect_options(db.url(), "leasewright").unwrap())
+        .await
+        .unwrap();
+    schema::create_schema(&pool, "leasewright").await.unwrap();
+    old.run(&pool).await.expect("the old migrations apply");
+    let mut server = sqlx::migrate::Migrator {
+        migrations: leasewright_server::app::SERVER_MIGRATOR.migrations.clone(),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    server.set_ignore_missing(true);
+    server
+        .run(&pool)
+        .await
+        .expect("the server's migrations apply");
+    // A project, a runner and two jobs, written by the statements the server sends, and one
+    // claim by the old schema's own `claim` function.
+    let start = chrono::Utc::now();
+    let (project, runner) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    sqlx::query(include_str!("../../impl/sql/project_insert.sql"))
+        .bind(project)
+        .bind("p")
+        .bind(start)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(include_str!("../../impl/sql/runner_insert.sql"))
+        .bind(runner)
+        .bind(project)
+        .bind("r")
+        .bind([0u8; 32].as_slice())
+        .bind(start)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let jobs = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    for (i, job) in jobs.iter().enumerate() {
+        sqlx::query(include_str!("../../impl/sql/job_insert.sql"))
+            .bind(job)
+            .bind(project)
+            .bind(start + chrono::Duration::milliseconds(i as i64))
+            .bind("rev")
+            .bind(format!("sha256:{}", "0".repeat(64)))
+            .bind("true")
+            .bind(format!("slot-{i}"))
+            .bind("unfenced")
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let claimed: Vec<uuid::Uuid> =
+        sqlx::query_scalar("SELECT job_id FROM claim($1, 1, $2, $2 + interval '30 seconds')")
+            .bind(runner)
+            .bind(start)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        claimed,
+        vec![jobs[0]],
+        "the old claim takes the earliest job"
+    );
+    pool.close().await;
+
+    // The server refuses to start on it without migrating (its functions are not recorded).
+    let refused =
+        Store::connect_migrated(db.url(), Arc::new(SystemClock), StoreConfig::default()).await;
+    assert!(
+        matches!(&refused, Err(Error::Schema(m)) if m.contains("functions")),
+        "{:?}",
+        refused.err()
+    );
+
+    let (code, upgraded, err) = migrate(db.url(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        versions(&upgraded, "applied_now"),
+        vec![schema::FUNCTIONS_VERSION],
+        "only the function files are applied: {upgraded}"
+    );
+    assert!(upgraded["migrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m["applied"] == true));
+
+    let fresh = TestDatabase::create().await.expect("a test database");
+    let (code, _, err) = migrate(fresh.url(), &[]);
+    assert_eq!(code, 0, "{err}");
+    let (upgraded, fresh) = (catalog(db.url()).await, catalog(fresh.url()).await);
+    assert!(upgraded.len() > 100, "{upgraded:?}");
+    let differences: Vec<_> = upgraded
+        .iter()
+        .filter(|l| !fresh.contains(l))
+        .map(|l| format!("upgraded only: {l}"))
+        .chain(
+            fresh
+                .iter()
+                .filter(|l| !upgraded.contains(l))
+                .map(|l| format!("fresh only: {l}")),
+        )
+        .collect();
+    assert!(differences.is_empty(), "{differences:#?}");
+
+    // The job submitted before the upgrade is claimed after it: the second record of its chain
+    // (its submission, then this claim).
+    let store = Store::connect_migrated(db.url(), Arc::new(SystemClock), StoreConfig::default())
+        .await
+        .expect("the upgraded schema is current");
+    let lease = match store.claim(RunnerId(runner), None).await.unwrap() {
+        Verdict::Accepted(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(lease.tuple.job, JobId(jobs[1]));
+    let seq: Option<i32> = sqlx::query_scalar("SELECT chain_seq FROM attempts WHERE id = $1")
+        .bind(lease.tuple.attempt.0)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(seq, Some(2), "the claim continues the job's chain");
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .arg("audit")
+        .env("DATABASE_URL", db.url())
+        .output()
+        .expect("runs leasewright");
+    assert!(
+        out.status.success(),
+        "the audit finds every chain whole: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Function files changed since the schema applied them (here: the recorded checksum is not
+    // theirs): a server that does not migrate refuses the schema, `migrate` applies them again.
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = $1")
+        .bind(schema::FUNCTIONS_VERSION)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store.pool().close().await;
+    let refused =
+        Store::connect_migrated(db.url(), Arc::new(SystemClock), StoreConfig::default()).await;
+    assert!(
+        matches!(&refused, Err(Error::Schema(m)) if m.contains("functions")),
+        "{:?}",
+        refused.err()
+    );
+    let (code, again, err) = migrate(db.url(), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        versions(&again, "applied_now"),
+        vec![schema::FUNCTIONS_VERSION]
+    );
+}

@@ -13,11 +13,17 @@ use std::time::Duration;
 const OPERATOR: &str = "operator-secret";
 
 async fn start_server() -> (TestDatabase, Server) {
+    start_server_on(false).await
+}
+
+/// A server on a fresh database; `manual_clock`: on the test clock (`POST /v1/test/clock`).
+async fn start_server_on(manual_clock: bool) -> (TestDatabase, Server) {
     let db = TestDatabase::create().await.expect("test database");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = ServerConfig {
         operator_token: Some(OPERATOR.into()),
         sweep_interval: None,
+        manual_clock,
         ..ServerConfig::default()
     };
     let server = app::start(db.url(), Duration::from_secs(30), listener, config)
@@ -253,4 +259,144 @@ async fn op_lists_runners_and_revokes_one_whose_token_is_then_refused() {
     assert_eq!(code, 2);
     let (code, _, _) = op(&url, &["runners", &project.to_string(), "--limit", "0"]);
     assert_eq!(code, 2);
+}
+
+/// `op submit --git` on a directory that is not a git repository says what git said (issue 38
+/// item 5), before any request is sent (no server listens at this URL).
+#[test]
+fn submit_git_outside_a_repository_shows_gits_own_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().to_str().unwrap();
+    let (code, out, err) = op(
+        "http://127.0.0.1:9",
+        &[
+            "submit",
+            "00000000-0000-0000-0000-000000000001",
+            "--git",
+            "HEAD",
+            "--repo",
+            repo,
+            "--command",
+            "true",
+        ],
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("git says: fatal: not a git repository"),
+        "{err}"
+    );
+}
+
+/// `op` reaches what the operator routes offer (issue 38 item 5): an earlier attempt's log, log
+/// chunks and artifact (`--attempt`), the reconciliations, a cache entry and a target slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn op_reads_an_earlier_attempt_the_reconciliations_the_cache_and_a_target() {
+    let (db, server) = start_server_on(true).await;
+    let url = server.url();
+    let operator = OperatorClient::new(&url, OPERATOR).unwrap();
+    let project = operator.create_project("reads").await.unwrap();
+    let token = operator.create_runner(project, "r").await.unwrap().token;
+    let slot = format!("web-{project}");
+    let request = SubmitJobRequest {
+        target: Some(slot.clone()),
+        target_kind: Some("fenced".into()),
+        ..submit_request()
+    };
+    let job = operator.submit(project, &request).await.unwrap().job;
+    let runner = RunnerClient::new(&url, &token, Duration::from_secs(30)).unwrap();
+
+    // The first attempt logs, stores an artifact and a cache entry, then its runner goes silent:
+    // the lease runs out, the sweep makes the job uncertain, the operator retries it.
+    let first = runner.claim(1).await.unwrap().remove(0);
+    let tuple = first.tuple(None);
+    runner
+        .log_append(&tuple, 0, b"first attempt\n")
+        .await
+        .unwrap();
+    runner
+        .artifact_put(&tuple, "out.txt", b"one")
+        .await
+        .unwrap();
+    runner.cache_put(&tuple, "deps", b"cached").await.unwrap();
+    operator.advance_clock(40_000).await.unwrap();
+    operator.sweep().await.unwrap();
+    assert_eq!(operator.job(project, job).await.unwrap().state, "uncertain");
+    operator
+        .reconcile(project, job, "stopped", "retry")
+        .await
+        .unwrap();
+    let second = runner.claim(1).await.unwrap().remove(0);
+    let tuple = second.tuple(None);
+    runner
+        .log_append(&tuple, 0, b"second attempt\n")
+        .await
+        .unwrap();
+    runner
+        .artifact_put(&tuple, "out.txt", b"two")
+        .await
+        .unwrap();
+    // The second attempt deploys to its fenced slot (through the implementation's demo target,
+    // what the server's deploy route calls).
+    use leasewright_impl::TargetAdapter as _;
+    let store = db
+        .store(
+            std::sync::Arc::new(leasewright_impl::SystemClock),
+            leasewright_impl::StoreConfig::default(),
+        )
+        .await
+        .unwrap();
+    store
+        .demo_target(leasewright_impl::TargetKind::Fenced, &slot)
+        .await
+        .unwrap()
+        .mutate(&leasewright_impl::TargetMutation {
+            job: leasewright_impl::JobId(job),
+            attempt: leasewright_impl::AttemptId(second.attempt),
+            slot_token: second.slot_token,
+            deployment_id: job.to_string(),
+        })
+        .await
+        .unwrap();
+
+    let (p, j, a) = (
+        project.to_string(),
+        job.to_string(),
+        first.attempt.to_string(),
+    );
+    let ran = tokio::task::spawn_blocking(move || {
+        let run = |args: &[&str]| {
+            let (code, out, err) = op(&url, args);
+            assert_eq!(code, 0, "op {args:?}: {err}");
+            out
+        };
+        (
+            run(&["logs", &p, &j]),
+            run(&["logs", &p, &j, "--attempt", &a]),
+            run(&["artifact", &p, &j, "out.txt", "--attempt", &a]),
+            run(&["artifact", &p, &j, "out.txt"]),
+            one_document(&run(&["log-chunks", &p, &j, "--attempt", &a])),
+            one_document(&run(&["reconciliations", &p, &j])),
+            one_document(&run(&["cache", &p, "deps"])),
+            one_document(&run(&["target", &slot])),
+        )
+    })
+    .await
+    .unwrap();
+    let (log_now, log_first, artifact_first, artifact_now, chunks, reconciliations, cache, target) =
+        ran;
+    assert_eq!(log_now, "second attempt\n");
+    assert_eq!(log_first, "first attempt\n");
+    assert_eq!(artifact_first, "one");
+    assert_eq!(artifact_now, "two");
+    assert_eq!(chunks.as_array().map(Vec::len), Some(1), "{chunks}");
+    assert_eq!(chunks[0]["seq"], 0, "{chunks}");
+    let reconciliations = reconciliations.as_array().expect("a list").clone();
+    assert_eq!(reconciliations.len(), 1, "{reconciliations:?}");
+    assert_eq!(reconciliations[0]["finding"], "stopped");
+    assert_eq!(reconciliations[0]["decision"], "retry");
+    assert_eq!(cache["key"], "deps", "{cache}");
+    assert_eq!(target["slot"], serde_json::json!(second.target), "{target}");
+    assert_eq!(target["kind"], "fenced", "{target}");
+    assert_eq!(target["highest_slot_token"], second.slot_token, "{target}");
+    server.stop().await.unwrap();
 }

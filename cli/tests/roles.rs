@@ -218,6 +218,29 @@ async fn each_role_does_its_job_with_only_its_grants() {
         refused.contains("leasewright migrate --schema"),
         "{refused}"
     );
+
+    // Errors that name their cause (issue 38 item 5), each cause said once. The data-only role
+    // serving (and so migrating) a schema that does not exist: it may not create it.
+    let refused = serve_a_job(&server, "missing", true, "x")
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains(
+            "the schema missing does not exist, and this database role may not create it"
+        ) && refused.contains("leasewright migrate --schema missing")
+            && refused.matches("permission denied").count() == 1,
+        "{refused}"
+    );
+    // prune as the read-only role: a missing privilege, not an unavailable database.
+    let (code, out, err) = leasewright(&["prune", "--older-than", "1s", "--unaudited"], &auditor);
+    assert_eq!(code, 2, "prune as the read-only role: {out}{err}");
+    assert!(
+        err.contains("the database role lacks a privilege this needs")
+            && err.contains("docs/roles.md")
+            && !err.contains("database unavailable")
+            && err.matches("permission denied").count() == 1,
+        "{err}"
+    );
     admin.close().await;
     drop(db);
 }

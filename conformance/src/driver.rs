@@ -225,6 +225,39 @@ pub struct ClaimedJob {
     pub slot_token: u8,
 }
 
+impl ClaimedJob {
+    /// What a lease the implementation issued for the model's job `job` answers, its fence and
+    /// slot token in the model's range (a larger one is the implementation's divergence, never
+    /// truncated): the one mapping of a claim's lease every driver makes.
+    pub fn of_lease(
+        job: u8,
+        fence: i64,
+        lease_ticks: i64,
+        slot_token: i64,
+    ) -> Result<ClaimedJob, DriverError> {
+        let out_of_range = |what: &str, value: i64| {
+            DriverError::Implementation(format!("{what} {value} out of range"))
+        };
+        Ok(ClaimedJob {
+            job,
+            fence: Fence::try_from(fence).map_err(|_| out_of_range("fence", fence))?,
+            lease_ticks,
+            slot_token: u8::try_from(slot_token)
+                .map_err(|_| out_of_range("slot token", slot_token))?,
+        })
+    }
+
+    /// The answer of a claim that took this one job.
+    pub fn answer(self) -> Answer {
+        Answer::Claim {
+            job: self.job,
+            fence: self.fence,
+            lease_ticks: self.lease_ticks,
+            slot_token: self.slot_token,
+        }
+    }
+}
+
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
 /// digest the drivers send with it, [`result_digest`]: the model's runners report
 /// digest 0, its probes also another digest of the same outcome).
@@ -874,6 +907,54 @@ pub fn applied_cap(kind: leasewright_model::TargetKind) -> u8 {
         1
     } else {
         2
+    }
+}
+
+/// The ids a trace's messages use for the model's runners, jobs and attempts that no one created
+/// (§6.1 checks 1, 2 and 4: `unknown_runner`, `unknown_job`, `unknown_attempt`): unique to the
+/// trace, created by no one, and mapped back to their model index when the implementation shows
+/// one. Every driver that makes its own ids (in-process, HTTP) uses these.
+#[derive(Clone, Copy, Debug)]
+pub struct UnknownIds {
+    base: u128,
+}
+
+impl UnknownIds {
+    /// The kinds of identity: a runner, a job, an attempt.
+    pub const RUNNER: u8 = 0;
+    pub const JOB: u8 = 1;
+    pub const ATTEMPT: u8 = 2;
+
+    /// Ids for one trace (random, so two traces never share one).
+    pub fn fresh() -> Self {
+        UnknownIds {
+            base: Uuid::new_v4().as_u128() & !0xffff,
+        }
+    }
+
+    /// The id that stands for the model's never-created runner, job or attempt `index`.
+    pub fn id(&self, what: u8, index: u8) -> Uuid {
+        Uuid::from_u128(self.base ^ (u128::from(what) << 8 | u128::from(index)))
+    }
+
+    /// The model index `id` stands for, if it is one of [`UnknownIds::id`]'s.
+    pub fn index(&self, what: u8, id: Uuid) -> Option<u8> {
+        let x = id.as_u128() ^ self.base;
+        (x >> 16 == 0 && (x >> 8) as u8 == what).then_some(x as u8)
+    }
+
+    /// The model index of a runner, job or attempt id: its position in `created`, or the index
+    /// of one of [`UnknownIds::id`]'s.
+    pub fn model_index(&self, what: u8, created: &[Uuid], id: Uuid) -> Result<u8, DriverError> {
+        match created.iter().position(|y| *y == id) {
+            Some(i) => Ok(i as u8),
+            None => self.index(what, id).ok_or_else(|| {
+                DriverError::Implementation(format!(
+                    "the implementation shows an unknown {}",
+                    ["runner", "job", "attempt"][usize::from(what)]
+                ))
+            }),
+        }
     }
 }
 

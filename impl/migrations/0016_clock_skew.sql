@@ -11,28 +11,7 @@ ALTER TABLE lease_policy
     ADD COLUMN max_clock_skew interval NOT NULL DEFAULT interval '0'
         CONSTRAINT lease_policy_clock_skew_not_negative CHECK (max_clock_skew >= interval '0');
 
--- $1 now: the epoch a claim at `now` issues its tokens in, or NULL while the claims wait. The
--- same signature as 0012's, so `claim` (which calls it by name) is unchanged.
-CREATE OR REPLACE FUNCTION claim_epoch(timestamptz) RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-AS $claim_epoch$
-DECLARE
-    epoch_now bigint := current_epoch();
-    began timestamptz;
-BEGIN
-    SELECT e.began_at INTO began FROM epochs AS e WHERE e.epoch = epoch_now;
-    IF NOT FOUND THEN
-        -- The first claim of a new epoch: the wait begins now (a concurrent first claim inserts
-        -- the same epoch: the later one keeps the earlier's row).
-        INSERT INTO epochs (epoch, began_at) VALUES (epoch_now, $1) ON CONFLICT (epoch) DO NOTHING;
-        RETURN NULL;
-    END IF;
-    IF $1 < began + coalesce((SELECT p.max_lease_ttl + 2 * p.max_clock_skew
-                              FROM lease_policy AS p WHERE p.id),
-                             interval '0') THEN
-        RETURN NULL;
-    END IF;
-    RETURN epoch_now;
-END
-$claim_epoch$;
+-- The function this migration defined (claim_epoch) lives in impl/sql/functions/claim.sql, in the
+-- one form the server runs, applied after the migrations whenever it changes (docs/ARCHITECTURE.md,
+-- "SQL: tables in migrations, functions in one file each"). This file keeps the tables it changed
+-- and why.

@@ -22,17 +22,6 @@ CREATE TABLE lease_policy_history (
     recorded_at   timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE FUNCTION lease_policy_history_record() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' OR NEW.max_lease_ttl IS DISTINCT FROM OLD.max_lease_ttl THEN
-        INSERT INTO lease_policy_history (max_lease_ttl) VALUES (NEW.max_lease_ttl);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER lease_policy_history AFTER INSERT OR UPDATE ON lease_policy
-FOR EACH ROW EXECUTE FUNCTION lease_policy_history_record();
-
+-- The trigger that appends to it: impl/sql/functions/lease_policy_history.sql (applied after the
+-- migrations).
 INSERT INTO lease_policy_history (max_lease_ttl) SELECT max_lease_ttl FROM lease_policy;

@@ -1,7 +1,7 @@
 -- name: claim
 -- Rule R1 `claim` and the batch claim (up to K jobs), the accept path in one statement (one
--- round trip, one transaction): the server-side function `claim` of migration 0011
--- (impl/migrations/0011_claim_locks_the_head_first.sql; first defined by 0007), whose one
+-- round trip, one transaction): the server-side function `claim`
+-- (impl/sql/functions/claim.sql, the one place it is defined), whose one
 -- statement locks the K earliest queued jobs of the runner's project that no other claimer holds,
 -- keeps those whose target slot is free and, only when some were not, picks the earliest jobs
 -- with a free slot after them; then reserves the slots and issues the slot tokens (one update of

@@ -46,11 +46,39 @@ pub enum Error {
     /// The caller passed an argument no message can carry.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// The database role lacks a privilege the statement needs (SQLSTATE 42501): the
+    /// deployment's grants, not an outage. The source is the database's own sentence (which
+    /// object), shown to an operator's command line, never in an HTTP answer.
+    #[error(
+        "the database role lacks a privilege this needs (docs/roles.md: the owner migrates, a \
+         data-only role serves and prunes, a read-only role audits)"
+    )]
+    Permission(#[source] DatabaseSaid),
 }
+
+/// What the database said, once (its own message, without the SQLSTATE or a repeat): the source
+/// of an [`Error`] an operator must act on.
+#[derive(Debug)]
+pub struct DatabaseSaid(pub String);
+
+impl std::fmt::Display for DatabaseSaid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DatabaseSaid {}
+
+/// PostgreSQL's SQLSTATE for a missing privilege.
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
 impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         if let sqlx::Error::Database(database_error) = &error {
+            if database_error.code().as_deref() == Some(INSUFFICIENT_PRIVILEGE) {
+                tracing::error!(error = %error, "permission denied");
+                return Error::Permission(DatabaseSaid(database_error.message().to_owned()));
+            }
             if let Some(constraint) = database_error.constraint() {
                 let constraint = constraint.to_owned();
                 tracing::warn!(%constraint, error = %error, "constraint violated");

@@ -19,7 +19,7 @@ pub mod target;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::Error;
+pub use error::{DatabaseSaid, Error};
 pub use schema::DEFAULT_SCHEMA;
 pub use sql::statement_counts;
 pub use store::{

@@ -216,12 +216,12 @@ pub(crate) const ATTEMPT_OVERWRITE_OUTCOME: &str = include_str!(concat!(
 ));
 
 /// The text a mutant changes: the statement's, except for `claim`, whose statement calls the
-/// server-side function of migration 0015: there it is the function's one statement (with the same
-/// parameters $1..$4), which the mutant build then sends as a statement of its own.
+/// server-side function of impl/sql/functions/claim.sql: there it is the function's one statement
+/// (with the same parameters $1..$4), which the mutant build then sends as a statement of its own.
 fn changeable_text(statement: Statement) -> &'static str {
     if statement.name == crate::sql::CLAIM.name {
-        crate::sql::returned_query(crate::sql::CLAIM_FUNCTION_MIGRATION)
-            .expect("migration 0015 defines claim as RETURN QUERY ... END")
+        crate::sql::returned_query(crate::sql::CLAIM_FUNCTION_SOURCE)
+            .expect("impl/sql/functions/claim.sql defines claim as RETURN QUERY ... END")
     } else {
         statement.text
     }

@@ -122,18 +122,16 @@ statements! {
     JOB_COUNT_UNFINISHED_BY_PROJECT_AND_STATE = "job_count_unfinished_by_project_and_state";
 }
 
-/// The source of migration 0015, which defines the server-side function `claim` as it is now (the
-/// statement `claim` calls it; 0007 defined it first, 0008 added its target columns, 0009 the
-/// reservation in the slot row, 0011 the pick that locks the head first, 0012 the epoch, 0015 the
-/// attempt's chain advanced in the claim's own update of the job).
+/// The source of impl/sql/functions/claim.sql, which defines the server-side function `claim` (the
+/// statement `claim` calls it), last in the file.
 #[cfg(any(test, feature = "mutants"))]
-pub(crate) const CLAIM_FUNCTION_MIGRATION: &str = include_str!(concat!(
+pub(crate) const CLAIM_FUNCTION_SOURCE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/migrations/0015_ledger_chain.sql"
+    "/sql/functions/claim.sql"
 ));
 
 /// The one statement of a PL/pgSQL function whose body is `RETURN QUERY <statement>;` (as in
-/// `claim`), from the function's source or the migration that defines it: the text after
+/// `claim`), from the file that defines it: the text after
 /// `RETURN QUERY` up to the last `;` before `END`.
 #[cfg(any(test, feature = "mutants"))]
 pub(crate) fn returned_query(source: &str) -> Option<&str> {
@@ -193,9 +191,9 @@ mod tests {
     }
 
     #[test]
-    fn the_claim_functions_statement_is_found_in_its_migration() {
+    fn the_claim_functions_statement_is_found_in_its_file() {
         let statement =
-            super::returned_query(super::CLAIM_FUNCTION_MIGRATION).expect("RETURN QUERY ... END");
+            super::returned_query(super::CLAIM_FUNCTION_SOURCE).expect("RETURN QUERY ... END");
         assert!(statement.starts_with("-- In order:"), "{statement}");
         assert!(
             statement.ends_with("ORDER BY st.submitted_seq"),

@@ -736,11 +736,23 @@ impl OperatorClient {
             .await
     }
 
+    /// An artifact of the job's current (or latest) attempt.
     pub async fn artifact(
         &self,
         project: Uuid,
         job: Uuid,
         name: &str,
+    ) -> Result<Vec<u8>, CallError> {
+        self.artifact_of(project, job, name, None).await
+    }
+
+    /// An artifact of the job's current (or latest) attempt, or of `attempt`.
+    pub async fn artifact_of(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        name: &str,
+        attempt: Option<Uuid>,
     ) -> Result<Vec<u8>, CallError> {
         if name == "." || name == ".." {
             return Err(CallError::Http {
@@ -751,10 +763,60 @@ impl OperatorClient {
             });
         }
         let name = path_segment(name);
+        let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
         self.http
             .get_bytes(&format!(
-                "/v1/projects/{project}/jobs/{job}/artifacts/{name}"
+                "/v1/projects/{project}/jobs/{job}/artifacts/{name}{query}"
             ))
+            .await
+    }
+
+    /// The job's reconciliations, in the order recorded (every page), as the route answers them.
+    pub async fn reconciliations(
+        &self,
+        project: Uuid,
+        job: Uuid,
+    ) -> Result<Vec<serde_json::Value>, CallError> {
+        let path = format!("/v1/projects/{project}/jobs/{job}/reconciliations");
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let mut page: serde_json::Value = self.http.get(&page_path(&path, after, None)).await?;
+            if let Some(list) = page["reconciliations"].as_array_mut() {
+                all.append(list);
+            }
+            match page["next"].as_i64() {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// The stored log chunks (sequence number, digest, size) of the job's current (or latest)
+    /// attempt, or of `attempt`.
+    pub async fn log_chunks(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        attempt: Option<Uuid>,
+    ) -> Result<serde_json::Value, CallError> {
+        let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
+        self.http
+            .get(&format!(
+                "/v1/projects/{project}/jobs/{job}/log-chunks{query}"
+            ))
+            .await
+    }
+
+    /// The project's cache entry under `key`, with who stored it.
+    pub async fn cache_entry(
+        &self,
+        project: Uuid,
+        key: &str,
+    ) -> Result<serde_json::Value, CallError> {
+        let key = path_segment(key);
+        self.http
+            .get(&format!("/v1/projects/{project}/cache/{key}"))
             .await
     }
 

@@ -42,10 +42,11 @@ use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
+use crate::driver::ClaimedJob;
 use crate::driver::{
     code, model_runner_time, result_digest, result_echo, runner_time, trace_epoch, FORGED_LEASE,
 };
-use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored};
+use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored, UnknownIds};
 use crate::driver::{
     payload_label, rejoin_instruction, Answer, AttemptProjection, Details, Driver, DriverError,
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
@@ -54,9 +55,9 @@ use crate::driver::{
 use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
 
 /// What an unknown id stands for ([`HttpSession::unknown`]), as in-process.
-const RUNNER: u8 = 0;
-const JOB: u8 = 1;
-const ATTEMPT: u8 = 2;
+const RUNNER: u8 = UnknownIds::RUNNER;
+const JOB: u8 = UnknownIds::JOB;
+const ATTEMPT: u8 = UnknownIds::ATTEMPT;
 
 /// Why the driver cannot run against a server (a setup failure, not a divergence).
 #[derive(Debug, thiserror::Error)]
@@ -881,7 +882,7 @@ impl Driver for HttpDriver {
             time,
             epoch,
             global,
-            unknown_base: Uuid::new_v4().as_u128() & !0xffff,
+            unknown_ids: UnknownIds::fresh(),
             unauthenticated: false,
             names_unknown_job: false,
             batch_results: sends_batch_results(trace),
@@ -942,7 +943,7 @@ pub struct HttpSession {
     /// The lane of traces that sweep over every project, held while this one does.
     global: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The trace's base of ids no one created ([`HttpSession::unknown`]): random, low 16 bits 0.
-    unknown_base: u128,
+    unknown_ids: UnknownIds,
     /// The last step sent a message from a runner no one created: over HTTP its bearer token
     /// authenticates nobody, it is refused `401` before any check and nothing is recorded
     /// ([`HttpSession::deliver_unauthenticated`]).
@@ -1059,26 +1060,12 @@ impl HttpSession {
     /// The id that stands for the model's never-created runner, job or attempt `index`: unique
     /// to the trace, created by no one (as in-process, `pg::PgSession::unknown`).
     fn unknown(&self, what: u8, index: u8) -> Uuid {
-        Uuid::from_u128(self.unknown_base ^ (u128::from(what) << 8 | u128::from(index)))
-    }
-
-    /// The model index `id` stands for, if it is one of [`HttpSession::unknown`]'s ids.
-    fn unknown_index(&self, what: u8, id: Uuid) -> Option<u8> {
-        let x = id.as_u128() ^ self.unknown_base;
-        (x >> 16 == 0 && (x >> 8) as u8 == what).then_some(x as u8)
+        self.unknown_ids.id(what, index)
     }
 
     /// The model index of a runner, job or attempt id, created or [`HttpSession::unknown`].
     fn model_index(&self, what: u8, v: &[Uuid], id: Uuid) -> Result<u8, DriverError> {
-        match v.iter().position(|y| *y == id) {
-            Some(i) => Ok(i as u8),
-            None => self.unknown_index(what, id).ok_or_else(|| {
-                DriverError::Implementation(format!(
-                    "the implementation shows an unknown {}",
-                    ["runner", "job", "attempt"][usize::from(what)]
-                ))
-            }),
-        }
+        self.unknown_ids.model_index(what, v, id)
     }
 
     /// A bearer token of the runner routes' form (`lw_{runner}_{secret}`, docs/http.md) for the
@@ -1402,7 +1389,7 @@ impl HttpSession {
                 .map_err(http_failed)?;
             all.extend(log.into_iter().filter(|o| {
                 o.named_job
-                    .is_some_and(|job| self.unknown_index(JOB, job).is_some())
+                    .is_some_and(|job| self.unknown_ids.index(JOB, job).is_some())
             }));
         }
         all.sort_by_key(|o| o.id);
@@ -1693,22 +1680,10 @@ impl Session for HttpSession {
                     self.attempts.push(lease.attempt);
                     self.attempt_jobs.push(lease.job);
                     self.leases.insert(created.lease, lease.lease_id);
-                    self.answer = Some(Answer::Claim {
-                        job: Self::index_of(&self.jobs, &lease.job, "job")?,
-                        fence: u8::try_from(lease.fence).map_err(|_| {
-                            DriverError::Implementation(format!(
-                                "fence {} out of range",
-                                lease.fence
-                            ))
-                        })?,
-                        lease_ticks: self.ticks_until(lease.lease_expiry),
-                        slot_token: u8::try_from(lease.slot_token).map_err(|_| {
-                            DriverError::Implementation(format!(
-                                "slot token {} out of range",
-                                lease.slot_token
-                            ))
-                        })?,
-                    });
+                    let job = Self::index_of(&self.jobs, &lease.job, "job")?;
+                    let ticks = self.ticks_until(lease.lease_expiry);
+                    let claimed = ClaimedJob::of_lease(job, lease.fence, ticks, lease.slot_token)?;
+                    self.answer = Some(claimed.answer());
                 }
                 Some(answer(result, |r| &r.verdict)?)
             }
@@ -1746,22 +1721,12 @@ impl Session for HttpSession {
                     }
                     let mut leases = Vec::with_capacity(taken.len());
                     for (job, lease) in taken {
-                        leases.push(crate::driver::ClaimedJob {
+                        leases.push(ClaimedJob::of_lease(
                             job,
-                            fence: u8::try_from(lease.fence).map_err(|_| {
-                                DriverError::Implementation(format!(
-                                    "fence {} out of range",
-                                    lease.fence
-                                ))
-                            })?,
-                            lease_ticks: self.ticks_until(lease.lease_expiry),
-                            slot_token: u8::try_from(lease.slot_token).map_err(|_| {
-                                DriverError::Implementation(format!(
-                                    "slot token {} out of range",
-                                    lease.slot_token
-                                ))
-                            })?,
-                        });
+                            lease.fence,
+                            self.ticks_until(lease.lease_expiry),
+                            lease.slot_token,
+                        )?);
                     }
                     self.answer = Some(Answer::ClaimBatch { leases });
                 }
@@ -1938,7 +1903,7 @@ impl Session for HttpSession {
                 // A job no one created: the model index its id stands for.
                 let job = match o.named_job {
                     Some(id) if j == self.jobs.len() => {
-                        self.unknown_index(JOB, id).map_or(j, usize::from)
+                        self.unknown_ids.index(JOB, id).map_or(j, usize::from)
                     }
                     _ => j,
                 };

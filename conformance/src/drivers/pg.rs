@@ -21,12 +21,12 @@ use crate::driver::{
     DriverError, JobProjection, ObservationDetails, ObservationProjection, Observed, Projection,
     Session, TargetProjection, FORGED_LEASE, TICK,
 };
-use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored};
+use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored, UnknownIds};
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
-const RUNNER: u8 = 0;
-const JOB: u8 = 1;
-const ATTEMPT: u8 = 2;
+const RUNNER: u8 = UnknownIds::RUNNER;
+const JOB: u8 = UnknownIds::JOB;
+const ATTEMPT: u8 = UnknownIds::ATTEMPT;
 
 /// The in-process PostgreSQL driver.
 #[derive(Clone)]
@@ -185,7 +185,7 @@ impl Driver for PgDriver {
             answer: None,
             sent_payload: None,
             payloads: BTreeMap::new(),
-            unknown_base: Uuid::new_v4().as_u128() & !0xffff,
+            unknown_ids: UnknownIds::fresh(),
             batch_results: sends_batch_results(trace),
             batches: ResultBatches::new(conflicting_echo(trace)),
             echo_after: None,
@@ -288,7 +288,7 @@ pub struct PgSession {
     /// Each payload label's digest as first recorded (one payload, one digest).
     payloads: BTreeMap<String, String>,
     /// The trace's base of ids no one created ([`PgSession::unknown`]): random, low 16 bits 0.
-    unknown_base: u128,
+    unknown_ids: UnknownIds,
     /// Results go through the batch result's statement ([`sends_batch_results`]).
     batch_results: bool,
     /// The extra items of the result batches ([`ResultBatches`]: the echo of each result and
@@ -346,26 +346,12 @@ impl PgSession {
     /// The id that stands for the model's never-created runner, job or attempt `index`: unique
     /// to the trace, created by no one.
     fn unknown(&self, what: u8, index: u8) -> Uuid {
-        Uuid::from_u128(self.unknown_base ^ (u128::from(what) << 8 | u128::from(index)))
-    }
-
-    /// The model index `id` stands for, if it is one of [`PgSession::unknown`]'s ids.
-    fn unknown_index(&self, what: u8, id: Uuid) -> Option<u8> {
-        let x = id.as_u128() ^ self.unknown_base;
-        (x >> 16 == 0 && (x >> 8) as u8 == what).then_some(x as u8)
+        self.unknown_ids.id(what, index)
     }
 
     /// The model index of a runner, job or attempt id, created or [`PgSession::unknown`].
     fn model_index(&self, what: u8, v: &[Uuid], id: Uuid) -> Result<u8, DriverError> {
-        match v.iter().position(|y| *y == id) {
-            Some(i) => Ok(i as u8),
-            None => self.unknown_index(what, id).ok_or_else(|| {
-                DriverError::Implementation(format!(
-                    "the implementation shows an unknown {}",
-                    ["runner", "job", "attempt"][usize::from(what)]
-                ))
-            }),
-        }
+        self.unknown_ids.model_index(what, v, id)
     }
 
     fn index_of<T: PartialEq>(v: &[T], x: &T, what: &str) -> Result<u8, DriverError> {
@@ -531,22 +517,11 @@ impl Session for PgSession {
                     };
                     self.attempts.push(lease.tuple.attempt);
                     self.leases.insert(created.lease, lease.tuple.lease_id);
-                    self.answer = Some(Answer::Claim {
-                        job: Self::index_of(&self.jobs, &lease.tuple.job, "job")?,
-                        fence: u8::try_from(lease.tuple.fence).map_err(|_| {
-                            DriverError::Implementation(format!(
-                                "fence {} out of range",
-                                lease.tuple.fence
-                            ))
-                        })?,
-                        lease_ticks: self.ticks_from_now(lease.lease_expiry),
-                        slot_token: u8::try_from(lease.slot_token).map_err(|_| {
-                            DriverError::Implementation(format!(
-                                "slot token {} out of range",
-                                lease.slot_token
-                            ))
-                        })?,
-                    });
+                    let job = Self::index_of(&self.jobs, &lease.tuple.job, "job")?;
+                    let ticks = self.ticks_from_now(lease.lease_expiry);
+                    let claimed =
+                        ClaimedJob::of_lease(job, lease.tuple.fence, ticks, lease.slot_token)?;
+                    self.answer = Some(claimed.answer());
                 }
                 Some(observed(&verdict.without_value()))
             }
@@ -580,22 +555,12 @@ impl Session for PgSession {
                     }
                     let mut answer = Vec::with_capacity(taken.len());
                     for (job, lease) in taken {
-                        answer.push(ClaimedJob {
+                        answer.push(ClaimedJob::of_lease(
                             job,
-                            fence: u8::try_from(lease.tuple.fence).map_err(|_| {
-                                DriverError::Implementation(format!(
-                                    "fence {} out of range",
-                                    lease.tuple.fence
-                                ))
-                            })?,
-                            lease_ticks: self.ticks_from_now(lease.lease_expiry),
-                            slot_token: u8::try_from(lease.slot_token).map_err(|_| {
-                                DriverError::Implementation(format!(
-                                    "slot token {} out of range",
-                                    lease.slot_token
-                                ))
-                            })?,
-                        });
+                            lease.tuple.fence,
+                            self.ticks_from_now(lease.lease_expiry),
+                            lease.slot_token,
+                        )?);
                     }
                     self.answer = Some(Answer::ClaimBatch { leases: answer });
                 }

@@ -173,8 +173,9 @@ impl Store {
         if !crate::schema::up_to_date(&pool, &[&MIGRATOR]).await? {
             pool.close().await;
             return Err(Error::Schema(format!(
-                "the schema {0} is missing or lacks migrations, and this server does not migrate \
-                 (--no-migrate): run `leasewright migrate --schema {0}` as the schema's owner",
+                "the schema {0} is missing, lacks migrations or has functions that are out of \
+                 date, and this server does not migrate (--no-migrate): run `leasewright migrate \
+                 --schema {0}` as the schema's owner",
                 config.schema
             )));
         }

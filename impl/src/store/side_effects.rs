@@ -119,12 +119,18 @@ impl Store {
         })
     }
 
-    /// Rule R8 `source fetch`: the job's immutable source identity.
-    pub async fn fetch_source(
+    /// Every R8 side effect has one shape (docs/protocol.md §7.1): the server's time, one
+    /// transaction, the gate (§6.1 checks 1-13 on the whole tuple); when it passes, `apply` does
+    /// the rule's own work in that transaction; then the message is recorded as an observation
+    /// with its verdict and `payload_sha256`, and the transaction commits.
+    async fn side_effect<T>(
         &self,
         tuple: &Tuple,
+        kind: MessageKind,
         runner_time: Option<DateTime<Utc>>,
-    ) -> Result<Verdict<SourceIdentity>, Error> {
+        payload_sha256: Option<String>,
+        apply: impl AsyncFnOnce(&mut PgConnection, DateTime<Utc>) -> Result<Verdict<T>, Error>,
+    ) -> Result<Verdict<T>, Error> {
         let now = self.now();
         let mut tx = self.begin().await?;
         let gate = self
@@ -132,19 +138,8 @@ impl Store {
             .await?;
         let verdict = match Self::rejection(&gate) {
             Some(rejection) => rejection,
-            None => {
-                let row = sqlx::query(self.sql(sql::JOB_SELECT_SOURCE))
-                    .bind(tuple.job.0)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                Verdict::Accepted(SourceIdentity {
-                    source_revision: row.try_get("source_revision")?,
-                    source_digest: row.try_get("source_digest")?,
-                    command: row.try_get("command")?,
-                })
-            }
+            None => apply(&mut tx, now).await?,
         };
-        let kind = MessageKind::SourceFetch;
         self.finish_side_effect(
             tx,
             tuple,
@@ -152,9 +147,30 @@ impl Store {
             gate.attributed,
             now,
             runner_time,
-            None,
+            payload_sha256,
             verdict,
         )
+        .await
+    }
+
+    /// Rule R8 `source fetch`: the job's immutable source identity.
+    pub async fn fetch_source(
+        &self,
+        tuple: &Tuple,
+        runner_time: Option<DateTime<Utc>>,
+    ) -> Result<Verdict<SourceIdentity>, Error> {
+        let kind = MessageKind::SourceFetch;
+        self.side_effect(tuple, kind, runner_time, None, async |conn, _| {
+            let row = sqlx::query(self.sql(sql::JOB_SELECT_SOURCE))
+                .bind(tuple.job.0)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok(Verdict::Accepted(SourceIdentity {
+                source_revision: row.try_get("source_revision")?,
+                source_digest: row.try_get("source_digest")?,
+                command: row.try_get("command")?,
+            }))
+        })
         .await
     }
 
@@ -172,63 +188,44 @@ impl Store {
                 "a log sequence number is not negative",
             ));
         }
-        let now = self.now();
         let digest = sha256_hex(content);
-        let mut tx = self.begin().await?;
-        let gate = self
-            .gate_side_effect(&mut tx, tuple, now, runner_time)
-            .await?;
-        let verdict = match Self::rejection(&gate) {
-            Some(rejection) => rejection,
-            None => {
-                if self.attempt_quota.is_some() {
-                    let stored: Option<String> =
-                        sqlx::query_scalar(self.sql(sql::LOG_SELECT_CHUNK_DIGEST))
-                            .bind(tuple.attempt.0)
-                            .bind(seq)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    if stored.is_none() {
-                        self.check_quota(&mut tx, tuple.attempt, content.len(), None, None)
-                            .await?;
-                    }
-                }
-                let appended = sqlx::query(self.sql(sql::LOG_APPEND_ONCE))
-                    .bind(tuple.attempt.0)
-                    .bind(seq)
-                    .bind(content)
-                    .bind(&digest)
-                    .bind(now)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if appended.is_some() {
-                    Verdict::Accepted(())
-                } else {
-                    let existing: String =
-                        sqlx::query_scalar(self.sql(sql::LOG_SELECT_CHUNK_DIGEST))
-                            .bind(tuple.attempt.0)
-                            .bind(seq)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    if existing == digest {
-                        Verdict::Acknowledged
-                    } else {
-                        Verdict::Rejected(Reason::SequenceConflict)
-                    }
+        let kind = MessageKind::LogAppend;
+        let payload = Some(digest.clone());
+        self.side_effect(tuple, kind, runner_time, payload, async |conn, now| {
+            if self.attempt_quota.is_some() {
+                let stored: Option<String> =
+                    sqlx::query_scalar(self.sql(sql::LOG_SELECT_CHUNK_DIGEST))
+                        .bind(tuple.attempt.0)
+                        .bind(seq)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                if stored.is_none() {
+                    self.check_quota(conn, tuple.attempt, content.len(), None, None)
+                        .await?;
                 }
             }
-        };
-        let kind = MessageKind::LogAppend;
-        self.finish_side_effect(
-            tx,
-            tuple,
-            kind,
-            gate.attributed,
-            now,
-            runner_time,
-            Some(digest),
-            verdict,
-        )
+            let appended = sqlx::query(self.sql(sql::LOG_APPEND_ONCE))
+                .bind(tuple.attempt.0)
+                .bind(seq)
+                .bind(content)
+                .bind(&digest)
+                .bind(now)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if appended.is_some() {
+                return Ok(Verdict::Accepted(()));
+            }
+            let existing: String = sqlx::query_scalar(self.sql(sql::LOG_SELECT_CHUNK_DIGEST))
+                .bind(tuple.attempt.0)
+                .bind(seq)
+                .fetch_one(&mut *conn)
+                .await?;
+            Ok(if existing == digest {
+                Verdict::Acknowledged
+            } else {
+                Verdict::Rejected(Reason::SequenceConflict)
+            })
+        })
         .await
     }
 
@@ -240,39 +237,22 @@ impl Store {
         content: &[u8],
         runner_time: Option<DateTime<Utc>>,
     ) -> Result<Verdict<()>, Error> {
-        let now = self.now();
         let digest = sha256_hex(content);
-        let mut tx = self.begin().await?;
-        let gate = self
-            .gate_side_effect(&mut tx, tuple, now, runner_time)
-            .await?;
-        let verdict = match Self::rejection(&gate) {
-            Some(rejection) => rejection,
-            None => {
-                self.check_quota(&mut tx, tuple.attempt, content.len(), Some(name), None)
-                    .await?;
-                sqlx::query(self.sql(sql::ARTIFACT_PUT))
-                    .bind(tuple.attempt.0)
-                    .bind(name)
-                    .bind(content)
-                    .bind(&digest)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                Verdict::Accepted(())
-            }
-        };
         let kind = MessageKind::ArtifactPut;
-        self.finish_side_effect(
-            tx,
-            tuple,
-            kind,
-            gate.attributed,
-            now,
-            runner_time,
-            Some(digest),
-            verdict,
-        )
+        let payload = Some(digest.clone());
+        self.side_effect(tuple, kind, runner_time, payload, async |conn, now| {
+            self.check_quota(conn, tuple.attempt, content.len(), Some(name), None)
+                .await?;
+            sqlx::query(self.sql(sql::ARTIFACT_PUT))
+                .bind(tuple.attempt.0)
+                .bind(name)
+                .bind(content)
+                .bind(&digest)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+            Ok(Verdict::Accepted(()))
+        })
         .await
     }
 
@@ -283,34 +263,16 @@ impl Store {
         name: &str,
         runner_time: Option<DateTime<Utc>>,
     ) -> Result<Verdict<Vec<u8>>, Error> {
-        let now = self.now();
-        let mut tx = self.begin().await?;
-        let gate = self
-            .gate_side_effect(&mut tx, tuple, now, runner_time)
-            .await?;
-        let verdict = match Self::rejection(&gate) {
-            Some(rejection) => rejection,
-            None => {
-                let content: Option<Vec<u8>> = sqlx::query_scalar(self.sql(sql::ARTIFACT_GET))
-                    .bind(tuple.attempt.0)
-                    .bind(name)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                content.map_or(Verdict::Rejected(Reason::NotFound), Verdict::Accepted)
-            }
-        };
         let kind = MessageKind::ArtifactGet;
         let payload = Some(sha256_hex(name.as_bytes()));
-        self.finish_side_effect(
-            tx,
-            tuple,
-            kind,
-            gate.attributed,
-            now,
-            runner_time,
-            payload,
-            verdict,
-        )
+        self.side_effect(tuple, kind, runner_time, payload, async |conn, _| {
+            let content: Option<Vec<u8>> = sqlx::query_scalar(self.sql(sql::ARTIFACT_GET))
+                .bind(tuple.attempt.0)
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?;
+            Ok(content.map_or(Verdict::Rejected(Reason::NotFound), Verdict::Accepted))
+        })
         .await
     }
 
@@ -322,40 +284,23 @@ impl Store {
         content: &[u8],
         runner_time: Option<DateTime<Utc>>,
     ) -> Result<Verdict<()>, Error> {
-        let now = self.now();
         let digest = sha256_hex(content);
-        let mut tx = self.begin().await?;
-        let gate = self
-            .gate_side_effect(&mut tx, tuple, now, runner_time)
-            .await?;
-        let verdict = match Self::rejection(&gate) {
-            Some(rejection) => rejection,
-            None => {
-                self.check_quota(&mut tx, tuple.attempt, content.len(), None, Some(key))
-                    .await?;
-                sqlx::query(self.sql(sql::CACHE_ENTRY_PUT))
-                    .bind(tuple.job.0)
-                    .bind(key)
-                    .bind(content)
-                    .bind(&digest)
-                    .bind(tuple.attempt.0)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                Verdict::Accepted(())
-            }
-        };
         let kind = MessageKind::CachePut;
-        self.finish_side_effect(
-            tx,
-            tuple,
-            kind,
-            gate.attributed,
-            now,
-            runner_time,
-            Some(digest),
-            verdict,
-        )
+        let payload = Some(digest.clone());
+        self.side_effect(tuple, kind, runner_time, payload, async |conn, now| {
+            self.check_quota(conn, tuple.attempt, content.len(), None, Some(key))
+                .await?;
+            sqlx::query(self.sql(sql::CACHE_ENTRY_PUT))
+                .bind(tuple.job.0)
+                .bind(key)
+                .bind(content)
+                .bind(&digest)
+                .bind(tuple.attempt.0)
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+            Ok(Verdict::Accepted(()))
+        })
         .await
     }
 
@@ -366,34 +311,16 @@ impl Store {
         key: &str,
         runner_time: Option<DateTime<Utc>>,
     ) -> Result<Verdict<Vec<u8>>, Error> {
-        let now = self.now();
-        let mut tx = self.begin().await?;
-        let gate = self
-            .gate_side_effect(&mut tx, tuple, now, runner_time)
-            .await?;
-        let verdict = match Self::rejection(&gate) {
-            Some(rejection) => rejection,
-            None => {
-                let content: Option<Vec<u8>> = sqlx::query_scalar(self.sql(sql::CACHE_ENTRY_GET))
-                    .bind(tuple.job.0)
-                    .bind(key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                content.map_or(Verdict::Rejected(Reason::NotFound), Verdict::Accepted)
-            }
-        };
         let kind = MessageKind::CacheGet;
         let payload = Some(sha256_hex(key.as_bytes()));
-        self.finish_side_effect(
-            tx,
-            tuple,
-            kind,
-            gate.attributed,
-            now,
-            runner_time,
-            payload,
-            verdict,
-        )
+        self.side_effect(tuple, kind, runner_time, payload, async |conn, _| {
+            let content: Option<Vec<u8>> = sqlx::query_scalar(self.sql(sql::CACHE_ENTRY_GET))
+                .bind(tuple.job.0)
+                .bind(key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            Ok(content.map_or(Verdict::Rejected(Reason::NotFound), Verdict::Accepted))
+        })
         .await
     }
 }

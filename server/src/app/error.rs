@@ -133,7 +133,7 @@ impl From<leasewright_impl::Error> for ApiError {
     fn from(error: leasewright_impl::Error) -> Self {
         use leasewright_impl::Error as E;
         match &error {
-            E::Database(_) | E::Migration(_) | E::Schema(_) => ApiError::new(
+            E::Database(_) | E::Migration(_) | E::Schema(_) | E::Permission(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 DATABASE_UNAVAILABLE,
                 error.to_string(),
