@@ -46,6 +46,11 @@ pub enum Error {
     /// The caller passed an argument no message can carry.
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// A step would create an epoch, fence or slot token past what a token can hold
+    /// ([`crate::epoch::MAX_EPOCH`]); nothing was written. The message is ours and names the
+    /// value.
+    #[error("{0}")]
+    OutOfRange(String),
 }
 
 impl From<sqlx::Error> for Error {
