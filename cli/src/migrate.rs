@@ -2,7 +2,8 @@
 //! server's, server/migrations) to one schema of a database, and say which it applied; or, with
 //! `--status`, list every migration and whether the schema has it. `--advance-epoch`: the
 //! operator's step after a restore that kept the WAL timeline (docs/protocol.md, "What the protocol
-//! needs from its database").
+//! needs from its database"). `--set-max-clock-skew-ms`: the operator's way to lower the
+//! max_clock_skew the database records (docs/reliability.md, "Bounds on operator knobs").
 
 use clap::Args;
 
@@ -27,6 +28,13 @@ pub struct MigrateArgs {
     /// so the epoch would not rise by itself.
     #[arg(long, conflicts_with = "status")]
     advance_epoch: bool,
+    /// After the migrations, set the max_clock_skew the database records (the largest any
+    /// server recorded; the expiry sweep acts twice it past a lease) to this many milliseconds,
+    /// from 1 to 60000. To lower it, first restart every server of the database with
+    /// `--max-clock-skew-ms` no larger: a server records its own again when it starts and after
+    /// a failover.
+    #[arg(long, value_name = "MS", conflicts_with = "status")]
+    set_max_clock_skew_ms: Option<u64>,
 }
 
 pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
@@ -50,6 +58,24 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
         } else {
             None
         };
+        let skew = match args.set_max_clock_skew_ms {
+            Some(ms) => {
+                if let Err(error) = crate::serve::check_max_clock_skew_ms(ms) {
+                    eprintln!("leasewright migrate: --set-max-clock-skew-ms {error}");
+                    return Ok(2);
+                }
+                let pool = leasewright_server::app::schema_pool(url, &args.schema).await?;
+                let before = leasewright_server::app::set_recorded_max_clock_skew(
+                    &pool,
+                    std::time::Duration::from_millis(ms),
+                )
+                .await
+                .map_err(leasewright_impl::Error::from);
+                pool.close().await;
+                Some((before?, ms))
+            }
+            None => None,
+        };
         let status = leasewright_server::app::migration_status(url, &args.schema).await?;
         if args.json {
             let migrations: Vec<serde_json::Value> = status
@@ -70,6 +96,12 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
             });
             if let Some(a) = advanced {
                 doc["epoch"] = serde_json::json!({"before": a.before, "after": a.after});
+            }
+            if let Some((before, after)) = skew {
+                doc["max_clock_skew_ms"] = serde_json::json!({
+                    "before": before.map(|b| b.as_millis() as u64),
+                    "after": before.map(|_| after),
+                });
             }
             crate::output::print_json(&doc)?;
         } else {
@@ -98,6 +130,17 @@ pub fn run(args: &MigrateArgs) -> anyhow::Result<i32> {
                      the earlier epoch's leases",
                     a.before, a.after
                 );
+            }
+            match skew {
+                Some((Some(before), after)) => println!(
+                    "max_clock_skew recorded in the database: {} ms -> {after} ms",
+                    before.as_millis()
+                ),
+                Some((None, _)) => println!(
+                    "no lease policy is recorded yet: nothing set (the first server records its \
+                     --max-clock-skew-ms)"
+                ),
+                None => {}
             }
         }
         Ok(0)

@@ -36,9 +36,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30.0)]
     lease_ttl: f64,
     /// TEST ONLY: run on a manual clock and add POST /v1/test/clock; the expiry sweep then runs
-    /// only on POST /v1/sweep.
+    /// only on POST /v1/sweep. Routes the demonstration targets too (--demo-targets).
     #[arg(long)]
     manual_clock: bool,
+    /// A DEMONSTRATION: route POST /v1/targets/{slot}/deploy, the demonstration targets (rule
+    /// R9), which take no credential and record, in this database, each mutation naming an
+    /// attempt with the slot token the database issued it (at most 64 per attempt, pruned with
+    /// the job). Off by default: the route answers 404.
+    #[arg(long)]
+    demo_targets: bool,
     /// The operator token (default: --operator-token-file, else $LEASEWRIGHT_OPERATOR_TOKEN,
     /// else generated and printed). A command line is visible to every local user.
     #[arg(long)]
@@ -50,8 +56,10 @@ pub struct ServeArgs {
     /// (docs/protocol.md §3.1): every replica of one database must use one value. Recorded in the
     /// database (the sweep and the wait after an epoch change act twice this past a lease) and
     /// checked against the database's clock at start and every second; outside it the server
-    /// answers 503 clock_skew_exceeded. Not checked on a manual clock.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    /// answers 503 clock_skew_exceeded. Not checked on a manual clock. From 1 to 60000 (one
+    /// minute); the database keeps the largest any server recorded (`GET /healthz`
+    /// `database.max_clock_skew_ms`), and `leasewright migrate --set-max-clock-skew-ms` lowers it.
+    #[arg(long, default_value_t = 500)]
     max_clock_skew_ms: u64,
     /// How often the expiry sweep runs, in milliseconds (never on a manual clock).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -66,6 +74,11 @@ pub struct ServeArgs {
     /// The longest one request may take, headers to answer, in milliseconds.
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
+    /// On SIGTERM or SIGINT: how long the requests under way may take to finish, in
+    /// milliseconds; those still running then are answered 503 shutting_down, and the process
+    /// exits 0 within about a second more (plus up to 2 s to close its database connections).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    shutdown_grace_ms: u64,
     /// The most connections open at once (never more than the open-file limit leaves room for).
     #[arg(long, default_value_t = 4096, value_parser = crate::output::at_least_one)]
     max_connections: usize,
@@ -134,6 +147,20 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 const MIN_LEASE_TTL_SECONDS: f64 = 1.0;
 const MAX_LEASE_TTL_SECONDS: f64 = 86_400.0;
 
+/// `--max-clock-skew-ms` (of `serve` and `migrate --set-max-clock-skew-ms`): from 1 ms to
+/// [`leasewright_server::app::MAX_MAX_CLOCK_SKEW`] (one minute): the sweep acts twice it past
+/// a lease, and the database keeps the largest any server recorded.
+pub fn check_max_clock_skew_ms(ms: u64) -> Result<(), String> {
+    let max = leasewright_server::app::MAX_MAX_CLOCK_SKEW.as_millis();
+    if ms == 0 || u128::from(ms) > max {
+        return Err(format!(
+            "must be between 1 and {max} milliseconds (one minute), not {ms}: the expiry sweep \
+             acts twice it past a lease, and the database keeps the largest any server recorded"
+        ));
+    }
+    Ok(())
+}
+
 /// The operator token from its flag, its file or `LEASEWRIGHT_OPERATOR_TOKEN`.
 fn operator_token(
     flag: Option<String>,
@@ -155,6 +182,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
              {MAX_LEASE_TTL_SECONDS} seconds (one day), not {}",
             args.lease_ttl
         );
+        return Ok(2);
+    }
+    if let Err(error) = check_max_clock_skew_ms(args.max_clock_skew_ms) {
+        eprintln!("leasewright serve: --max-clock-skew-ms {error}");
         return Ok(2);
     }
     let operator_token =
@@ -183,10 +214,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         operator_token,
         sweep_interval: Duration::from_millis(args.sweep_interval_ms.max(10)),
         max_clock_skew: Duration::from_millis(args.max_clock_skew_ms),
+        demo_targets: args.demo_targets,
         connections: ConnectionLimits {
             header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
             body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),
             request_timeout: Duration::from_millis(args.request_timeout_ms.max(1)),
+            shutdown_grace: Duration::from_millis(args.shutdown_grace_ms),
             max_connections: args.max_connections.max(1),
             ..ConnectionLimits::default()
         },
@@ -208,7 +241,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
             }
         }),
     };
-    runtime()?.block_on(serve::serve(options))?;
+    let runtime = runtime()?;
+    let served = runtime.block_on(serve::serve(options));
+    // Whatever is left (a blocking task such as a source extraction) does not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served?;
     Ok(0)
 }
 

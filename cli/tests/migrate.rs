@@ -335,7 +335,7 @@ async fn migrate_refuses_system_schemas_and_other_applications_schemas_before_wr
         assert_eq!(code, 2, "{schema}: {err}");
         assert!(
             err.contains(&format!(
-                "the schema {schema} holds tables leasewright did not create"
+                "the schema {schema} holds objects leasewright did not create"
             )),
             "{schema}: {err}"
         );

@@ -54,6 +54,11 @@ pub enum Error {
          data-only role serves and prunes, a read-only role audits)"
     )]
     Permission(#[source] DatabaseSaid),
+    /// A step would create an epoch, fence or slot token past what a token can hold
+    /// ([`crate::epoch::MAX_EPOCH`]); nothing was written. The message is ours and names the
+    /// value.
+    #[error("{0}")]
+    OutOfRange(String),
 }
 
 /// What the database said, once (its own message, without the SQLSTATE or a repeat): the source

@@ -132,6 +132,15 @@ pub enum UrlError {
     WritesNeedAPrimary(&'static str),
     #[error("host {host}: {message}")]
     Options { host: usize, message: String },
+    /// An `@` after the end of the host list: the user information (most likely the password)
+    /// holds an unencoded `/` or `?`, so the URL cannot be split where it was meant to. Nothing
+    /// of the URL is shown: any piece of it could be the password.
+    #[error(
+        "the URL has an '@' after its host list: a password or user name with an unencoded '/', \
+         '?' or '#' (percent-encode them: %2F, %3F, %23; an '@' in a parameter: %40); the URL \
+         is not shown, since any part of it could be the password"
+    )]
+    UnencodedUserinfo,
 }
 
 /// A PostgreSQL URL with one or more hosts (`Debug` hides the user information).
@@ -241,6 +250,11 @@ impl DatabaseUrl {
         }
         let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
         let (authority, tail) = rest.split_at(authority_end);
+        if tail.contains('@') {
+            // Refused before any piece is parsed: a piece of a misplaced password would
+            // otherwise be quoted as a host, a port or a parameter.
+            return Err(UrlError::UnencodedUserinfo);
+        }
         let (path, query) = match tail.split_once('?') {
             Some((path, query)) => (path, query),
             None => (tail, ""),
@@ -855,5 +869,30 @@ mod tests {
         // No message names the password.
         let error = DatabaseUrl::parse("postgres://u:hunter2@a:x/db").expect_err("bad port");
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    /// Issue 36: a password holding an unencoded `/` or `?` made the URL split inside the
+    /// password, and its first characters were quoted as a port or a parameter. No piece of
+    /// the password appears in any message, wherever the unencoded character falls.
+    #[test]
+    fn a_password_with_an_unencoded_slash_or_question_mark_is_never_quoted() {
+        for url in [
+            "postgres://leasewright:s3cr/et9@db:5432/app",
+            "postgres://leasewright:s3cr?et9@db:5432/app",
+            "postgres://leasewright:s3cr?x=et9@db:5432/app",
+            "postgres://leasewright:s3cr/et9@db1:5432,db2:5433/app?target_session_attrs=read-write",
+            "postgresql://leasewright:/s3cret9@db/app",
+            "postgres://leasewright:s3cr#et9@db:5432/app",
+        ] {
+            let error = DatabaseUrl::parse(url).expect_err(url);
+            let message = error.to_string();
+            for piece in ["s3cr", "et9", "cret"] {
+                assert!(!message.contains(piece), "{url}: {message}");
+            }
+        }
+        assert_eq!(
+            DatabaseUrl::parse("postgres://u:a/b@db/app"),
+            Err(UrlError::UnencodedUserinfo)
+        );
     }
 }

@@ -404,8 +404,9 @@ pub async fn up_to_date(pool: &PgPool, migrators: &[&Migrator]) -> Result<bool, 
     Ok(migrations && functions)
 }
 
-/// Refuse (with [`Error::Schema`]) a schema that holds tables, views or sequences that no
-/// leasewright migration made: ones that are there while `_sqlx_migrations` is missing, or whose
+/// Refuse (with [`Error::Schema`]) a schema that holds tables, views, sequences, types (enums,
+/// domains, ranges, composite types) or functions (procedures, aggregates) that no leasewright
+/// migration made: ones that are there while `_sqlx_migrations` is missing, or whose
 /// `_sqlx_migrations` lacks our first migration (another application's sqlx history). Called
 /// before anything is written, so a refused schema is left exactly as it was (no
 /// `_sqlx_migrations` of ours left behind). Reads only the catalog.
@@ -417,10 +418,31 @@ pub async fn refuse_foreign_schema(pool: &PgPool) -> Result<(), Error> {
     let Some(schema) = schema else {
         return Ok(()); // no schema yet: nothing in it
     };
+    // Every object a migration could collide with: relations (tables, views, materialized
+    // views, sequences, foreign tables, composite types), types (enums, domains, ranges, base
+    // types; not the array types PostgreSQL makes beside them), and functions, procedures and
+    // aggregates. Each named with its kind.
     let others: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') \
-         AND c.relname <> '_sqlx_migrations' ORDER BY 1",
+        "SELECT o.kind || ' ' || o.name FROM ( \
+           SELECT CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' \
+                  WHEN 'S' THEN 'sequence' WHEN 'f' THEN 'foreign table' WHEN 'c' THEN 'type' \
+                  ELSE 'table' END AS kind, c.relname::text AS name \
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+           WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S', 'c') \
+             AND c.relname <> '_sqlx_migrations' \
+           UNION ALL \
+           SELECT CASE t.typtype WHEN 'e' THEN 'enum' WHEN 'd' THEN 'domain' \
+                  WHEN 'r' THEN 'range type' WHEN 'm' THEN 'multirange type' ELSE 'type' END, \
+                  t.typname::text \
+           FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace \
+           WHERE n.nspname = $1 AND t.typtype IN ('b', 'e', 'd', 'r', 'm') \
+             AND t.typcategory <> 'A' \
+           UNION ALL \
+           SELECT CASE p.prokind WHEN 'p' THEN 'procedure' WHEN 'a' THEN 'aggregate' \
+                  ELSE 'function' END, p.proname::text \
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+           WHERE n.nspname = $1 \
+         ) AS o ORDER BY o.name, o.kind",
     )
     .bind(&schema)
     .fetch_all(&mut *conn)
@@ -451,7 +473,7 @@ pub async fn refuse_foreign_schema(pool: &PgPool) -> Result<(), Error> {
         String::new()
     };
     Err(Error::Schema(format!(
-        "the schema {schema} holds tables leasewright did not create ({}{more}): nothing was \
+        "the schema {schema} holds objects leasewright did not create ({}{more}): nothing was \
          written; name a schema of its own (--schema NAME)",
         shown.join(", ")
     )))

@@ -121,6 +121,8 @@ pub struct Metrics {
     requests_in_flight: Gauge,
     clock_offset: Gauge<f64, std::sync::atomic::AtomicU64>,
     clock_within_bound: Gauge,
+    policy_max_clock_skew: Gauge<f64, std::sync::atomic::AtomicU64>,
+    policy_max_lease_ttl: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -139,6 +141,8 @@ impl Default for Metrics {
         let database_primary = Gauge::default();
         let database_synchronous_standbys = Gauge::default();
         let database_epoch = Gauge::default();
+        let policy_max_clock_skew = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let policy_max_lease_ttl = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let database_primary_changes = Counter::default();
         let queue_depth = Family::<DepthLabels, Gauge>::default();
         let claim_latency = Family::<ClaimLabels, Histogram>::new_with_constructor(
@@ -200,6 +204,18 @@ impl Default for Metrics {
             "leasewright_database_epoch",
             "The database's epoch (WAL timeline - 1); -1 when unknown",
             database_epoch.clone(),
+        );
+        registry.register(
+            "leasewright_database_max_clock_skew_seconds",
+            "The max_clock_skew the database records (the largest any server recorded; the sweep \
+             acts twice this past a lease); -1 when none is recorded",
+            policy_max_clock_skew.clone(),
+        );
+        registry.register(
+            "leasewright_database_max_lease_ttl_seconds",
+            "The largest lease ttl the database records (the wait after an epoch change); -1 \
+             when none is recorded",
+            policy_max_lease_ttl.clone(),
         );
         registry.register(
             "leasewright_database_primary_changes",
@@ -273,6 +289,8 @@ impl Default for Metrics {
             database_primary,
             database_synchronous_standbys,
             database_epoch,
+            policy_max_clock_skew,
+            policy_max_lease_ttl,
             database_primary_changes,
         }
     }
@@ -327,6 +345,14 @@ impl Metrics {
         self.database_synchronous_standbys
             .set(synchronous_standbys.unwrap_or(-1));
         self.database_epoch.set(epoch.unwrap_or(-1));
+    }
+
+    /// The lease policy the database records (read at scrape time; `None`: no row).
+    pub fn lease_policy(&self, max_lease_ttl: Option<Duration>, max_clock_skew: Option<Duration>) {
+        self.policy_max_lease_ttl
+            .set(max_lease_ttl.map_or(-1.0, |d| d.as_secs_f64()));
+        self.policy_max_clock_skew
+            .set(max_clock_skew.map_or(-1.0, |d| d.as_secs_f64()));
     }
 
     /// The last measurement of this replica's clock against the database's: the offset
@@ -475,6 +501,10 @@ mod tests {
         metrics.request("GET", "/healthz", 200, Duration::from_millis(3));
         metrics.request("BREW", "unmatched", 405, Duration::from_secs(7));
         metrics.database(true, None, Some(3));
+        metrics.lease_policy(
+            Some(Duration::from_secs(30)),
+            Some(Duration::from_millis(500)),
+        );
         metrics.primary_change();
         let text = metrics.render(4);
         let series = parse(&text);
@@ -486,8 +516,10 @@ mod tests {
                 .1
         };
         let latency = "leasewright_http_request_duration_seconds";
-        let expected: [(&str, &str, f64); 18] = [
+        let expected: [(&str, &str, f64); 20] = [
             ("leasewright_database_primary", "", 1.0),
+            ("leasewright_database_max_lease_ttl_seconds", "", 30.0),
+            ("leasewright_database_max_clock_skew_seconds", "", 0.5),
             ("leasewright_database_synchronous_standbys", "", -1.0),
             ("leasewright_database_epoch", "", 3.0),
             ("leasewright_database_primary_changes_total", "", 1.0),

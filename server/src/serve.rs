@@ -41,6 +41,8 @@ pub struct ServeOptions {
     /// `--max-clock-skew-ms`: the bound on this replica's clock's distance from the database's
     /// (docs/protocol.md §3.1).
     pub max_clock_skew: Duration,
+    /// `--demo-targets`: route `POST /v1/targets/{slot}/deploy`, the demonstration targets.
+    pub demo_targets: bool,
 }
 
 /// Log to stderr (`RUST_LOG` filters; default `info`). Tokens are never logged.
@@ -76,9 +78,15 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Serve until SIGINT or SIGTERM.
+/// Serve until SIGINT or SIGTERM; then stop within the shutdown bound (docs/http.md,
+/// "Shutdown") and return `Ok` (exit 0).
 pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     raise_open_file_limit();
+    // The signals are caught from the start: a SIGTERM that came before the server was ready
+    // (while it migrated, or right after it printed where it listens) would otherwise kill the
+    // process with the signal's default action, and exit not 0.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let database_url = match &options.database_url {
         Some(url) => url.clone(),
         None => {
@@ -112,6 +120,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         request_project_share: options.request_project_share,
         retention: options.retention,
         max_clock_skew: options.max_clock_skew,
+        demo_targets: options.demo_targets,
         ..ServerConfig::default()
     };
     let server = app::start(&database_url, options.lease_ttl, listener, config).await?;
@@ -125,13 +134,21 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         eprintln!("leasewright: operator token: {}", server.operator_token);
     }
     eprintln!("leasewright: listening on {}", server.url());
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
     }
     eprintln!("leasewright: shutting down");
-    server.stop().await
+    let pool = server.store().pool().clone();
+    server.stop().await?;
+    if tokio::time::timeout(app::POOL_CLOSE_TIMEOUT, pool.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: the database pool did not close in time; leaving it");
+    }
+    eprintln!("leasewright: stopped");
+    Ok(())
 }
 
 /// What `leasewright runner` was given (no `Debug`: it holds the runner token).

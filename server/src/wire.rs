@@ -517,4 +517,13 @@ pub struct DatabaseHealth {
     /// The WAL timeline - 1: it rises by one at every promotion; null when unknown (a standby
     /// receiving nothing).
     pub epoch: Option<i64>,
+    /// The largest lease ttl the database records (`lease_policy`: the wait after an epoch
+    /// change), in milliseconds; null when none is recorded.
+    #[serde(default)]
+    pub max_lease_ttl_ms: Option<i64>,
+    /// The `max_clock_skew` the database records (the largest any server recorded, or what
+    /// `migrate --set-max-clock-skew-ms` set; the sweep acts twice this past a lease), in
+    /// milliseconds; null when none is recorded.
+    #[serde(default)]
+    pub max_clock_skew_ms: Option<i64>,
 }

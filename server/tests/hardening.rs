@@ -432,12 +432,18 @@ async fn a_body_that_is_not_declared_json_is_a_415_and_one_that_is_not_utf8_a_40
     let (_db, server) = start(false).await;
     let f = fixture(&server).await;
     let http = reqwest::Client::new();
+    // A mutation the demo target records: one naming a claimed attempt with its slot token.
+    f.operator
+        .submit(f.project, &submit_request(Some("slot"), "idempotent"))
+        .await
+        .unwrap();
+    let lease = f.runner.claim(1).await.unwrap().remove(0);
     let deploy = format!("{}/v1/targets/slot/deploy", server.url());
     let body = serde_json::json!({
         "kind": "idempotent",
-        "job": uuid::Uuid::new_v4(),
-        "attempt": uuid::Uuid::new_v4(),
-        "slot_token": 1,
+        "job": lease.job,
+        "attempt": lease.attempt,
+        "slot_token": lease.slot_token,
         "deployment_id": "d",
     })
     .to_string();

@@ -553,51 +553,18 @@ async fn a_project_flooding_the_routes_with_requests_leaves_the_other_projects_s
     }
     flood.runner.claim(1).await.unwrap();
     let lease = normal.runner.claim(1).await.unwrap().remove(0);
-    let in_flight = |server: &leasewright_server::app::Server| {
-        let url = server.url();
-        async move {
-            let text = reqwest::get(format!("{url}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            text.lines()
-                .find_map(|l| l.strip_prefix("leasewright_requests_in_flight "))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        }
-    };
     let mut held = Vec::new();
     let mut refused = Vec::new();
     for _ in 0..3 {
-        let before = in_flight(&server).await;
         // A heartbeat that sends its headers and the start of its body, then nothing.
-        let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
         let head = format!(
             "POST /v1/runner/heartbeat HTTP/1.1\r\nHost: leasewright\r\nAuthorization: Bearer {}\r\n\
              Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"job",
             flood.token
         );
-        stalled.write_all(head.as_bytes()).await.expect("write");
-        let mut answer = [0u8; 512];
-        let admitted = loop {
-            tokio::select! {
-                read = stalled.read(&mut answer) => {
-                    let n = read.expect("read");
-                    refused.push(String::from_utf8_lossy(&answer[..n]).to_string());
-                    break false;
-                }
-                now = in_flight(&server) => {
-                    if now >= before + 1.0 {
-                        break true;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        };
-        if admitted {
-            held.push(stalled);
+        match stall_request(&server, head.as_bytes()).await {
+            Ok(stalled) => held.push(stalled),
+            Err(answer) => refused.push(answer),
         }
     }
     assert_eq!(
@@ -609,7 +576,7 @@ async fn a_project_flooding_the_routes_with_requests_leaves_the_other_projects_s
     assert!(text.starts_with("HTTP/1.1 503"), "{text}");
     assert!(text.contains("request_slots_exhausted"), "{text}");
     assert!(text.to_lowercase().contains("retry-after: 1"), "{text}");
-    assert_eq!(in_flight(&server).await, 2.0);
+    assert_eq!(requests_in_flight(&server).await, 2.0);
     // The normal project is served: a heartbeat, a claim (nothing left), the operator's read.
     let tuple = serde_json::to_value(lease.tuple(None)).unwrap();
     let (status, body) = post(&server, Some(&normal.token), "/v1/runner/heartbeat", &tuple).await;
@@ -624,7 +591,7 @@ async fn a_project_flooding_the_routes_with_requests_leaves_the_other_projects_s
     // Once the flood's requests end, its slots are given back.
     drop(held);
     let mut waited = 0;
-    while in_flight(&server).await > 0.0 {
+    while requests_in_flight(&server).await > 0.0 {
         waited += 1;
         assert!(waited < 1000, "the slots were given back");
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -230,7 +230,7 @@ async fn result_fault_proxy(server: &Server) -> (String, Arc<ResultFaults>) {
             0
         };
         if n == 1 {
-            let body = r#"{"error": {"code": "internal", "message": "injected"}}"#;
+            let body = r#"{"error": {"code": "internal_error", "message": "injected"}}"#;
             return (StatusCode::INTERNAL_SERVER_ERROR, body).into_response();
         }
         let url = format!("{}{}", proxy.upstream, parts.uri);

@@ -6,24 +6,12 @@
 use leasewright_server::app::Server;
 use leasewright_server::client::CallError;
 use leasewright_server::wire::LeaseBody;
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 
 mod common;
 
 use common::*;
-
-/// The body a runner's command sends to its slot's target (the runner agent's
-/// `LEASEWRIGHT_DEPLOY_JSON`): the lease's slot token, never its fence.
-fn deployment(lease: &LeaseBody) -> Value {
-    json!({
-        "kind": lease.target_kind,
-        "job": lease.job,
-        "attempt": lease.attempt,
-        "slot_token": lease.slot_token,
-        "deployment_id": lease.job.to_string(),
-    })
-}
 
 /// Deploys `lease`'s job to its slot; the status and the verdict or error code.
 async fn deploy(server: &Server, lease: &LeaseBody) -> (u16, String) {

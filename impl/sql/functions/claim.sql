@@ -30,7 +30,7 @@
 -- search_path, the installation's schema (impl/src/schema.rs).
 -- History: migrations 0007 (the function), 0008 (its target columns), 0009 (the reservation in
 -- the slot row), 0011 (the pick that locks the head first), 0012 (the epoch), 0015 (the attempt's
--- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait).
+-- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait), 0018 (an epoch out of range refused).
 CREATE OR REPLACE FUNCTION claim_epoch(timestamptz) RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -39,6 +39,14 @@ DECLARE
     epoch_now bigint := current_epoch();
     began timestamptz;
 BEGIN
+    -- An epoch past 2^31 - 1 cannot be carried by a token (epoch * 2^32 + generation in a
+    -- bigint): refused before anything is written, with a deterministic error (migration 0018).
+    IF epoch_now > 2147483647 THEN
+        RAISE EXCEPTION 'the epoch % is past the largest a token can carry (2147483647)',
+            epoch_now
+            USING ERRCODE = 'numeric_value_out_of_range',
+                  HINT = 'the WAL timeline or the epoch_offset row is past the range of epochs';
+    END IF;
     SELECT e.began_at INTO began FROM epochs AS e WHERE e.epoch = epoch_now;
     IF NOT FOUND THEN
         -- The first claim of a new epoch: the wait begins now (a concurrent first claim inserts

@@ -284,6 +284,26 @@ impl Store {
         Ok(())
     }
 
+    /// Records this store's lease policy again (issue 39, item 3): its lease ttl and, when given,
+    /// its `max_clock_skew`, each kept as the largest any store recorded. A failover or restore
+    /// can lose the `lease_policy` row with the commits it forgets, and the wait after the next
+    /// epoch change reads it: a server records its policy again on every connection to a new
+    /// primary, before it serves (server/src/app/database.rs).
+    pub async fn record_lease_policy(&self, max_clock_skew: Option<Duration>) -> Result<(), Error> {
+        let ttl = self
+            .lease_ttl
+            .num_microseconds()
+            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
+        sqlx::query(crate::sql::LEASE_POLICY_RECORD.issue())
+            .bind(ttl)
+            .execute(&self.pool)
+            .await?;
+        if let Some(skew) = max_clock_skew {
+            self.record_max_clock_skew(skew).await?;
+        }
+        Ok(())
+    }
+
     /// The same store with a per-attempt quota: a `log append`, `artifact put` or `cache put`
     /// that would make the attempt hold more than `bytes` (its log chunks, its artifacts, and the
     /// cache entries it stored last, counting what the write replaces as gone) fails with

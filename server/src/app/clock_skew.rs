@@ -24,6 +24,61 @@ use std::time::{Duration, Instant};
 /// receipt-time tolerance (docs/audit.md).
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(500);
 
+/// The largest `serve --max-clock-skew-ms` (and `migrate --set-max-clock-skew-ms`): one minute.
+/// The sweep acts 2δ past a lease and claims wait 2δ more after an epoch change: a δ far beyond
+/// any real clock error would stop both for as long (migration 0018 checks it in the database).
+pub const MAX_MAX_CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// What the database records of the lease policy (`lease_policy`): the largest lease ttl and
+/// `max_clock_skew` any server recorded. `None`: no row (nothing recorded yet, or a failover or
+/// restore lost it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedPolicy {
+    pub max_lease_ttl: Duration,
+    pub max_clock_skew: Duration,
+}
+
+/// Read the lease policy the database records (`GET /healthz`, `/metrics`).
+pub async fn recorded_policy(pool: &PgPool) -> Result<Option<RecordedPolicy>, sqlx::Error> {
+    let row: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT (extract(epoch FROM max_lease_ttl) * 1000000)::bigint, \
+                (extract(epoch FROM max_clock_skew) * 1000000)::bigint \
+         FROM lease_policy WHERE id",
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(ttl, skew)| RecordedPolicy {
+        max_lease_ttl: Duration::from_micros(u64::try_from(ttl).unwrap_or(0)),
+        max_clock_skew: Duration::from_micros(u64::try_from(skew).unwrap_or(0)),
+    }))
+}
+
+/// The operator's step to change the `max_clock_skew` the database records
+/// (`leasewright migrate --set-max-clock-skew-ms`): the database keeps the largest δ any server
+/// recorded, so lowering it takes this. Every server of the database must be restarted with a
+/// `--max-clock-skew-ms` no larger first, or it records its own again (at its next start or
+/// failover). Returns the value before (`None`: no row; then nothing is written: the next server
+/// records its own).
+pub async fn set_recorded_max_clock_skew(
+    pool: &PgPool,
+    max_clock_skew: Duration,
+) -> Result<Option<Duration>, sqlx::Error> {
+    let micros = i64::try_from(max_clock_skew.as_micros()).unwrap_or(i64::MAX);
+    let mut tx = pool.begin().await?;
+    let before: Option<i64> = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM max_clock_skew) * 1000000)::bigint \
+         FROM lease_policy WHERE id FOR UPDATE",
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE lease_policy SET max_clock_skew = $1 * interval '1 microsecond' WHERE id")
+        .bind(micros)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(before.map(|b| Duration::from_micros(u64::try_from(b).unwrap_or(0))))
+}
+
 /// The stable code of the answer of a replica outside the bound.
 pub(super) const CLOCK_SKEW_EXCEEDED: &str = "clock_skew_exceeded";
 

@@ -171,7 +171,8 @@ impl Database {
         }
     }
 
-    /// Try the hosts in order until one is a primary; point the pool at it.
+    /// Try the hosts in order until one is a primary; point the pool at it, record this server's
+    /// lease policy there, and open the gate.
     async fn follow(&self, state: &AppState) {
         let lost = self.current.lock().map(|c| c.clone()).ok();
         let started = Instant::now();
@@ -187,6 +188,20 @@ impl Database {
                     };
                     self.pool.set_connect_options(options);
                     *self.watcher.lock().await = Some(connection);
+                    // Before serving: the new primary may have lost the lease policy with the
+                    // commits the failover forgot (issue 39, item 3); record this server's again.
+                    if let Err(error) = state.record_lease_policy().await {
+                        if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                            last_warning = Some(Instant::now());
+                            tracing::warn!(
+                                %error,
+                                "cannot record the lease policy on the new primary yet"
+                            );
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
                     let moved = lost
                         .as_ref()
                         .is_some_and(|lost| lost.address != resolved.address);

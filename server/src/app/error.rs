@@ -101,8 +101,63 @@ pub(super) fn reason_message(reason: Reason) -> &'static str {
 
 #[allow(clippy::needless_pass_by_value)] // used as `map_err(db_error)`
 pub(super) fn db_error(error: sqlx::Error) -> ApiError {
-    tracing::error!(%error, "database error");
-    database_unavailable()
+    if transient(&error) {
+        tracing::error!(%error, "database error");
+        database_unavailable()
+    } else {
+        internal_error(&error)
+    }
+}
+
+/// Whether a database error says the database could not decide now, so that the same request
+/// may succeed later (`503 database_unavailable`, retried): the connection failed or was cut
+/// (no SQLSTATE, or class 08), the server is shutting down or starting (57P01-57P03), the
+/// transaction lost a serialization or deadlock race (40001, 40P01), the server is out of
+/// resources (class 53), a statement or lock timeout (57014, 55P03), or the host is not the
+/// primary any more (25006 read-only transaction, or "recovery is in progress" from a standby,
+/// after a failover). Everything else (a numeric overflow, a check violation, a permission
+/// denied, an undefined table or function, a value the code cannot decode...) is deterministic:
+/// the same request fails the same way, so retrying it is no use.
+pub(super) fn transient(error: &sqlx::Error) -> bool {
+    use sqlx::Error as S;
+    match error {
+        S::Database(database) => {
+            let Some(code) = database.code() else {
+                return true;
+            };
+            let code = code.as_ref();
+            code.starts_with("08")
+                || code.starts_with("53")
+                || matches!(
+                    code,
+                    "57P01" | "57P02" | "57P03" | "57014" | "40001" | "40P01" | "55P03" | "25006"
+                )
+                || (code == "55000" && database.message().contains("recovery is in progress"))
+        }
+        S::Io(_)
+        | S::Tls(_)
+        | S::Protocol(_)
+        | S::PoolTimedOut
+        | S::PoolClosed
+        | S::WorkerCrashed
+        | S::BeginFailed => true,
+        _ => false,
+    }
+}
+
+/// The stable code of a deterministic failure: a bug or a broken database, never the client's
+/// fault and never worth a retry. Answered 500 with no `Retry-After` (docs/http.md).
+pub(super) const INTERNAL_ERROR: &str = "internal_error";
+
+/// `500 internal_error`, with a log line naming the cause (the database's SQLSTATE and message
+/// go to the log, never to the caller).
+pub(super) fn internal_error(error: &dyn std::fmt::Display) -> ApiError {
+    tracing::error!(%error, "internal error: a deterministic failure, answered 500");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        INTERNAL_ERROR,
+        "the server failed deterministically; retrying will not help (the cause is in its log)",
+    )
 }
 
 /// The stable code of every database failure: the request got no decision (a write cut off
@@ -133,11 +188,29 @@ impl From<leasewright_impl::Error> for ApiError {
     fn from(error: leasewright_impl::Error) -> Self {
         use leasewright_impl::Error as E;
         match &error {
-            E::Database(_) | E::Migration(_) | E::Schema(_) | E::Permission(_) => ApiError::new(
+            E::Database(database) if transient(database) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 DATABASE_UNAVAILABLE,
                 error.to_string(),
             ),
+            E::Database(database) => {
+                // The database's message names the cause (e.g. the epoch out of range).
+                let database_error = database.as_database_error();
+                tracing::error!(
+                    sqlstate = database_error.and_then(|e| e.code()).as_deref().unwrap_or(""),
+                    cause = %database,
+                    "internal error: a deterministic database failure, answered 500"
+                );
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    INTERNAL_ERROR,
+                    "the server failed deterministically; retrying will not help (the cause is \
+                     in its log)",
+                )
+            }
+            E::Migration(_) | E::Schema(_) | E::OutOfRange(_) | E::Permission(_) => {
+                internal_error(&error)
+            }
             E::ProjectNameTaken => ApiError::new(
                 StatusCode::CONFLICT,
                 "project_name_taken",
@@ -158,14 +231,7 @@ impl From<leasewright_impl::Error> for ApiError {
                 "quota_exceeded",
                 error.to_string(),
             ),
-            E::Constraint { .. } | E::Invariant(_) => {
-                tracing::error!(%error, "internal error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    error.to_string(),
-                )
-            }
+            E::Constraint { .. } | E::Invariant(_) => internal_error(&error),
         }
     }
 }

@@ -21,6 +21,10 @@ use std::time::Instant;
 )]
 pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
     let database = super::database::replication_state(&state).await?;
+    let policy = super::clock_skew::recorded_policy(state.0.store.pool())
+        .await
+        .map_err(super::error::db_error)?;
+    let millis = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
     ok(HealthResponse {
         status: "ok".into(),
         database: Some(DatabaseHealth {
@@ -29,6 +33,8 @@ pub(super) async fn healthz(State(state): State<AppState>) -> ApiResult {
             synchronous_standbys: database.synchronous_standbys,
             synchronous_standby_names: database.synchronous_standby_names,
             epoch: database.epoch,
+            max_lease_ttl_ms: policy.map(|p| millis(p.max_lease_ttl)),
+            max_clock_skew_ms: policy.map(|p| millis(p.max_clock_skew)),
         }),
         clock: state.0.clock_check.as_ref().map(|check| {
             let last = check.last();
@@ -67,6 +73,13 @@ pub(super) async fn metrics(State(state): State<AppState>) -> ApiResult {
         database.role() == leasewright_impl::hosts::Role::Primary,
         database.synchronous_standbys,
         database.epoch,
+    );
+    let policy = super::clock_skew::recorded_policy(state.0.store.pool())
+        .await
+        .map_err(super::error::db_error)?;
+    state.0.metrics.lease_policy(
+        policy.map(|p| p.max_lease_ttl),
+        policy.map(|p| p.max_clock_skew),
     );
     Ok((
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],

@@ -87,7 +87,13 @@ pub(super) async fn submit_job(
         files.and_then(source::build_snapshot)
     })
     .await
-    .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "task failed"))?
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            super::error::INTERNAL_ERROR,
+            "task failed",
+        )
+    })?
     .map_err(|e| ApiError::invalid_source(&e))?;
     // One transaction: the blob, the job, its spec and its idempotency key are stored together
     // or not at all, so a claim never sees a job without its source and a crash leaves no half.
@@ -585,12 +591,9 @@ pub(super) async fn get_logs(
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let attempt = chosen_attempt(&state, &view, &query).await?;
-    let chunks = state.0.store.logs(attempt).await?;
-    let mut text = Vec::new();
-    for (_, chunk) in chunks {
-        text.extend_from_slice(&chunk);
-    }
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    // Streamed in pages: memory bounded whatever the log's size (app/log_stream.rs).
+    let body = super::log_stream::body(&state, attempt, super::log_stream::Shape::Text);
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
 
 /// An attempt's log chunk by chunk, each with its sequence number (`GET .../logs` joins them).
@@ -613,15 +616,10 @@ pub(super) async fn get_log_chunks(
 ) -> ApiResult {
     let view = project_job(&state, &project, &job).await?;
     let attempt = chosen_attempt(&state, &view, &query).await?;
-    let chunks = state.0.store.logs(attempt).await?;
-    ok(chunks
-        .into_iter()
-        .map(|(seq, content)| LogChunkBody {
-            seq,
-            sha256: hex::encode(sha2::Sha256::digest(&content)),
-            content_base64: B64.encode(&content),
-        })
-        .collect::<Vec<_>>())
+    // Streamed in pages: memory bounded whatever the log's size (app/log_stream.rs); the same
+    // JSON array of `LogChunkBody` as before.
+    let body = super::log_stream::body(&state, attempt, super::log_stream::Shape::Chunks);
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// A project's cache entry, with the attempt (and its job) that stored it last.

@@ -34,7 +34,15 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// The most requests one connection carries; the last answer closes it.
     pub max_requests_per_connection: u64,
+    /// How long, once the server is told to stop (SIGTERM), the requests under way may take to
+    /// finish; a request still running then is answered `503 shutting_down` (with
+    /// `Retry-After`: it got no decision it can rely on, and every runner message is
+    /// idempotent), and every connection is closed within [`SHUTDOWN_WRITE_MARGIN`] more.
+    pub shutdown_grace: Duration,
 }
+
+/// How long the answers of a shutdown may take to be written once the grace is over.
+pub const SHUTDOWN_WRITE_MARGIN: Duration = Duration::from_secs(1);
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
@@ -44,6 +52,7 @@ impl Default for ConnectionLimits {
             request_timeout: Duration::from_secs(60),
             max_connections: 4096,
             max_requests_per_connection: 1000,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -133,8 +142,29 @@ fn request_timeout_response() -> Response {
     response
 }
 
-/// Serve `app` on `listener` until `shutdown` resolves, then let the requests under way finish
-/// (for at most the request timeout).
+/// The answer to a request still running when the shutdown grace ran out.
+fn shutting_down_response() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting_down",
+        "the server is shutting down and this request did not finish within its grace; its \
+         outcome is unknown: retry against a running server",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves; then accept nothing more, close every
+/// idle connection, let the requests under way finish for at most
+/// [`ConnectionLimits::shutdown_grace`], answer those still running `503 shutting_down`, and
+/// return within [`SHUTDOWN_WRITE_MARGIN`] more: the whole shutdown is bounded by the grace
+/// plus the margin, whatever the clients do.
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -144,6 +174,7 @@ pub(super) async fn serve(
     let cap = connection_cap(limits.max_connections.max(1));
     let permits = Arc::new(Semaphore::new(cap));
     let (closing_tx, closing_rx) = watch::channel(false);
+    let (expired_tx, expired_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -171,16 +202,31 @@ pub(super) async fn serve(
             stream,
             app.clone(),
             limits,
-            closing_rx.clone(),
+            (closing_rx.clone(), expired_rx.clone()),
             permit,
         ));
         while connections.try_join_next().is_some() {}
     }
     drop(listener);
+    let open = connections.len();
     closing_tx.send_replace(true);
-    let drained = async { while connections.join_next().await.is_some() {} };
-    let _ = tokio::time::timeout(limits.request_timeout, drained).await;
+    {
+        let drained = async { while connections.join_next().await.is_some() {} };
+        tokio::pin!(drained);
+        if tokio::time::timeout(limits.shutdown_grace, &mut drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_ms = limits.shutdown_grace.as_millis() as u64,
+                "shutdown: requests still running after the grace are answered 503 shutting_down"
+            );
+            expired_tx.send_replace(true);
+            let _ = tokio::time::timeout(SHUTDOWN_WRITE_MARGIN, &mut drained).await;
+        }
+    }
     connections.abort_all();
+    tracing::info!(connections = open, "shutdown: every connection closed");
     Ok(())
 }
 
@@ -190,20 +236,25 @@ async fn connection(
     stream: tokio::net::TcpStream,
     app: Router,
     limits: ConnectionLimits,
-    mut closing: watch::Receiver<bool>,
+    (mut closing, expired): (watch::Receiver<bool>, watch::Receiver<bool>),
     _permit: OwnedSemaphorePermit,
 ) {
     let served = Arc::new(AtomicU64::new(0));
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let app = app.clone();
+        let mut expired = expired.clone();
         let count = served.fetch_add(1, Ordering::Relaxed) + 1;
         async move {
             let request = request.map(|body| IdleTimeoutBody::new(body, limits.body_read_timeout));
-            let answer = tokio::time::timeout(limits.request_timeout, app.oneshot(request)).await;
-            let mut response = match answer {
-                Ok(Ok(response)) => response,
-                Ok(Err(never)) => match never {},
-                Err(_) => request_timeout_response(),
+            let answer = tokio::time::timeout(limits.request_timeout, app.oneshot(request));
+            let mut response = tokio::select! {
+                answer = answer => match answer {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(never)) => match never {},
+                    Err(_) => request_timeout_response(),
+                },
+                // The shutdown's grace ran out (a closed channel: the server is gone).
+                _ = expired.wait_for(|expired| *expired) => shutting_down_response(),
             };
             if count >= limits.max_requests_per_connection {
                 response

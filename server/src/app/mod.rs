@@ -10,6 +10,7 @@ mod extract;
 mod health;
 mod jobs;
 mod listen;
+mod log_stream;
 mod openapi;
 mod projects;
 mod runner;
@@ -19,7 +20,8 @@ mod time;
 
 pub use budget::DEFAULT_PROJECT_SHARE;
 pub use clock_skew::{
-    measure_against_database, ClockOffset, MeasureClockOffset, DEFAULT_MAX_CLOCK_SKEW,
+    measure_against_database, recorded_policy, set_recorded_max_clock_skew, ClockOffset,
+    MeasureClockOffset, RecordedPolicy, DEFAULT_MAX_CLOCK_SKEW, MAX_MAX_CLOCK_SKEW,
 };
 pub use database::session_options;
 pub use error::ApiError;
@@ -31,6 +33,7 @@ pub use jobs::{DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT};
 pub use listen::ConnectionLimits;
 pub use runner::{MAX_CLAIM_CAPACITY, MAX_RESULTS_PER_BATCH};
 pub use slots::{DEFAULT_MAX_REQUESTS_IN_FLIGHT, DEFAULT_REQUEST_PROJECT_SHARE};
+pub use targets::MAX_TARGET_MUTATIONS_PER_ATTEMPT;
 
 use crate::metrics::Metrics;
 use crate::source::Limits;
@@ -111,6 +114,9 @@ pub struct ServerConfig {
     /// How the offset is measured (`None`: against the database, app/clock_skew.rs); tests
     /// inject one.
     pub measure_clock_offset: Option<MeasureClockOffset>,
+    /// Whether `POST /v1/targets/{slot}/deploy` (the demonstration targets, rule R9) is routed
+    /// (`serve --demo-targets`; a manual-clock server routes it too). Off: it answers 404.
+    pub demo_targets: bool,
 }
 
 /// How `serve --retain-finished-jobs` prunes (docs/http.md, "Retention").
@@ -158,6 +164,7 @@ impl Default for ServerConfig {
             retention: None,
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
             measure_clock_offset: None,
+            demo_targets: false,
         }
     }
 }
@@ -176,6 +183,8 @@ struct Inner {
     /// This replica's clock against the database's (`None`: not checked, on a manual clock or
     /// a state made over a store by a test).
     clock_check: Option<Arc<clock_skew::ClockCheck>>,
+    /// Whether the demonstration targets' deploy route is routed ([`ServerConfig::demo_targets`]).
+    demo_targets: bool,
 }
 
 /// The most runners whose project is kept in memory; past it the map is emptied and read again.
@@ -267,13 +276,15 @@ pub async fn migration_status(
 }
 
 impl AppState {
-    /// The state over `store`. `manual_clock` must be the clock the store reads, if any.
+    /// The state over `store`. `manual_clock` must be the clock the store reads, if any; the
+    /// demonstration targets are routed only on a manual clock.
     pub fn new(
         store: Store,
         manual_clock: Option<ManualClock>,
         operator_token: &str,
         source_limits: Limits,
     ) -> Self {
+        let demo_targets = manual_clock.is_some();
         Self::with_database(
             store,
             manual_clock,
@@ -281,6 +292,7 @@ impl AppState {
             source_limits,
             None,
             None,
+            demo_targets,
         )
     }
 
@@ -291,6 +303,7 @@ impl AppState {
         source_limits: Limits,
         database: Option<Arc<database::Database>>,
         clock_check: Option<Arc<clock_skew::ClockCheck>>,
+        demo_targets: bool,
     ) -> Self {
         let metrics = Arc::new(Metrics::default());
         // The job duration histogram: every accepted result, claim to outcome (server time).
@@ -307,6 +320,7 @@ impl AppState {
             database,
             runner_projects: Default::default(),
             clock_check,
+            demo_targets,
         }))
     }
 
@@ -338,6 +352,14 @@ impl AppState {
         }
         kept.insert(runner, project);
         Ok(Some(project))
+    }
+
+    /// Record this server's lease policy (its lease ttl and, off a manual clock, its
+    /// `max_clock_skew`) in the database, keeping the largest of each: at start and on every
+    /// connection to a new primary, before serving (app/database.rs).
+    pub(crate) async fn record_lease_policy(&self) -> Result<(), leasewright_impl::Error> {
+        let skew = self.0.clock_check.as_ref().map(|c| c.max_clock_skew());
+        self.0.store.record_lease_policy(skew).await
     }
 
     /// The store.
@@ -423,11 +445,14 @@ impl Inner {
 
 /// The routes, each registered from its handler's `#[utoipa::path]` annotation (method and path),
 /// with the document they make. `test_clock`: whether `POST /v1/test/clock` is routed (only on a
-/// manual-clock server; the document always describes it). A route is added here only as
-/// `.routes(routes!(..))` (app/openapi.rs; server/tests/openapi.rs checks it).
+/// manual-clock server; the document always describes it); `demo_targets`: whether
+/// `POST /v1/targets/{slot}/deploy` is (`serve --demo-targets`, or a manual clock; the document
+/// always describes it). A route is added here only as `.routes(routes!(..))` (app/openapi.rs;
+/// server/tests/openapi.rs checks it).
 fn api(
     max_payload_bytes: usize,
     test_clock: bool,
+    demo_targets: bool,
     budget: &budget::PayloadBudget,
 ) -> OpenApiRouter<AppState> {
     let control = DefaultBodyLimit::max(CONTROL_BODY_LIMIT);
@@ -452,7 +477,6 @@ fn api(
         .routes(routes!(runner::cache_get).layer(control))
         .routes(routes!(runner::result).layer(control))
         .routes(routes!(runner::results).layer(control))
-        .routes(routes!(targets::target_deploy).layer(control))
         .routes(routes!(targets::target_get))
         .routes(routes!(projects::create_project).layer(control))
         .routes(routes!(projects::create_runner, projects::list_runners).layer(control))
@@ -479,6 +503,14 @@ fn api(
         let (_, paths, _) = clock;
         api.get_openapi_mut().paths.paths.extend(paths.paths);
     }
+    let deploy = routes!(targets::target_deploy).layer(control);
+    if demo_targets {
+        api = api.routes(deploy);
+    } else {
+        // Described, not routed: a server without `--demo-targets` answers 404.
+        let (_, paths, _) = deploy;
+        api.get_openapi_mut().paths.paths.extend(paths.paths);
+    }
     api
 }
 
@@ -493,7 +525,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
                 DEFAULT_PROJECT_SHARE,
                 None,
             );
-            let mut document = api(CONTROL_BODY_LIMIT, true, &budget).into_openapi();
+            let mut document = api(CONTROL_BODY_LIMIT, true, true, &budget).into_openapi();
             openapi::add_shared_answers(&mut document);
             document
         })
@@ -548,7 +580,9 @@ fn router_with_slots(
         Some(state.clone()),
     );
     let manual_clock = state.0.manual_clock.is_some();
-    let (mut router, _) = api(max_payload_bytes, manual_clock, &budget).split_for_parts();
+    let demo_targets = state.0.demo_targets;
+    let (mut router, _) =
+        api(max_payload_bytes, manual_clock, demo_targets, &budget).split_for_parts();
     if manual_clock {
         // Test mode only: a request may carry a time of its own (time::request_time).
         router = router.layer(axum::middleware::from_fn(time::request_time));
@@ -569,6 +603,10 @@ fn router_with_slots(
         ))
         .with_state(state)
 }
+
+/// How long `serve` waits, after [`Server::stop`], for the database pool to close (its connections are
+/// given back by then: every request was answered).
+pub const POOL_CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A running server (in-process).
 pub struct Server {
@@ -595,7 +633,11 @@ impl Server {
         self.state.store()
     }
 
-    /// Stop serving and wait for the server to finish.
+    /// Stop serving and wait for the server to finish: take no more work (the sweep, the
+    /// prune and the watchers stop, no connection is accepted), let the requests under way
+    /// finish within [`ConnectionLimits::shutdown_grace`] and answer the rest
+    /// `503 shutting_down`. The database pool stays open (a caller may hold the store);
+    /// `serve` closes it (for at most [`POOL_CLOSE_TIMEOUT`]).
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(sweeper) = self.sweeper.take() {
             sweeper.abort();
@@ -710,6 +752,7 @@ pub async fn start(
         config.source_limits,
         Some(database.clone()),
         clock_check,
+        config.demo_targets || manual_clock.is_some(),
     );
     if let Some(check) = &state.0.clock_check {
         // Before serving: a replica outside the bound answers 503 from its first request on.

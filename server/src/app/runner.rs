@@ -188,7 +188,7 @@ pub(super) async fn heartbeat(
         let answer = answer.ok_or_else(|| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                super::error::INTERNAL_ERROR,
                 "heartbeat acknowledged",
             )
         })?;
@@ -267,7 +267,7 @@ pub(super) async fn source(
         Verdict::Acknowledged => {
             return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                super::error::INTERNAL_ERROR,
                 "source fetch acknowledged",
             ))
         }

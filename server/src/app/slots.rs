@@ -9,17 +9,36 @@
 //! (`--request-project-share`, half by default). A request past either is answered at once
 //! `503 request_slots_exhausted` with `Retry-After: 1`, which the runner retries like any 503
 //! (docs/http.md, "Request slots"). `/healthz`, `/metrics` and `/openapi.json` take no slot.
+//!
+//! Requests that authenticate no one (no bearer token, or one of no runner) share a small share
+//! of their own ([`anonymous_share`]: a thirty-second of the slots, at least one), never a
+//! project's.
+//!
+//! A share covers the database connections too (issue 36, item 4): the store's pool is shared by
+//! every request, and a project within its share of request slots could hold every connection
+//! (its statements waiting on a lock, or simply many at once) while another project's heartbeat
+//! waited for one. Each account also holds at most its share of the pool's connections
+//! ([`database_share`]): a request takes one of its account's database permits before its
+//! handler uses the database (a request with a body once its body has been read, so a slow
+//! upload holds no permit; one without, before its handler runs) and gives it back with its
+//! answer. A request past its account's permits waits for one (it holds its request slot
+//! meanwhile, so the wait is bounded by the account's share of slots and the request timeout).
 
 use super::error::ApiError;
 use super::extract::bearer;
 use super::AppState;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leasewright_impl::ProjectId;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The default number of requests served at once: 1024.
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 1024;
@@ -38,14 +57,40 @@ enum Account {
     Other,
 }
 
+/// The slots held by one account, and its database permits.
+struct Held {
+    slots: usize,
+    database: Arc<Semaphore>,
+}
+
 /// The request slots of one server.
 #[derive(Clone)]
 pub(super) struct RequestSlots {
     state: AppState,
     total: usize,
     share: usize,
+    /// The share of requests that authenticate no one.
+    anonymous: usize,
+    /// The database permits of a project's (or the operator's) requests, and of anonymous ones.
+    database_share: usize,
+    database_anonymous: usize,
     /// Slots held, in all and per account (an account holding none has no entry).
-    held: Arc<Mutex<(usize, HashMap<Account, usize>)>>,
+    held: Arc<Mutex<(usize, HashMap<Account, Held>)>>,
+}
+
+/// The slots that requests authenticating no one may hold together: a thirty-second of the
+/// slots, at least one, never more than a project's share.
+pub(super) fn anonymous_share(total: usize, share: usize) -> usize {
+    (total / 32).clamp(1, share.max(1))
+}
+
+/// The database connections one account's requests may hold at once: its share of the pool
+/// (at least one, and at most the pool less one, so that another account always finds one when
+/// the pool has two or more).
+pub(super) fn database_share(pool: usize, share: f64) -> usize {
+    let pool = pool.max(1);
+    let wanted = (pool as f64 * share).floor() as usize;
+    wanted.clamp(1, pool.saturating_sub(1).max(1))
 }
 
 impl RequestSlots {
@@ -56,12 +101,24 @@ impl RequestSlots {
         } else {
             1.0
         };
-        let share = ((total as f64 * share) as usize).clamp(1, total);
+        let pool = state.0.store.pool().options().get_max_connections() as usize;
+        let database = database_share(pool, share);
+        let share_slots = ((total as f64 * share) as usize).clamp(1, total);
         Self {
             state,
             total,
-            share,
+            share: share_slots,
+            anonymous: anonymous_share(total, share_slots),
+            database_share: database,
+            database_anonymous: database_share(pool, 1.0 / 8.0).min(database),
             held: Arc::default(),
+        }
+    }
+
+    fn share_of(&self, account: Account) -> usize {
+        match account {
+            Account::Other => self.anonymous,
+            Account::Project(_) | Account::Operator => self.share,
         }
     }
 
@@ -89,9 +146,9 @@ impl Drop for Slot {
     fn drop(&mut self) {
         let mut held = self.slots.held.lock().expect("request slots");
         held.0 = held.0.saturating_sub(1);
-        if let Some(n) = held.1.get_mut(&self.account) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(mine) = held.1.get_mut(&self.account) {
+            mine.slots = mine.slots.saturating_sub(1);
+            if mine.slots == 0 {
                 held.1.remove(&self.account);
             }
         }
@@ -127,28 +184,119 @@ pub(super) async fn admit(
         Ok(account) => account,
         Err(error) => return error.into_response(),
     };
-    let slot = {
+    let (slot, database) = {
         let mut held = slots.held.lock().expect("request slots");
-        let mine = held.1.get(&account).copied().unwrap_or(0);
-        if mine >= slots.share {
+        let mine = held.1.get(&account).map_or(0, |h| h.slots);
+        if mine >= slots.share_of(account) {
             drop(held);
-            return exhausted(
-                "this project's share of the requests served at once is in use; retry",
-            );
+            return exhausted(if account == Account::Other {
+                "the share of requests that authenticate no one is in use; retry"
+            } else {
+                "this project's share of the requests served at once is in use; retry"
+            });
         }
         if held.0 >= slots.total {
             drop(held);
             return exhausted("too many requests are being served at once; retry");
         }
         held.0 += 1;
-        *held.1.entry(account).or_insert(0) += 1;
+        let permits = if account == Account::Other {
+            slots.database_anonymous
+        } else {
+            slots.database_share
+        };
+        let mine = held.1.entry(account).or_insert_with(|| Held {
+            slots: 0,
+            database: Arc::new(Semaphore::new(permits)),
+        });
+        mine.slots += 1;
+        let database = Arc::clone(&mine.database);
         slots.state.0.metrics.requests_in_flight(1);
-        Slot {
-            slots: slots.clone(),
-            account,
+        (
+            Slot {
+                slots: slots.clone(),
+                account,
+            },
+            database,
+        )
+    };
+    // The account's database permit: once the body is read (a request with one), or now.
+    let permit: Arc<Mutex<Option<OwnedSemaphorePermit>>> = Arc::default();
+    let request = if http_body::Body::is_end_stream(request.body()) {
+        match Arc::clone(&database).acquire_owned().await {
+            Ok(acquired) => *permit.lock().expect("database permit") = Some(acquired),
+            Err(_) => return exhausted("the server is shutting down; retry"),
         }
+        request
+    } else {
+        let held = Arc::clone(&permit);
+        request.map(|body| {
+            Body::new(PermitAtEnd {
+                inner: body,
+                database,
+                acquiring: None,
+                held,
+            })
+        })
     };
     let response = next.run(request).await;
+    // The permit goes back with the answer, even if the handler kept the body.
+    drop(permit.lock().expect("database permit").take());
     drop(slot);
     response
+}
+
+type Acquiring =
+    Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>>;
+
+/// A request body that, at its end, waits for its account's database permit before it says it
+/// has ended: the handler reads its body before it uses the database.
+struct PermitAtEnd {
+    inner: Body,
+    database: Arc<Semaphore>,
+    acquiring: Option<Acquiring>,
+    held: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+}
+
+impl http_body::Body for PermitAtEnd {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if this.acquiring.is_none() {
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    if this.held.lock().expect("database permit").is_some() {
+                        return Poll::Ready(None);
+                    }
+                    this.acquiring = Some(Box::pin(Arc::clone(&this.database).acquire_owned()));
+                }
+                other => return other,
+            }
+        }
+        let acquiring = this.acquiring.as_mut().expect("acquiring");
+        match acquiring.as_mut().poll(cx) {
+            Poll::Ready(acquired) => {
+                this.acquiring = None;
+                if let Ok(acquired) = acquired {
+                    *this.held.lock().expect("database permit") = Some(acquired);
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Not ended until the permit is held: a reader polls once more, and waits for it.
+        self.inner.is_end_stream() && self.held.lock().expect("database permit").is_some()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }

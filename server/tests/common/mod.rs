@@ -16,13 +16,14 @@ use uuid::Uuid;
 pub const OPERATOR: &str = "operator-secret";
 
 /// The configuration of the tests' servers: the operator token [`OPERATOR`], no periodic sweep,
-/// a 1 MiB payload limit.
+/// a 1 MiB payload limit, the demonstration targets routed.
 pub fn config(manual_clock: bool) -> ServerConfig {
     ServerConfig {
         operator_token: Some(OPERATOR.into()),
         manual_clock,
         sweep_interval: None,
         max_payload_bytes: 1024 * 1024,
+        demo_targets: true,
         ..ServerConfig::default()
     }
 }
@@ -1139,5 +1140,61 @@ impl World {
             }
         }
         Ok(after)
+    }
+}
+
+/// The body a runner's command sends to its slot's target (the runner agent's
+/// `LEASEWRIGHT_DEPLOY_JSON`): the lease's slot token, never its fence.
+pub fn deployment(lease: &LeaseBody) -> Value {
+    json!({
+        "kind": lease.target_kind,
+        "job": lease.job,
+        "attempt": lease.attempt,
+        "slot_token": lease.slot_token,
+        "deployment_id": lease.job.to_string(),
+    })
+}
+
+/// The request slots held (`leasewright_requests_in_flight` on `/metrics`).
+pub async fn requests_in_flight(server: &Server) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("leasewright_requests_in_flight "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+/// Open a connection and send `head` (a request that never finishes): `Ok(stream)` once the
+/// server holds a request slot for it (a bounded poll of `/metrics`), `Err(answer)` when it is
+/// answered at once instead (e.g. `503 request_slots_exhausted`).
+pub async fn stall_request(server: &Server, head: &[u8]) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let before = requests_in_flight(server).await;
+    let mut stalled = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    stalled.write_all(head).await.expect("write");
+    let mut answer = [0u8; 512];
+    let mut polls = 0;
+    loop {
+        tokio::select! {
+            read = stalled.read(&mut answer) => {
+                let n = read.expect("read");
+                return Err(String::from_utf8_lossy(&answer[..n]).to_string());
+            }
+            now = requests_in_flight(server) => {
+                if now >= before + 1.0 {
+                    return Ok(stalled);
+                }
+                polls += 1;
+                assert!(polls < 3000, "the stalled request was neither admitted nor refused");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
     }
 }
