@@ -69,7 +69,7 @@ enum PeersOver {
 #[derive(Args)]
 struct PeersArgs {
     /// Jobs each contender completes per round.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 5_000)]
     jobs: u64,
     /// Rounds (every contender once per round, in the same order).
     #[arg(long, default_value_t = 3)]
@@ -88,7 +88,7 @@ struct PeersArgs {
     #[arg(long, default_value_t = 4)]
     batch: usize,
     /// A slot's work stops after this many seconds even when fewer jobs were done.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 10)]
     max_seconds: u64,
     /// Only these contenders, comma-separated (leasewright-batched, leasewright,
     /// leasewright-http, fenced-floor, bare-queue, river-shaped, graphile-worker, pg-boss,

@@ -107,6 +107,10 @@ pub fn names() -> Vec<&'static str> {
     names
 }
 
+/// The warm-up slot's jobs and seconds (at most).
+const WARM_UP_JOBS: u64 = 500;
+const WARM_UP_SECONDS: u64 = 3;
+
 const BATCHED: &str = "leasewright-batched";
 const SINGLE: &str = "leasewright";
 const HTTP: &str = "leasewright-http";
@@ -313,10 +317,23 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
     sqlx::query("VACUUM (ANALYZE) leasewright_bench_river.river_job")
         .execute(&fixture.pool)
         .await?;
-    let warm_up = options.jobs.min(1000);
+    // A short warm-up (plans cached, pages in memory, the peers' runtimes' caches): a few
+    // hundred jobs or 3 s, whichever comes first.
+    let warm_up = Options {
+        max_seconds: options.max_seconds.min(WARM_UP_SECONDS),
+        ..options.clone()
+    };
     for who in &whos {
         eprintln!("leasewright bench peers: warm-up: {}", who.name());
-        slot(fixture, who, options, warm_up, depth, false).await?;
+        slot(
+            fixture,
+            who,
+            &warm_up,
+            options.jobs.min(WARM_UP_JOBS),
+            depth,
+            false,
+        )
+        .await?;
     }
     fixture.analyze().await?;
 
