@@ -432,12 +432,7 @@ impl Report {
     pub fn table(&self) -> String {
         let o = &self.options;
         let mut out = String::new();
-        let setting = |name: &str| {
-            self.settings
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or("?", |(_, v)| v.as_str())
-        };
+        let setting = |name: &str| crate::fixture::setting(&self.settings, name);
         let _ = writeln!(
             out,
             "leasewright bench {}: {} concurrent workers, >= {} queued jobs, {} rounds of {} \

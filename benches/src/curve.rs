@@ -681,12 +681,7 @@ impl Report {
     pub fn table(&self) -> String {
         let o = &self.options;
         let mut out = String::new();
-        let setting = |name: &str| {
-            self.settings
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or("?", |(_, v)| v.as_str())
-        };
+        let setting = |name: &str| crate::fixture::setting(&self.settings, name);
         let fixed = match self.over {
             Over::Claimers => format!(">= {} queued", o.queued),
             Over::Batch => format!("{} claimers, >= {} queued", o.concurrency, o.queued),

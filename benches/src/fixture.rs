@@ -410,6 +410,14 @@ async fn warm_pool(pool: &PgPool, n: usize) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// The value of `name` among [`server_settings`]' pairs, `?` when absent.
+pub fn setting<'a>(settings: &'a [(String, String)], name: &str) -> &'a str {
+    settings
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or("?", |(_, v)| v.as_str())
+}
+
 /// The server settings that bound the numbers, as `name = value` pairs.
 pub async fn server_settings(pool: &PgPool) -> Result<Vec<(String, String)>, sqlx::Error> {
     sqlx::query_as(

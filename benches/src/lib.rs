@@ -9,6 +9,7 @@ pub mod fixture;
 pub mod floor;
 pub mod lifecycle;
 pub mod measure;
+pub mod peers;
 pub mod probe;
 pub mod replicas;
 pub mod scaling;

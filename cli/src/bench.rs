@@ -1,7 +1,7 @@
 //! `leasewright bench`: measure the implementation against same-run baselines on PostgreSQL.
 //! The logic lives in the leasewright-benches crate; see docs/benchmarks.md.
 use clap::{Args, Subcommand};
-use leasewright_benches::{claims, curve, fixture, lifecycle, scaling, vacuum, writes};
+use leasewright_benches::{claims, curve, fixture, lifecycle, peers, scaling, vacuum, writes};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -49,6 +49,92 @@ enum BenchCommand {
     /// (real `serve` processes): every point next to its same-run baseline, alternately, with
     /// jobs/s, p50/p99, CPU per job and where the database's backends waited.
     Curve(CurveArgs),
+    /// Leasewright beside the queues people run instead, in one run on one PostgreSQL:
+    /// graphile-worker, pg-boss, pgqueuer and procrastinate (installed at pinned versions into
+    /// a cache directory by this command; skipped, with the reason, when node/npm or python3 is
+    /// missing), a River-shaped table, the bare queue and the fenced floor, and Leasewright
+    /// batched, single and over HTTP; alternating rounds of the same jobs, with jobs/s, p50/p99,
+    /// WAL bytes and rows per job and the ratio to the fastest peer round by round.
+    Peers(PeersArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PeersOver {
+    /// 1, 4, 16, 64 workers.
+    Workers,
+    /// Queue depths 1,000 and 100,000 (1,000,000 with --points).
+    Depth,
+}
+
+#[derive(Args)]
+struct PeersArgs {
+    /// Jobs each contender completes per round.
+    #[arg(long, default_value_t = 5_000)]
+    jobs: u64,
+    /// Rounds (every contender once per round, in the same order).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Concurrent workers (job slots) of every contender.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// Jobs queued when each slot starts (at least --jobs; default --jobs).
+    #[arg(long)]
+    depth: Option<u64>,
+    /// Payload bytes per peer job.
+    #[arg(long, default_value_t = 64)]
+    payload_bytes: usize,
+    /// The batched contenders' K (jobs per batch claim and batch result); the workers are
+    /// split over workers / K agents.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// A slot's work stops after this many seconds even when fewer jobs were done.
+    #[arg(long, default_value_t = 10)]
+    max_seconds: u64,
+    /// Only these contenders, comma-separated (leasewright-batched, leasewright,
+    /// leasewright-http, fenced-floor, bare-queue, river-shaped, graphile-worker, pg-boss,
+    /// pgqueuer, procrastinate).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Where the peers are installed (default ~/.cache/leasewright/peers).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// The same table at several worker counts or queue depths (one run per point; default
+    /// contenders: Leasewright batched and single, graphile-worker, pgqueuer).
+    #[arg(long, value_enum)]
+    over: Option<PeersOver>,
+    /// The points of --over, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    points: Vec<u64>,
+}
+
+impl PeersArgs {
+    fn options(&self) -> peers::Options {
+        let mut only = self.only.clone();
+        if only.is_empty() && self.over.is_some() {
+            only = [
+                "leasewright-batched",
+                "leasewright",
+                "graphile-worker",
+                "pgqueuer",
+            ]
+            .map(String::from)
+            .to_vec();
+        }
+        peers::Options {
+            jobs: self.jobs,
+            rounds: self.rounds,
+            workers: self.workers,
+            depth: self.depth.unwrap_or(self.jobs),
+            payload_bytes: self.payload_bytes,
+            batch: self.batch,
+            max_seconds: self.max_seconds,
+            only,
+            cache_dir: self
+                .cache_dir
+                .clone()
+                .unwrap_or_else(peers::default_cache_dir),
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -203,6 +289,12 @@ struct SustainedArgs {
 fn invalid(command: &BenchCommand) -> Option<String> {
     let (concurrency, duration, rounds) = match command {
         BenchCommand::Curve(a) => return curve::invalid(&a.options()),
+        BenchCommand::Peers(a) => {
+            if a.points.contains(&0) {
+                return Some("--points must be positive".into());
+            }
+            return a.options().invalid();
+        }
         BenchCommand::Claims(a) => (a.concurrency, a.duration, a.rounds),
         BenchCommand::Lifecycle(a) => {
             if a.http == Some(0) {
@@ -325,6 +417,33 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
                     crate::output::print_json(&report)?;
                 } else {
                     print!("{}", report.table());
+                }
+            }
+            BenchCommand::Peers(a) => {
+                let options = a.options();
+                if let Some(over) = a.over {
+                    let over = match over {
+                        PeersOver::Workers => peers::Over::Workers,
+                        PeersOver::Depth => peers::Over::Depth,
+                    };
+                    let points = if a.points.is_empty() {
+                        over.default_points()
+                    } else {
+                        a.points.clone()
+                    };
+                    let report = peers::run_over(options, over, points).await?;
+                    if json {
+                        crate::output::print_json(&report)?;
+                    } else {
+                        print!("{}", report.table());
+                    }
+                } else {
+                    let report = peers::run(options).await?;
+                    if json {
+                        crate::output::print_json(&report)?;
+                    } else {
+                        print!("{}", report.table());
+                    }
                 }
             }
             BenchCommand::Curve(a) => {

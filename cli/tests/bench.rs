@@ -264,3 +264,111 @@ fn the_fenced_floor_writes_the_rows_the_rules_write() {
         }
     }
 }
+
+#[test]
+fn bad_peers_options_exit_2_before_any_database() {
+    for (args, reason) in [
+        (
+            &["peers", "--only", "sidekiq"][..],
+            "--only: no contender \"sidekiq\"",
+        ),
+        (
+            &["peers", "--jobs", "0"],
+            "--jobs, --rounds, --workers and --batch must be positive",
+        ),
+        (
+            &["peers", "--max-seconds", "0"],
+            "--max-seconds must be positive",
+        ),
+        (
+            &["peers", "--over", "workers", "--points", "0,4"],
+            "--points must be positive",
+        ),
+    ] {
+        let (code, stderr) = bench(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+        assert!(!stderr.contains("cannot connect"), "{args:?}: {stderr}");
+    }
+}
+
+/// A tiny peers run of the in-process contenders, end to end, on `DATABASE_URL` or a throwaway
+/// cluster: every contender did the same jobs and what it wrote was counted; never its speed.
+#[test]
+fn a_tiny_peers_run_counts_the_jobs_and_writes_of_every_contender() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasewright"))
+        .args(["bench", "peers", "--json", "--rounds", "2", "--jobs", "40"])
+        .args(["--workers", "2", "--batch", "2"])
+        .args([
+            "--only",
+            "leasewright-batched,leasewright,bare-queue,river-shaped",
+        ])
+        .output()
+        .expect("run leasewright");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let lines = report["lines"].as_array().expect("lines");
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["contender"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "leasewright-batched",
+            "leasewright",
+            "bare-queue",
+            "river-shaped"
+        ]
+    );
+    // No peer ran: no fastest peer, no ratio to judge; the WAL goals only.
+    assert!(report["fastest_peer"].is_null(), "{report}");
+    let goals: Vec<&str> = report["goals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        goals,
+        [
+            "leasewright-batched: WAL bytes per job",
+            "leasewright: WAL bytes per job"
+        ]
+    );
+    for l in lines {
+        // Each round did its 40 jobs (a batch in flight may add one more batch), none capped.
+        let done = l["jobs_done"].as_u64().unwrap();
+        assert!((80..=84).contains(&done), "{l}");
+        assert_eq!(l["capped_rounds"], 0, "{l}");
+        assert_eq!(l["per_round"].as_array().unwrap().len(), 2, "{l}");
+        assert!(
+            l["p99_ms"].as_f64().unwrap() >= l["p50_ms"].as_f64().unwrap(),
+            "{l}"
+        );
+        assert!(l["wal_bytes_per_job"].as_f64().unwrap() > 0.0, "{l}");
+    }
+    // What each wrote, counted in the WAL where pg_walinspect exists: at least the row versions
+    // its statements write (a shared server's other databases can only add to them).
+    if report["walinspect"] == true {
+        for (name, at_least) in [
+            // claim: job, attempt, slot; result: attempt, job, slot, observation.
+            ("leasewright-batched", 7.0),
+            ("leasewright", 7.0),
+            // the claim's update, the completion's update.
+            ("bare-queue", 2.0),
+            ("river-shaped", 2.0),
+        ] {
+            let l = lines.iter().find(|l| l["contender"] == name).unwrap();
+            let rows = l["rows_per_job"].as_f64().expect("rows counted");
+            assert!(rows >= at_least, "{name}: {rows} rows per job, {l}");
+            // On a private cluster nothing else writes: exactly those, so a job counted twice
+            // or not at all shows.
+            if report["database"] == "throwaway cluster" {
+                assert_eq!(rows, at_least, "{name}: {l}");
+            }
+        }
+    }
+}
