@@ -143,7 +143,7 @@ async fn result_batches_with_items_for_several_jobs_agree_with_the_model() {
         jobs: 2,
         ..Config::one_job()
     }));
-    let traces = random_walks(model.as_ref(), 11, 200, 30);
+    let traces = random_walks(model.as_ref(), 11, 300, 40);
     let outcome = suite::run(
         driver,
         model,

@@ -219,29 +219,58 @@ pub(crate) fn walks_past(m: &LeaseModel, s: &State) -> bool {
     })
 }
 
-/// Why the batch properties cannot be tested in `config`, if they cannot.
-pub(crate) fn vacuous(config: &Config, property: &str) -> Option<&'static str> {
-    const NO_BATCH: &str = "no batch claims in this configuration (batch_claim < 2)";
-    const NO_SHARED: &str = "no two jobs share a slot";
-    let shared = (config.shared_slot || config.slot_shared_by >= 2) && config.all_jobs() >= 2;
-    match property {
-        BATCH_ONE_JOB_PER_SLOT
-        | BATCH_EARLIEST_OF_EACH_SLOT
-        | BATCH_SKIPS_NOTHING_CLAIMABLE
-        | SOMETIMES_BATCH_FEWER
-        | SOMETIMES_BATCH_WALKS_PAST
-            if config.batch_claim < 2 =>
-        {
-            Some(NO_BATCH)
-        }
-        BATCH_ONE_JOB_PER_SLOT
-        | BATCH_EARLIEST_OF_EACH_SLOT
-        | SOMETIMES_BATCH_FEWER
-        | SOMETIMES_BATCH_WALKS_PAST
-            if !shared =>
-        {
-            Some(NO_SHARED)
-        }
-        _ => None,
-    }
+/// Witness of [`BATCH_ONE_JOB_PER_SLOT`], [`BATCH_EARLIEST_OF_EACH_SLOT`] and
+/// [`SOMETIMES_BATCH_FEWER`]: with batch claims, two jobs a runner could claim name one slot.
+pub(crate) fn two_claimable_on_one_slot(m: &LeaseModel, s: &State) -> bool {
+    let slot = |j: JobId| s.jobs[j as usize].slot;
+    m.config.batch_claim >= 2
+        && (0..s.runners.len() as RunnerId).any(|runner| {
+            let claimable = claimable(s, runner);
+            claimable
+                .iter()
+                .enumerate()
+                .any(|(i, &j)| claimable[..i].iter().any(|&k| slot(k) == slot(j)))
+        })
+}
+
+/// Witness of [`BATCH_SKIPS_NOTHING_CLAIMABLE`]: with batch claims, the K earliest claimable
+/// jobs of a runner's project are not all among its K earliest queued ones (jobs waiting on busy
+/// slots push a claimable job past the first K queued: what a batch that does not walk past
+/// them would leave).
+pub(crate) fn claimable_past_busy_slot(m: &LeaseModel, s: &State) -> bool {
+    m.config.batch_claim >= 2
+        && (0..s.runners.len() as RunnerId).any(|runner| {
+            let project = s.runners[runner as usize].project;
+            let claimable = claimable(s, runner);
+            let queued: Batch = (0..s.jobs.len() as JobId)
+                .filter(|&j| {
+                    let job = &s.jobs[j as usize];
+                    job.project == project && job.state == JobState::Queued && job.attempts_left > 0
+                })
+                .collect();
+            (2..=m.config.batch_claim).any(|limit| {
+                let first_queued = &queued[..queued.len().min(limit as usize)];
+                claimable
+                    .iter()
+                    .take(limit as usize)
+                    .any(|j| !first_queued.contains(j))
+            })
+        })
+}
+
+/// Witness of [`SOMETIMES_BATCH_WALKS_PAST`]: with batch claims, a queued job of a runner's
+/// project waits on a slot another job holds while a later job of that project is claimable.
+pub(crate) fn claimable_after_busy_slot(m: &LeaseModel, s: &State) -> bool {
+    m.config.batch_claim >= 2
+        && (0..s.runners.len() as RunnerId).any(|runner| {
+            let project = s.runners[runner as usize].project;
+            claimable(s, runner).iter().any(|&j| {
+                s.jobs[..j as usize].iter().any(|w| {
+                    w.project == project
+                        && w.state == JobState::Queued
+                        && w.attempts_left > 0
+                        && s.targets[w.slot as usize].holder.is_some()
+                })
+            })
+        })
 }

@@ -260,14 +260,25 @@ impl LeaseModel {
         (i16::from(s.clock) + i16::from(s.replica)).clamp(0, i16::from(u8::MAX)) as u8
     }
 
-    /// How far past a lease's expiry the expiry sweep and the wait after an epoch change act:
-    /// `2 × replica_skew` (the variant `half-skew-margin`: `replica_skew`).
+    /// How far past a lease's expiry the wait after an epoch change acts: `2 × replica_skew`
+    /// (the variant `half-skew-margin`: `replica_skew`).
     pub fn skew_margin(&self) -> u8 {
         let k = self.config.replica_skew;
         if self.config.variant == Variant::HalfSkewMargin {
             k
         } else {
             k.saturating_mul(2)
+        }
+    }
+
+    /// How far past a lease's expiry the expiry sweep acts: `2 × replica_skew`
+    /// (`half-skew-margin` and `sweep-without-skew-margin`: `replica_skew`;
+    /// `sweep-at-lease-expiry`: 0).
+    pub fn sweep_margin(&self) -> u8 {
+        match self.config.variant {
+            Variant::SweepWithoutSkewMargin => self.config.replica_skew,
+            Variant::SweepAtLeaseExpiry => 0,
+            _ => self.skew_margin(),
         }
     }
 
@@ -280,23 +291,17 @@ impl LeaseModel {
         self.config.replica_skew.saturating_mul(3)
     }
 
-    /// When `a`'s runner stops by its own reckoning (§2): its own expiry with replica clocks,
-    /// the lease's expiry with one clock.
-    fn runner_deadline(&self, a: &Attempt) -> u8 {
-        if self.config.replica_skew == 0 {
-            a.lease_expiry
-        } else {
-            a.runner_expiry
-        }
+    /// The runner's own expiry of a lease granted or renewed in `s` (§2: `lease_ttl` after it
+    /// sent the request, on the true clock; a request is answered at receipt).
+    fn runner_expiry_now(&self, s: &State) -> u8 {
+        s.clock.saturating_add(self.config.lease_ttl)
     }
 
-    /// The runner's own expiry of a lease granted or renewed in `s` (0 with one clock).
-    fn runner_expiry_now(&self, s: &State) -> u8 {
-        if self.config.replica_skew == 0 {
-            0
-        } else {
-            s.clock.saturating_add(self.config.lease_ttl)
-        }
+    /// Whether the runner of `a` stops executing at the end of its own lease (§2's duty): every
+    /// runner, unless [`Config::duty_ignored`], where only a runner whose claim a failover lost
+    /// does (no sweep or reconciliation of the server can reach an attempt it forgot).
+    fn keeps_duty(&self, a: &Attempt) -> bool {
+        !self.config.duty_ignored || a.lost
     }
 
     /// The project of `job` (project 0 for an id that names no job).
@@ -633,7 +638,7 @@ impl LeaseModel {
 
     /// Jobs whose current attempt holds an expired but unswept lease.
     fn expired_leases<'a>(&self, s: &'a State) -> impl Iterator<Item = (JobId, AttemptId)> + 'a {
-        let margin = u16::from(self.skew_margin());
+        let margin = u16::from(self.sweep_margin());
         s.jobs.iter().enumerate().filter_map(move |(j, job)| {
             let a = job.current?;
             let attempt = &s.attempts[a as usize];
@@ -698,9 +703,11 @@ impl LeaseModel {
     /// the heartbeat each connected, executing runner could send now (and, when rejoins are
     /// answered at receipt, every rejoin that could be in flight: [`LeaseModel::rejoins_in_play`]).
     pub fn deliverable<'a>(&'a self, s: &'a State) -> impl Iterator<Item = Message> + 'a {
+        // A connected runner's heartbeat: sent now while it executes, or, once its execution
+        // has ended (by its duty, a crash or a result), one it sent before that and the network
+        // delivers late.
         let heartbeats = (0..s.runners.len() as RunnerId).filter_map(move |runner| {
             let connected = s.runners.get(runner as usize)?.connected;
-            self.executing(s, runner)?;
             connected
                 .then(|| Self::message(s, runner, MessageKind::Heartbeat, 0))
                 .flatten()
@@ -1299,6 +1306,17 @@ impl LeaseModel {
                     actions.push(Action::StopExecuting { runner });
                 }
                 None => {
+                    // A heartbeat it sent while it still executed, delivered late (after the
+                    // end of its lease by its own reckoning, a crash, or its result): a request
+                    // answered at receipt, like any heartbeat.
+                    if r.connected && r.holding.is_some() {
+                        for skew in skews.clone() {
+                            actions.push(Action::Heartbeat {
+                                runner,
+                                runner_time: skew,
+                            });
+                        }
+                    }
                     if r.connected && self.claimable_job(s, runner).is_some() {
                         actions.push(Action::Claim { runner });
                         self.batch_claim_actions(s, runner, actions);
@@ -1388,16 +1406,16 @@ impl LeaseModel {
         // After a failover, also while claims wait for the earlier epoch's leases to expire.
         // With replica clocks, until the slowest replica's clock has passed the wait, the
         // sweep's margin, and every lost execution's own deadline.
+        // And while some runner that keeps its duty has not reached its own lease's end.
         let k = u16::from(c.replica_skew);
-        let late = k + u16::from(self.skew_margin());
+        let late = k + u16::from(self.skew_margin().max(self.sweep_margin()));
         let clock = u16::from(s.clock);
         if u16::from(s.epoch_wait) + k > clock
             || s.attempts.iter().any(|a| {
-                a.state == AttemptState::Active
-                    && (clock < u16::from(a.lease_expiry) + late
-                        || (a.lost
-                            && a.execution == Execution::Executing
-                            && clock < u16::from(self.runner_deadline(a))))
+                (a.state == AttemptState::Active && clock < u16::from(a.lease_expiry) + late)
+                    || (a.execution == Execution::Executing
+                        && self.keeps_duty(a)
+                        && clock < u16::from(a.runner_expiry))
             })
         {
             actions.push(Action::Tick);
@@ -1436,9 +1454,16 @@ impl LeaseModel {
                     });
                 }
                 let mut findings = vec![truthful];
-                if self.config.variant == Variant::UntruthfulFinding
-                    && truthful == Finding::StillRunning
-                {
+                // The job is `uncertain`: swept, so its lease has certainly ended (§3.1), and a
+                // runner that keeps §2's duty has stopped: the operator may record `stopped` on
+                // that basis without observing the execution. Offered where the truthful finding
+                // differs (where it agrees, it is the truthful one): in the protocol, only if
+                // the sweep came too early. Where runners may break the duty
+                // (`Config::duty_ignored`) nothing rests on it, and only the flawed
+                // `untruthful-finding` records `stopped` all the same.
+                let on_duty =
+                    !self.config.duty_ignored || self.config.variant == Variant::UntruthfulFinding;
+                if on_duty && truthful == Finding::StillRunning {
                     findings.push(Finding::Stopped);
                 }
                 let retry_left = job.attempts_left > 0;
@@ -1593,25 +1618,21 @@ impl Model for LeaseModel {
                 let now = s.clock;
                 let k = self.config.replica_skew;
                 for a in s.attempts.iter_mut() {
-                    if k == 0 && a.state == AttemptState::Active && now >= a.lease_expiry {
+                    // Expired by every replica's clock once the slowest one has passed the
+                    // expiry (with one clock: once the clock has).
+                    if a.state == AttemptState::Active
+                        && u16::from(now) >= u16::from(a.lease_expiry) + u16::from(k)
+                    {
                         a.expired = true;
-                        // A runner whose lease ran out without a renewal stops its execution
-                        // (R2); the server's sweep and a reconciliation enforce that for the
-                        // attempts it knows, the runner alone for one whose claim it lost.
-                        if a.lost && a.execution == Execution::Executing {
-                            a.execution = Execution::Stopped;
-                        }
                     }
-                    if k > 0 && a.state == AttemptState::Active {
-                        // With replica clocks: expired by every replica's clock once the
-                        // slowest one has passed the expiry; the runner stops by its own
-                        // reckoning, which no replica's clock moves.
-                        if u16::from(now) >= u16::from(a.lease_expiry) + u16::from(k) {
-                            a.expired = true;
-                        }
-                        if a.lost && a.execution == Execution::Executing && now >= a.runner_expiry {
-                            a.execution = Execution::Stopped;
-                        }
+                    // §2's duty: a runner whose lease has run out by its own reckoning, without
+                    // a renewal, stops executing, connected or not; no replica's clock moves
+                    // its reckoning.
+                    if self.keeps_duty(a)
+                        && a.execution == Execution::Executing
+                        && now >= a.runner_expiry
+                    {
+                        a.execution = Execution::Stopped;
                     }
                 }
             }
@@ -1653,6 +1674,9 @@ impl Model for LeaseModel {
         for a in s.attempts.iter_mut() {
             if a.state != AttemptState::Active {
                 a.lease_expiry = 0;
+            }
+            // The runner's own reckoning decides only while it executes under its duty.
+            if a.execution != Execution::Executing || !self.keeps_duty(a) {
                 a.runner_expiry = 0;
             }
         }

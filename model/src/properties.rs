@@ -148,80 +148,200 @@ pub fn all(config: &Config) -> Vec<Property<LeaseModel>> {
     properties
 }
 
-/// Why `property` cannot be tested in `config`, or `None` when it can: a property declares
-/// what its configuration needs (a fenced target, a second attempt, the ledger in the state,
-/// ...), and `check` reports it `vacuous here` with this reason instead of "holds" or "not
-/// reached". Decided from the configuration alone, never from what a run happened to reach: a
-/// property that could fire here is never called vacuous. (A vacuous `always` that is violated
-/// all the same is still reported violated.)
-pub fn vacuous(config: &Config, property: &str) -> Option<&'static str> {
-    const ONE_ATTEMPT: &str = "one attempt per job: no job is ever retried";
-    const NO_SECOND_RESERVATION: &str =
-        "no slot is reserved twice (one attempt per job, one slot per job)";
-    const LEDGER_OFF: &str =
-        "ledger off: no ledger in the state (records are checked by probes, invariant 10)";
-    const SIDE_EFFECTS_OFF: &str = "side effects off: no side effect of R8 is sent";
-    const NO_OUTSIDER: &str = "no runner of another project (--no-outsider)";
-    if let Some(reason) = batch::vacuous(config, property) {
-        return Some(reason);
-    }
-    // A second claim of a job: a retry, or the claim again of a job whose claim a failover lost.
-    let retries = config.attempts_per_job >= 2 || config.failover;
-    // Some slot is reserved by two attempts: a job's retry, or two jobs on one slot.
-    let second_reservation = retries || (config.shared_slot && config.all_jobs() >= 2);
-    match property {
+// ----- vacuity, derived from what the check reached ----------------------------------------
+
+/// A job is claimed a second time: a retry, or the claim again of a job whose claim a failover
+/// lost (what a second attempt of a job is about: fences, stale completions, two executions).
+pub const WITNESS_SECOND_CLAIM: &str = "witness: a job is claimed a second time";
+/// Some slot is reserved a second time (a retry, or another job on the same slot).
+pub const WITNESS_SECOND_RESERVATION: &str = "witness: a slot is reserved a second time";
+/// A fenced target's slot is reserved a second time.
+pub const WITNESS_FENCED_SECOND_RESERVATION: &str =
+    "witness: a fenced target's slot is reserved a second time";
+/// A job deploying to an idempotent target is claimed a second time.
+pub const WITNESS_IDEMPOTENT_SECOND_CLAIM: &str =
+    "witness: a job deploying to an idempotent target is claimed a second time";
+/// Some lease expires (by every replica's clock).
+pub const WITNESS_LEASE_EXPIRES: &str = "witness: a lease expires";
+/// A job with a cancel request loses its lease (what a retry after a cancel would start from).
+pub const WITNESS_CANCELLED_JOB_UNCERTAIN: &str =
+    "witness: a job with a cancel request becomes uncertain";
+/// A runner of another project than a job's holds or can name the job's attempt.
+pub const WITNESS_FOREIGN_RUNNER: &str =
+    "witness: a runner of another project than a claimed job's can send";
+/// Another runner of a claimed job's project than the one that claimed it can send.
+pub const WITNESS_OTHER_RUNNER_OF_PROJECT: &str =
+    "witness: another runner of a claimed job's project can send";
+/// The ledger in the state holds a record.
+pub const WITNESS_LEDGER_ENTRY: &str = "witness: the ledger holds a record";
+/// The ledger in the state holds a record of another project's runner than the named job's.
+pub const WITNESS_FOREIGN_LEDGER_ENTRY: &str =
+    "witness: the ledger holds a record of another project's runner";
+/// A runner holding a lease can send side effects of R8.
+pub const WITNESS_SIDE_EFFECTS_SENT: &str = "witness: a runner holding a lease sends side effects";
+/// A valid lease has less than `lease_ttl` left while its runner executes and can heartbeat (so
+/// an accepted heartbeat can move its expiry later).
+pub const WITNESS_HEARTBEAT_MAY_EXTEND: &str =
+    "witness: a lease a heartbeat can renew has less than lease_ttl left";
+/// With batch claims: two claimable jobs of one runner's project name one slot.
+pub const WITNESS_TWO_CLAIMABLE_ON_ONE_SLOT: &str =
+    "witness: a batch claim finds two claimable jobs on one slot";
+/// With batch claims: a runner's K earliest claimable jobs are not all among its K earliest
+/// queued ones (jobs waiting on busy slots come first).
+pub const WITNESS_BATCH_PAST_BUSY_SLOT: &str =
+    "witness: a batch claim's K earliest claimable jobs reach past its K earliest queued";
+/// With batch claims: a queued job of a runner's project waits on a busy slot while a later one
+/// is claimable.
+pub const WITNESS_BATCH_AFTER_BUSY_SLOT: &str =
+    "witness: a batch claim finds a job waiting on a busy slot before a claimable one";
+
+type Witness = (&'static str, fn(&LeaseModel, &State) -> bool);
+
+/// The witnesses: `sometimes` properties about the precondition of another property, in a
+/// fixed order. A property whose witness is not reached in a configuration is reported
+/// `vacuous-here` there (nothing in its reach could break it); one whose witness is reached is
+/// `holds` or `violated`. Never a failure by itself.
+const WITNESSES: &[Witness] = &[
+    (WITNESS_SECOND_CLAIM, |_, s| second_claim(s).is_some()),
+    (WITNESS_SECOND_RESERVATION, |_, s| {
+        s.targets.iter().any(|t| t.reservations >= 2)
+    }),
+    (WITNESS_FENCED_SECOND_RESERVATION, |m, s| {
+        m.config.target == TargetKind::Fenced && s.targets.iter().any(|t| t.reservations >= 2)
+    }),
+    (WITNESS_IDEMPOTENT_SECOND_CLAIM, |m, s| {
+        m.config.target == TargetKind::Idempotent && second_claim(s).is_some()
+    }),
+    (WITNESS_LEASE_EXPIRES, |_, s| {
+        s.attempts.iter().any(|a| a.expired)
+    }),
+    (WITNESS_CANCELLED_JOB_UNCERTAIN, |_, s| {
+        s.jobs
+            .iter()
+            .any(|j| j.cancel_requested && j.state == JobState::Uncertain)
+    }),
+    (WITNESS_FOREIGN_RUNNER, |_, s| {
+        s.attempts.iter().any(|a| {
+            let project = s.jobs[a.job as usize].project;
+            s.runners.iter().any(|r| r.project != project)
+        })
+    }),
+    (WITNESS_OTHER_RUNNER_OF_PROJECT, |_, s| {
+        s.attempts.iter().any(|a| {
+            let project = s.jobs[a.job as usize].project;
+            s.runners
+                .iter()
+                .enumerate()
+                .any(|(r, runner)| r as RunnerId != a.runner && runner.project == project)
+        })
+    }),
+    (WITNESS_LEDGER_ENTRY, |_, s| !s.ledger.is_empty()),
+    (WITNESS_FOREIGN_LEDGER_ENTRY, |_, s| {
+        s.ledger.iter().any(|e| {
+            let sender = s.runners.get(e.received.sender as usize).map(|r| r.project);
+            let job = s.jobs.get(e.received.job as usize).map(|j| j.project);
+            sender.is_some() && job.is_some() && sender != job
+        })
+    }),
+    (WITNESS_SIDE_EFFECTS_SENT, |m, s| {
+        m.config.side_effects
+            && (0..s.runners.len() as RunnerId).any(|r| m.executing(s, r).is_some())
+    }),
+    (WITNESS_HEARTBEAT_MAY_EXTEND, |m, s| {
+        let now = LeaseModel::now(s);
+        let ttl = m.config.lease_ttl;
+        m.deliverable(s)
+            .filter(|msg| msg.kind == MessageKind::Heartbeat)
+            .any(|msg| {
+                let a = &s.attempts[msg.attempt as usize];
+                a.state == AttemptState::Active
+                    && now < a.lease_expiry
+                    && a.lease_expiry < now.saturating_add(ttl)
+            })
+    }),
+    (
+        WITNESS_TWO_CLAIMABLE_ON_ONE_SLOT,
+        batch::two_claimable_on_one_slot,
+    ),
+    (
+        WITNESS_BATCH_PAST_BUSY_SLOT,
+        batch::claimable_past_busy_slot,
+    ),
+    (
+        WITNESS_BATCH_AFTER_BUSY_SLOT,
+        batch::claimable_after_busy_slot,
+    ),
+];
+
+/// The first attempt of a job claimed after an earlier attempt of the same job, if any.
+fn second_claim(s: &State) -> Option<usize> {
+    s.attempts
+        .iter()
+        .enumerate()
+        .position(|(i, a)| s.attempts[..i].iter().any(|b| b.job == a.job))
+}
+
+/// The witness of `property`: the `sometimes` property about its precondition, or `None` for a
+/// property every configuration puts at stake (a runner's messages, which every configuration
+/// sends and probes forge).
+pub fn witness_of(property: &str) -> Option<&'static str> {
+    Some(match property {
         FENCES_INCREASE
+        | NO_STALE_COMPLETION
         | ONE_EXECUTION_PER_JOB
-        | NO_RETRY_AFTER_CANCEL
         | SOMETIMES_RETRY
-        | SOMETIMES_STALE_COMPLETION_REJECTED
-            if !retries =>
-        {
-            Some(ONE_ATTEMPT)
+        | SOMETIMES_STALE_COMPLETION_REJECTED => WITNESS_SECOND_CLAIM,
+        FENCED_TARGET_MONOTONIC | SOMETIMES_STALE_FENCE => WITNESS_FENCED_SECOND_RESERVATION,
+        IDEMPOTENT_TARGET_ONCE | SOMETIMES_REPEAT_ACKNOWLEDGED => WITNESS_IDEMPOTENT_SECOND_CLAIM,
+        SLOT_EXCLUSIVE | SLOT_TOKENS_INCREASE | SOMETIMES_APPLIED_TWICE => {
+            WITNESS_SECOND_RESERVATION
         }
-        FENCED_TARGET_MONOTONIC | SOMETIMES_STALE_FENCE if config.target != TargetKind::Fenced => {
-            Some("no fenced target in this configuration")
+        NO_HEARTBEAT_AFTER_EXPIRY
+        | EXPIRED_IS_UNCERTAIN
+        | NO_RESULT_AFTER_EXPIRY
+        | SOMETIMES_HEARTBEAT_REJECTED => WITNESS_LEASE_EXPIRES,
+        NO_RETRY_AFTER_CANCEL => WITNESS_CANCELLED_JOB_UNCERTAIN,
+        NO_CROSS_PROJECT_CHANGE | "check produces wrong_project" => WITNESS_FOREIGN_RUNNER,
+        "check produces runner_mismatch" => WITNESS_OTHER_RUNNER_OF_PROJECT,
+        LEDGER_RECORDS_EVERY_MESSAGE | LEDGER_KEEPS_LATE_REPORTS => WITNESS_LEDGER_ENTRY,
+        LEDGER_NO_FOREIGN_RECORD => WITNESS_FOREIGN_LEDGER_ENTRY,
+        SIDE_EFFECTS_NEED_LEASE | CACHE_PER_PROJECT => WITNESS_SIDE_EFFECTS_SENT,
+        SOMETIMES_HEARTBEAT_EXTENDS => WITNESS_HEARTBEAT_MAY_EXTEND,
+        BATCH_ONE_JOB_PER_SLOT | BATCH_EARLIEST_OF_EACH_SLOT | SOMETIMES_BATCH_FEWER => {
+            WITNESS_TWO_CLAIMABLE_ON_ONE_SLOT
         }
-        IDEMPOTENT_TARGET_ONCE | SOMETIMES_REPEAT_ACKNOWLEDGED
-            if config.target != TargetKind::Idempotent =>
-        {
-            Some("no idempotent target in this configuration")
-        }
-        SOMETIMES_APPLIED_TWICE if config.target != TargetKind::Unfenced => {
-            Some("no unfenced target in this configuration")
-        }
-        FENCED_TARGET_MONOTONIC
-        | SLOT_EXCLUSIVE
-        | SLOT_TOKENS_INCREASE
-        | SOMETIMES_STALE_FENCE
-        | SOMETIMES_APPLIED_TWICE
-            if !second_reservation =>
-        {
-            Some(NO_SECOND_RESERVATION)
-        }
-        SOMETIMES_SLOT_BLOCKS_CLAIM if !(config.shared_slot && config.all_jobs() >= 2) => {
-            Some("no two jobs share a slot")
-        }
-        LEDGER_RECORDS_EVERY_MESSAGE | LEDGER_KEEPS_LATE_REPORTS | LEDGER_NO_FOREIGN_RECORD
-            if config.ledger == 0 =>
-        {
-            Some(LEDGER_OFF)
-        }
-        SIDE_EFFECTS_NEED_LEASE | CACHE_PER_PROJECT if !config.side_effects => {
-            Some(SIDE_EFFECTS_OFF)
-        }
-        NO_CROSS_PROJECT_CHANGE | LEDGER_NO_FOREIGN_RECORD if !config.outsider => {
-            Some(NO_OUTSIDER)
-        }
-        "check produces wrong_project" if !config.outsider => Some(NO_OUTSIDER),
-        "check produces runner_mismatch" if config.runners < 2 => Some(
-            "one runner of the project: no other runner of its project can name its attempt",
-        ),
-        SOMETIMES_HEARTBEAT_EXTENDS if config.lease_ttl < 2 => Some(
-            "one-tick leases: a heartbeat is accepted only in the tick of its grant, so it cannot move the expiry later",
-        ),
-        _ => None,
-    }
+        BATCH_SKIPS_NOTHING_CLAIMABLE => WITNESS_BATCH_PAST_BUSY_SLOT,
+        SOMETIMES_BATCH_WALKS_PAST => WITNESS_BATCH_AFTER_BUSY_SLOT,
+        _ => return None,
+    })
+}
+
+/// Whether `property` is a witness (reported beside the others, never a failure itself).
+pub fn is_witness(property: &str) -> bool {
+    WITNESSES.iter().any(|(name, _)| *name == property)
+}
+
+/// The witness properties' names, in their fixed order.
+pub fn witness_names() -> impl Iterator<Item = &'static str> {
+    WITNESSES.iter().map(|&(name, _)| name)
+}
+
+/// The condition of the witness `name`.
+pub fn witness_condition(name: &str) -> Option<fn(&LeaseModel, &State) -> bool> {
+    WITNESSES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, condition)| condition)
+}
+
+/// Why `property` was not tested in a run whose reached `sometimes` properties `reached`
+/// answers: its witness was not reached there (`None`: it was tested). Derived from what the
+/// run reached, never declared from the configuration: a property is `vacuous-here` exactly
+/// when nothing the check explored put it at stake. (A violated property is reported violated
+/// whatever this says.)
+pub fn vacuous(property: &str, reached: impl Fn(&'static str) -> bool) -> Option<String> {
+    let witness = witness_of(property)?;
+    (!reached(witness)).then(|| format!("not reached here: {witness}"))
 }
 
 /// The name of [`every_invariant`] as one property.
@@ -309,6 +429,31 @@ pub fn probe_key(s: &State) -> u64 {
     h.finish()
 }
 
+/// The invariants about an effect a user would see (issue 39 item 4, "harm first"): a job
+/// executed twice at once or two holders on one slot (6, 14), a stale write applied at a target
+/// (7, 8), an outcome from the wrong execution, changed, or from a non-current attempt (3, 4,
+/// 30), a job stuck in the queue or run again after its cancel (13, 18), another project's
+/// runner changing a job, its record in this project's ledger, its cache entry served (12, 23,
+/// 25), and evidence lost (22: a late report or conflict not kept). The others state a rule
+/// (which check answers, what is recorded, how a number moves) whose breach may or may not
+/// come to harm; docs/model.md, "Harm first", says for each flawed variant which harm catches
+/// it, or why none can follow.
+pub const HARM: &[&str] = &[
+    NO_STALE_COMPLETION,
+    OUTCOME_NEVER_CHANGES,
+    ONE_EXECUTION_PER_JOB,
+    FENCED_TARGET_MONOTONIC,
+    IDEMPOTENT_TARGET_ONCE,
+    NO_CROSS_PROJECT_CHANGE,
+    QUIESCENCE_RESOLVED,
+    SLOT_EXCLUSIVE,
+    NO_RETRY_AFTER_CANCEL,
+    LEDGER_KEEPS_LATE_REPORTS,
+    LEDGER_NO_FOREIGN_RECORD,
+    CACHE_PER_PROJECT,
+    RESULT_FROM_CURRENT_EXECUTION,
+];
+
 /// The names of the invariants that fail in `s`, in their fixed order.
 pub fn violated(m: &LeaseModel, s: &State) -> Vec<&'static str> {
     let ctx = Ctx::new(m, s);
@@ -332,13 +477,21 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::None => &[],
         // Its harm first: the requeued job is claimed again while its first attempt still
         // executes (two executions at once), then the rules it breaks.
+        // A requeued job with a cancel request is queued again (18), also with one attempt.
         Variant::RequeueOnExpiry => &[
             ONE_EXECUTION_PER_JOB,
             EXPIRED_IS_UNCERTAIN,
             AT_MOST_ONE_CURRENT_ATTEMPT,
+            NO_RETRY_AFTER_CANCEL,
         ],
         Variant::HeartbeatExtendsExpired => &[NO_HEARTBEAT_AFTER_EXPIRY],
-        Variant::CompletionChecksRunnerOnly => &[NO_STALE_COMPLETION, EXACT_TUPLE_ONLY],
+        // Its harm first: another attempt's result, sent by the runner of the current one, is
+        // accepted as the current attempt's outcome (30); then the rules.
+        Variant::CompletionChecksRunnerOnly => &[
+            RESULT_FROM_CURRENT_EXECUTION,
+            NO_STALE_COMPLETION,
+            EXACT_TUPLE_ONLY,
+        ],
         Variant::CompletionChecksFenceOnly => &[NO_CROSS_PROJECT_CHANGE, EXACT_TUPLE_ONLY],
         Variant::ConflictOverwrites => &[OUTCOME_NEVER_CHANGES, CONFLICT_RECORDED],
         Variant::AutoRetryUnfenced => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
@@ -359,15 +512,17 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         // attempt's; then the rule.
         Variant::FenceNotChecked => &[RESULT_FROM_CURRENT_EXECUTION, EXACT_TUPLE_ONLY],
         Variant::RunnerClockExtendsLease => &[LEASE_BOUNDED, RUNNER_TIME_IRRELEVANT],
+        // Its harm first: the evidence of a late report is lost (22); then the rules.
         Variant::LateReportDropped => &[
-            REPORTS_ATTRIBUTED,
             LEDGER_KEEPS_LATE_REPORTS,
+            REPORTS_ATTRIBUTED,
             LEDGER_RECORDS_EVERY_MESSAGE,
         ],
+        // Its harm first: the evidence of a conflict is lost (22); then the rules.
         Variant::ConflictNotRecorded => &[
+            LEDGER_KEEPS_LATE_REPORTS,
             CONFLICT_RECORDED,
             REPORTS_ATTRIBUTED,
-            LEDGER_KEEPS_LATE_REPORTS,
             LEDGER_RECORDS_EVERY_MESSAGE,
         ],
         Variant::RecordByNamedAttempt => &[
@@ -382,7 +537,10 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::UncertainReleasesSlot => &[SLOT_EXCLUSIVE],
         Variant::RetryKeepsSlot => &[QUIESCENCE_RESOLVED],
         Variant::RejoinResurrectsLease => &[NO_HEARTBEAT_AFTER_EXPIRY],
-        Variant::HeartbeatShortensLease => &[HEARTBEAT_NEVER_SHORTENS],
+        // Its harm first: the shortened lease is swept while its runner still rightly executes
+        // by its own reckoning, and the retry a reconciliation based on the duty allows runs
+        // beside it; then the rule.
+        Variant::HeartbeatShortensLease => &[ONE_EXECUTION_PER_JOB, HEARTBEAT_NEVER_SHORTENS],
         // Its harm first: the lost claim's stale mutation lands after the new holder's at a
         // fenced target (equal tokens), then the rules it breaks.
         Variant::FailoverWithoutEpoch => &[
@@ -392,6 +550,11 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         ],
         Variant::FailoverWithoutWait => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::HalfSkewMargin => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
+        // Their harm: the early sweep lets a reconciliation record `stopped` on the basis of
+        // §2's duty while the runner still rightly executes, and the retry runs beside it.
+        Variant::SweepWithoutSkewMargin | Variant::SweepAtLeaseExpiry => {
+            &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE]
+        }
         Variant::StillRunningAllowsRetry => &[ONE_EXECUTION_PER_JOB],
         Variant::UntruthfulFinding => &[ONE_EXECUTION_PER_JOB],
         // Its harm first (with reissued ids): the claim after a failover gets the lost claim's
@@ -403,7 +566,9 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::IdempotencyKeyPerAttempt => &[IDEMPOTENT_TARGET_ONCE],
         Variant::SideEffectsCheckRunnerOnly => &[SIDE_EFFECTS_NEED_LEASE, EXACT_TUPLE_ONLY],
         Variant::CacheSharedAcrossProjects => &[CACHE_PER_PROJECT],
-        Variant::BatchTwoPerSlot => &[BATCH_ONE_JOB_PER_SLOT],
+        // Its harm first: the second job of the slot is claimed while the first one's attempt
+        // holds it (14); then the rule.
+        Variant::BatchTwoPerSlot => &[SLOT_EXCLUSIVE, BATCH_ONE_JOB_PER_SLOT],
         Variant::BatchSkipsEarliest => &[BATCH_EARLIEST_OF_EACH_SLOT],
         Variant::BatchStopsAtBusySlot => &[BATCH_SKIPS_NOTHING_CLAIMABLE],
     }
@@ -717,7 +882,7 @@ fn settled<const I: usize>(m: &LeaseModel, s: &State) -> bool {
     holds
 }
 
-const SETTLED: [fn(&LeaseModel, &State) -> bool; 48] = [
+const SETTLED: [fn(&LeaseModel, &State) -> bool; 64] = [
     settled::<0>,
     settled::<1>,
     settled::<2>,
@@ -766,6 +931,22 @@ const SETTLED: [fn(&LeaseModel, &State) -> bool; 48] = [
     settled::<45>,
     settled::<46>,
     settled::<47>,
+    settled::<48>,
+    settled::<49>,
+    settled::<50>,
+    settled::<51>,
+    settled::<52>,
+    settled::<53>,
+    settled::<54>,
+    settled::<55>,
+    settled::<56>,
+    settled::<57>,
+    settled::<58>,
+    settled::<59>,
+    settled::<60>,
+    settled::<61>,
+    settled::<62>,
+    settled::<63>,
 ];
 
 /// The `sometimes` properties: each case an `always` property is about is reached, and every
@@ -892,6 +1073,9 @@ fn sometimes(config: &Config) -> Vec<Property<LeaseModel>> {
         ));
     }
     for ((_, name), condition) in REASONS.iter().zip(PRODUCES) {
+        properties.push(Property::sometimes(name, condition));
+    }
+    for &(name, condition) in WITNESSES {
         properties.push(Property::sometimes(name, condition));
     }
     if config.side_effects {

@@ -33,6 +33,17 @@ fn fingerprint(s: &State) -> u64 {
 /// [`properties::every_invariant`] fails (only the model's `focus`, if it has one), or after
 /// `max_states` unique states.
 pub fn shortest_counterexample(model: &LeaseModel, max_states: usize) -> Search {
+    shortest_path_to(model, max_states, |m, s| !properties::every_invariant(m, s))
+}
+
+/// Searches `model` breadth-first, stopping at the first state where `target` holds (its path
+/// is `counterexample`), or after `max_states` unique states. A witness's reach
+/// ([`properties::witness_condition`]) is searched this way.
+pub fn shortest_path_to(
+    model: &LeaseModel,
+    max_states: usize,
+    target: impl Fn(&LeaseModel, &State) -> bool,
+) -> Search {
     use stateright::Model;
     // Every state reached, with its parent's index and the action from the parent.
     let mut states: Vec<(State, Option<(usize, Action)>)> = vec![(model.init_state(), None)];
@@ -43,7 +54,7 @@ pub fn shortest_counterexample(model: &LeaseModel, max_states: usize) -> Search 
     let mut actions = Vec::new();
     loop {
         for &i in &level {
-            if !properties::every_invariant(model, &states[i].0) {
+            if target(model, &states[i].0) {
                 return Search {
                     counterexample: Some(path(&states, i)),
                     states: states.len(),

@@ -90,6 +90,16 @@ pub struct Config {
     /// batch claim walks past them. `0`: as [`Config::shared_slot`] says.
     #[serde(default)]
     pub slot_shared_by: u8,
+    /// Runners may break docs/protocol.md §2's duty: they go on executing past the end of
+    /// their own lease (only a runner whose claim a failover lost stops there, as the model did
+    /// before issue 39), so a reconciliation's finding is only what the operator established
+    /// (the truthful finding), never `stopped` on the basis of the duty. `false` (the default):
+    /// every runner stops executing when its lease ends by its own reckoning (`lease_ttl` after
+    /// it sent the claim or heartbeat that granted or renewed it, on the true clock), and the
+    /// operator may record `stopped` for a swept (`uncertain`) job on that basis, since the sweep
+    /// acts only once the lease has certainly ended (§3.1).
+    #[serde(default)]
+    pub duty_ignored: bool,
 }
 
 /// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
@@ -124,6 +134,7 @@ impl Default for Config {
             replica_skew: 0,
             batch_claim: 0,
             slot_shared_by: 0,
+            duty_ignored: false,
         }
     }
 }
@@ -186,9 +197,14 @@ impl Config {
             self.outsider = true;
             self.outsider_jobs = self.outsider_jobs.max(1);
         }
-        if variant == Variant::HalfSkewMargin {
-            // The flaw shows only where two replicas' clocks differ.
+        if variant.needs_replica_clocks() {
+            // The flaw shows only where two replicas' clocks differ; one job tells it.
             self.replica_skew = self.replica_skew.max(1);
+            self.jobs = 1;
+        }
+        if variant.needs_duty_ignored() {
+            // A runner executing past its lease is what these designs mishandle.
+            self.duty_ignored = true;
         }
         if variant.needs_failover() {
             // One job: the loss of its claim is the whole story.
@@ -317,10 +333,12 @@ pub struct Attempt {
     /// issued twice or reset; invariants 7 and 15 compare with it, not with the token.
     #[serde(default)]
     pub issued: u8,
-    /// With [`Config::replica_skew`]: when the lease runs out by its runner's own reckoning
-    /// (§2: `lease_ttl` after it sent the claim or heartbeat that granted or renewed it), in
-    /// server-clock ticks; a replica's receipt time may differ from it. Relative, like every time.
-    /// Always 0 with one clock (the runner's reckoning is then the lease's expiry).
+    /// When the lease runs out by its runner's own reckoning (§2: `lease_ttl` after it sent the
+    /// claim or heartbeat that granted or renewed it), on the true clock (`clock`); a replica's
+    /// receipt time may differ from it, and a failover that forgets a heartbeat rolls the
+    /// server's `lease_expiry` back but not this. The runner stops executing when `clock`
+    /// reaches it (unless [`Config::duty_ignored`]). Relative, like every time; forgotten (0)
+    /// once the execution is no longer going on.
     #[serde(default)]
     pub runner_expiry: u8,
 }

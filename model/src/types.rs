@@ -295,12 +295,23 @@ named_enum! {
         /// one ahead lets the claims go, and a job whose claim was lost is claimed again while
         /// the lost attempt's runner still rightly executes.
         HalfSkewMargin => "half-skew-margin",
+        /// With replica clocks: the expiry sweep acts `replica_skew` past a lease instead of
+        /// `2 × replica_skew` (the wait after an epoch change keeps its margin): a replica ahead
+        /// sweeps a lease a replica behind granted while its runner still rightly executes by
+        /// its own reckoning (§2's duty), and a reconciliation that records `stopped` on the
+        /// basis of that duty lets a retry run beside it (docs/protocol.md §3.1).
+        SweepWithoutSkewMargin => "sweep-without-skew-margin",
+        /// With replica clocks: the expiry sweep acts at the lease's expiry itself (no margin).
+        SweepAtLeaseExpiry => "sweep-at-lease-expiry",
         /// `rejoin` is answered like a heartbeat and extends the lease, even an expired one.
         RejoinResurrectsLease => "rejoin-resurrects-lease",
         /// A reconciliation accepts the finding `still_running` (skips §6.3 check 4) and retries.
+        /// Checked with runners that may break §2's duty ([`crate::Config::duty_ignored`]):
+        /// where every runner keeps it, a swept job's execution has stopped.
         StillRunningAllowsRetry => "still-running-allows-retry",
         /// The operator's finding is not established: a reconciliation may record `stopped` while
-        /// the execution still runs (an untruthful finding).
+        /// the execution still runs (an untruthful finding). Checked with runners that may break
+        /// §2's duty ([`crate::Config::duty_ignored`]), where `stopped` cannot rest on the duty.
         UntruthfulFinding => "untruthful-finding",
         /// A claim does not advance the job's fence: every attempt gets fence 1.
         FenceReused => "fence-reused",
@@ -371,6 +382,31 @@ impl Variant {
             Self::SlotComparesJobFences
                 | Self::ReservationPerProject
                 | Self::CacheSharedAcrossProjects
+        )
+    }
+
+    /// This variant's flaw shows only where replica clocks differ
+    /// ([`crate::Config::replica_skew`]).
+    pub fn needs_replica_clocks(self) -> bool {
+        matches!(
+            self,
+            Self::HalfSkewMargin | Self::SweepWithoutSkewMargin | Self::SweepAtLeaseExpiry
+        )
+    }
+
+    /// This variant's harm shows only where a runner may execute past the end of its own lease
+    /// (a runner that breaks docs/protocol.md §2's duty, [`crate::Config::duty_ignored`]): where
+    /// every runner keeps the duty, a lease that has expired by one clock has no execution left
+    /// under it, so a timer's requeue or a retry after it runs nothing twice. These are the
+    /// designs that trust the duty instead of an established finding: a reconciliation must not
+    /// retry a job whose execution still runs, and no timer may requeue one.
+    pub fn needs_duty_ignored(self) -> bool {
+        matches!(
+            self,
+            Self::StillRunningAllowsRetry
+                | Self::UntruthfulFinding
+                | Self::RequeueOnExpiry
+                | Self::AutoRetryUnfenced
         )
     }
 
