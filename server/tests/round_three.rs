@@ -17,6 +17,16 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// The backends of the database of `pool` waiting on a lock (`pg_stat_activity`).
+async fn waiting_on_a_lock(pool: &sqlx::PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .await
+}
+
 /// One queued job of `f`'s project, claimed: its lease.
 async fn claimed(f: &Fixture, target_kind: &str) -> LeaseBody {
     f.operator
@@ -266,6 +276,122 @@ async fn requests_that_authenticate_no_one_share_a_small_bounded_share() {
     server.stop().await.unwrap();
 }
 
+/// Medium finding (request slots), what remained: a runner token was looked up in the database
+/// before any slot was taken, so a flood of made-up tokens was bounded by nothing (each held a
+/// pool connection for its lookup). Now a token not verified before is looked up within a share
+/// as small as the anonymous one (2 of 64 slots here, 1 database permit of a pool of 4). With the lookups held
+/// on a lock, 12 distinct made-up tokens hold 2 slots and 1 backend; the other 10 are refused
+/// `503 request_slots_exhausted` at once; another project's heartbeat takes a slot and reaches
+/// the database meanwhile (its backend counted beside the one lookup: a pool connection was
+/// free for it), and is accepted once the lock goes. Counts slots and backends, never a latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_made_up_tokens_holds_a_small_bounded_share() {
+    const FLOOD: usize = 12;
+    let mut config = config(false);
+    config.max_requests_in_flight = 64;
+    config.request_project_share = 0.5;
+    config.max_connections = 4;
+    let (db, server) = start_with(config).await;
+    let normal = fixture_named(&server, "normal").await;
+    let lease = claimed(&normal, "unfenced").await;
+    // Its token verified once: its requests take its project's share from now on.
+    normal.runner.heartbeat(&lease.tuple(None)).await.unwrap();
+    // Every read of `runners` waits: each lookup of a made-up token holds its backend.
+    let lock = app::schema_pool(db.url(), "leasewright").await.unwrap();
+    let mut holder = lock.begin().await.unwrap();
+    sqlx::query("LOCK TABLE runners IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let counting = sqlx::PgPool::connect(db.url()).await.unwrap();
+    // Before the other project's heartbeat, every backend waiting on the lock is a made-up
+    // token's lookup.
+    let waiting = || waiting_on_a_lock(&counting);
+    let http = reqwest::Client::new();
+    let body = tuple_json(&lease, lease.lease_id, lease.fence);
+    let mut flood = tokio::task::JoinSet::new();
+    for _ in 0..FLOOD {
+        let made_up = format!("lw_{}_{}", uuid::Uuid::new_v4(), "0".repeat(64));
+        let request = http
+            .post(format!("{}/v1/runner/heartbeat", server.url()))
+            .bearer_auth(made_up)
+            .json(&body);
+        flood.spawn(async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (
+                status,
+                body["error"]["code"].as_str().unwrap_or("").to_owned(),
+            )
+        });
+    }
+    // The flood's requests beyond the share are refused at once; the rest wait on the lock, one
+    // lookup at a time, however long the poll.
+    let mut answers = Vec::new();
+    let mut polls = 0;
+    loop {
+        let lookups = waiting().await;
+        assert!(
+            lookups <= 1,
+            "made-up tokens hold {lookups} backends for their lookups (their share: 1)"
+        );
+        while let Some(answer) = flood.try_join_next() {
+            answers.push(answer.unwrap());
+        }
+        if answers.len() == FLOOD - 2 && lookups == 1 {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < 3000,
+            "the flood was not bounded by its share: {} answered ({answers:?}), \
+             {lookups} lookups",
+            answers.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|(status, code)| *status == 503 && code == "request_slots_exhausted"),
+        "{answers:?}"
+    );
+    assert_eq!(
+        requests_in_flight(&server).await,
+        2.0,
+        "the share of tokens being verified"
+    );
+    // Another project is served meanwhile: its heartbeat takes a slot and a backend.
+    let beat = {
+        let (runner, tuple) = (normal.runner.clone(), lease.tuple(None));
+        tokio::spawn(async move { runner.heartbeat(&tuple).await })
+    };
+    let mut polls = 0;
+    while waiting().await < 2 {
+        polls += 1;
+        assert!(
+            polls < 3000,
+            "the other project's heartbeat never reached the database"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        waiting().await,
+        2,
+        "one lookup and the other project's request"
+    );
+    assert_eq!(requests_in_flight(&server).await, 3.0);
+    holder.rollback().await.unwrap();
+    let answer = beat.await.unwrap();
+    assert!(answer.is_ok(), "{answer:?}");
+    // The two looked up: no runner.
+    while let Some(answer) = flood.join_next().await {
+        assert_eq!(answer.unwrap(), (401, "unauthorized".to_owned()));
+    }
+    server.stop().await.unwrap();
+}
+
 /// Medium finding (request slots): the slots did not share the database pool: one project
 /// within its share held every connection and another project's heartbeats waited. Now a
 /// project's share covers its connections: with a pool of 4 and a share of half, a flooding
@@ -306,17 +432,7 @@ async fn a_flooding_project_holds_no_more_than_its_share_of_database_connections
         .await
         .unwrap();
     let counting = sqlx::PgPool::connect(db.url()).await.unwrap();
-    let waiting = || {
-        let pool = counting.clone();
-        async move {
-            count(
-                &pool,
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .await
-        }
-    };
+    let waiting = || waiting_on_a_lock(&counting);
     let mut beats = tokio::task::JoinSet::new();
     for _ in 0..6 {
         let runner = flood.runner.clone();
@@ -421,7 +537,7 @@ async fn the_lease_policy_is_recorded_again_on_a_new_primary_before_serving() {
 /// Medium finding (knobs): the database keeps the largest δ any server recorded, and nothing
 /// reported it. `/healthz` and `/metrics` show the recorded value (here this server's 700 ms),
 /// and the operator's `set_recorded_max_clock_skew` (`migrate --set-max-clock-skew-ms`) lowers
-/// it; the database refuses one past a minute.
+/// it; the database takes one minute and refuses a millisecond more (or 10^9 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recorded_max_clock_skew_is_visible_bounded_and_lowerable() {
     let mut config = config(false);
@@ -456,9 +572,21 @@ async fn the_recorded_max_clock_skew_is_visible_bounded_and_lowerable() {
         .unwrap();
     assert_eq!(before, Some(Duration::from_millis(700)));
     assert_eq!(read().await, (Some(200), Some(0.2)));
-    let refused = app::set_recorded_max_clock_skew(&pool, Duration::from_secs(61)).await;
-    assert!(refused.is_err(), "the database took a δ past a minute");
-    assert_eq!(read().await, (Some(200), Some(0.2)));
+    // The bound is one minute exactly: a minute is taken, a millisecond more is refused.
+    let bound = app::MAX_MAX_CLOCK_SKEW;
+    let before = app::set_recorded_max_clock_skew(&pool, bound)
+        .await
+        .unwrap();
+    assert_eq!(before, Some(Duration::from_millis(200)));
+    assert_eq!(read().await, (Some(60_000), Some(60.0)));
+    for past in [
+        bound + Duration::from_millis(1),
+        Duration::from_secs(1_000_000_000),
+    ] {
+        let refused = app::set_recorded_max_clock_skew(&pool, past).await;
+        assert!(refused.is_err(), "the database took a δ of {past:?}");
+        assert_eq!(read().await, (Some(60_000), Some(60.0)));
+    }
     server.stop().await.unwrap();
 }
 

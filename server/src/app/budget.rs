@@ -8,14 +8,14 @@
 //! Shared fairly between projects (issue 30, finding 8): one project's requests together hold at
 //! most its share of the budget (`project_share`, half by default), so a project that floods the
 //! payload routes (or stalls its uploads until their timeouts) leaves the rest to the others. A
-//! request is counted against its sender's project: a runner token's project (looked up once per
-//! runner and kept: a runner's project never changes); the operator's submissions and requests
+//! request is counted against its sender's project: a runner token's project (as the request
+//! slots found it, app/slots.rs: a runner's project never changes); the operator's submissions and requests
 //! that authenticate no runner share one more account. A body larger than the share is charged
 //! the share in its project's account (it runs alone there) and its whole declared length in the
 //! budget, so the bytes held never exceed the budget (docs/http.md, "Payload budget").
 
 use super::error::ApiError;
-use super::extract::bearer;
+use super::slots::Caller;
 use super::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -46,8 +46,8 @@ pub(super) struct PayloadBudget {
     body_limit: usize,
     /// KiB held per account (an account holding nothing has no entry).
     held: Arc<Mutex<HashMap<Account, u32>>>,
-    /// The server's state, to authenticate a request's runner (`None`: every request is charged
-    /// to one account, as in the OpenAPI document's router).
+    /// The server's state, for the bytes-in-flight metric (`None`: the OpenAPI document's
+    /// router, which serves nothing).
     state: Option<AppState>,
 }
 
@@ -80,15 +80,16 @@ impl PayloadBudget {
         }
     }
 
-    /// The account of a request with these headers.
-    async fn account(&self, headers: &axum::http::HeaderMap) -> Result<Account, ApiError> {
-        let (Some(state), Some(token)) = (&self.state, bearer(headers)) else {
-            return Ok(Account::Other);
-        };
-        Ok(match state.project_of_token(token).await? {
-            Some(project) => Account::Project(project),
-            None => Account::Other,
-        })
+    /// The account of a request: its project, as the request slots found it (app/slots.rs,
+    /// [`Caller`]), with no database read of its own.
+    fn account(&self, request: &Request) -> Account {
+        match request.extensions().get::<Caller>() {
+            Some(Caller {
+                project: Some(project),
+                ..
+            }) => Account::Project(*project),
+            _ => Account::Other,
+        }
     }
 }
 
@@ -141,10 +142,7 @@ pub(super) async fn admit(
     let kib = u32::try_from(declared.div_ceil(KIB).max(1))
         .unwrap_or(u32::MAX)
         .min(budget.capacity_kib);
-    let account = match budget.account(request.headers()).await {
-        Ok(account) => account,
-        Err(error) => return error.into_response(),
-    };
+    let account = budget.account(&request);
     // The account's share first: a project at its share is refused before it takes any of the
     // budget, whatever is free. A body larger than the share is charged the share (alone).
     let share_kib = kib.min(budget.share_kib);

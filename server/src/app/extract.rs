@@ -205,7 +205,9 @@ pub(super) fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// The runner a bearer token authenticates (authentication only: ownership is the Store's).
+/// The runner a bearer token authenticates (authentication only: ownership is the Store's): the
+/// request slots' verdict when they looked the token up for this request (app/slots.rs), the
+/// store's otherwise (a token verified before is authenticated again: it may be revoked).
 pub struct RunnerAuth(pub RunnerId);
 
 impl FromRequestParts<AppState> for RunnerAuth {
@@ -216,9 +218,22 @@ impl FromRequestParts<AppState> for RunnerAuth {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer(&parts.headers).ok_or_else(ApiError::unauthorized)?;
-        match state.0.store.authenticate(token).await? {
+        // Looked up by the request slots for this request: their verdict, no second read.
+        let looked_up = parts
+            .extensions
+            .get::<super::slots::Caller>()
+            .and_then(|caller| caller.looked_up);
+        let runner = match looked_up {
+            Some(verdict) => verdict,
+            None => state.0.store.authenticate(token).await?,
+        };
+        match runner {
             Some(runner) => Ok(RunnerAuth(runner)),
-            None => Err(ApiError::unauthorized()),
+            None => {
+                // Revoked since it was verified: its next request is looked up again.
+                state.forget_token(token);
+                Err(ApiError::unauthorized())
+            }
         }
     }
 }

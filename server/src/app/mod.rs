@@ -177,9 +177,11 @@ struct Inner {
     source_limits: Limits,
     /// The database the server follows (`None`: a state made over a store by a test).
     database: Option<Arc<database::Database>>,
-    /// The project of each runner seen (a runner's project never changes): whose share of the
-    /// payload budget and of the request slots a runner's request takes.
-    runner_projects: std::sync::Mutex<std::collections::HashMap<RunnerId, ProjectId>>,
+    /// The project of each bearer token the database verified, by the token's SHA-256 (a
+    /// runner's project never changes): whose share of the request slots and of the payload
+    /// budget a runner's request takes, read without the database. Only a token the database
+    /// verified is kept, so made-up tokens cannot fill it (app/slots.rs).
+    verified_tokens: std::sync::Mutex<std::collections::HashMap<[u8; 32], ProjectId>>,
     /// This replica's clock against the database's (`None`: not checked, on a manual clock or
     /// a state made over a store by a test).
     clock_check: Option<Arc<clock_skew::ClockCheck>>,
@@ -187,8 +189,8 @@ struct Inner {
     demo_targets: bool,
 }
 
-/// The most runners whose project is kept in memory; past it the map is emptied and read again.
-const RUNNER_PROJECTS_KEPT: usize = 100_000;
+/// The most verified tokens kept in memory; past it the map is emptied and read again.
+const VERIFIED_TOKENS_KEPT: usize = 100_000;
 
 /// The shared state of the handlers.
 #[derive(Clone)]
@@ -318,7 +320,7 @@ impl AppState {
             metrics,
             source_limits,
             database,
-            runner_projects: Default::default(),
+            verified_tokens: Default::default(),
             clock_check,
             demo_targets,
         }))
@@ -329,29 +331,42 @@ impl AppState {
         extract::constant_time_eq(&digest32(token.as_bytes()), &self.0.operator_token_sha256)
     }
 
-    /// The project of the runner `token` authenticates (`None`: it authenticates no runner).
-    async fn project_of_token(&self, token: &str) -> Result<Option<ProjectId>, ApiError> {
+    /// The project of `token`'s runner if the database verified the token before (no database
+    /// read; `None`: not verified yet, or forgotten).
+    fn verified_token(&self, token: &str) -> Option<ProjectId> {
+        self.0
+            .verified_tokens
+            .lock()
+            .expect("verified tokens")
+            .get(&digest32(token.as_bytes()))
+            .copied()
+    }
+
+    /// Look `token` up in the database: the runner it authenticates and that runner's project
+    /// (`None`: it authenticates no runner). A verified token is kept
+    /// ([`AppState::verified_token`]).
+    async fn verify_token(&self, token: &str) -> Result<Option<(RunnerId, ProjectId)>, ApiError> {
         let Some(runner) = self.0.store.authenticate(token).await? else {
             return Ok(None);
         };
-        if let Some(project) = self
-            .0
-            .runner_projects
-            .lock()
-            .expect("runner projects")
-            .get(&runner)
-        {
-            return Ok(Some(*project));
-        }
         let Some(project) = self.0.store.project_of_runner(runner).await? else {
             return Ok(None);
         };
-        let mut kept = self.0.runner_projects.lock().expect("runner projects");
-        if kept.len() >= RUNNER_PROJECTS_KEPT {
+        let mut kept = self.0.verified_tokens.lock().expect("verified tokens");
+        if kept.len() >= VERIFIED_TOKENS_KEPT {
             kept.clear();
         }
-        kept.insert(runner, project);
-        Ok(Some(project))
+        kept.insert(digest32(token.as_bytes()), project);
+        Ok(Some((runner, project)))
+    }
+
+    /// `token` authenticates no runner any more (revoked): its next request is looked up again.
+    fn forget_token(&self, token: &str) {
+        self.0
+            .verified_tokens
+            .lock()
+            .expect("verified tokens")
+            .remove(&digest32(token.as_bytes()));
     }
 
     /// Record this server's lease policy (its lease ttl and, off a manual clock, its
