@@ -82,6 +82,25 @@ pub struct Scenario {
     pub check: fn(&Outcome, &mut Checks),
 }
 
+impl Scenario {
+    /// What a scenario plays unless it says otherwise (`..Scenario::DEFAULT`): a lease of 6 s,
+    /// a runner of capacity 1 that runs one job and exits, a command that ticks until stopped,
+    /// no SIGTERM, at most 30 s. Each scenario names itself and sets its plan and its check.
+    const DEFAULT: Scenario = Scenario {
+        name: "",
+        what: "",
+        ttl_ms: 6000,
+        capacity: 1,
+        max_jobs: 1,
+        jobs: 1,
+        command_ticks: None,
+        sigterm: false,
+        budget_s: 30.0,
+        plan: |_, _| Reply::Default,
+        check: |_, _| {},
+    };
+}
+
 /// What the runner did in a scenario.
 #[derive(Debug)]
 pub struct Outcome {
@@ -263,13 +282,6 @@ macro_rules! rejection {
         Scenario {
             name: $name,
             what: $what,
-            ttl_ms: 6000,
-            capacity: 1,
-            max_jobs: 1,
-            jobs: 1,
-            command_ticks: None,
-            sigterm: false,
-            budget_s: 30.0,
             plan: |view, route| after_ticking(view, route, Reply::Rejected($reason)),
             check: |o, c| {
                 let rejected = o.first_answer(Route::Heartbeat, $reason);
@@ -295,6 +307,7 @@ macro_rules! rejection {
                     );
                 }
             },
+            ..Scenario::DEFAULT
         }
     };
 }
@@ -305,12 +318,6 @@ pub static SCENARIOS: &[Scenario] = &[
         name: "late-answer",
         what: "the first heartbeat after the command starts is accepted, answered 2.5 s late; every later one gets 503",
         ttl_ms: 9000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Heartbeat if view.heartbeats == 0 => {
                 Reply::Late(2.5, Box::new(Reply::Default))
@@ -340,17 +347,11 @@ pub static SCENARIOS: &[Scenario] = &[
                 ),
             }
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "hang",
         what: "every heartbeat and rejoin is accepted and never answered",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |_, route| match route {
             Route::Heartbeat | Route::Rejoin => Reply::Hang,
             _ => Reply::Default,
@@ -363,17 +364,12 @@ pub static SCENARIOS: &[Scenario] = &[
                 "the lease's end",
             );
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "lease-ends-mid-request",
         what: "heartbeats get 503 until 0.9 s before the lease's end, then are never answered: the lease runs out mid-request",
         ttl_ms: 9000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Heartbeat | Route::Rejoin => match view.lease_end {
                 Some(end) if view.now >= end - 0.9 => Reply::Hang,
@@ -400,17 +396,11 @@ pub static SCENARIOS: &[Scenario] = &[
                 );
             }
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "revoked-token",
         what: "the runner's token is revoked once the command runs: every request from then on is answered 401",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Claim if !view.claimed => Reply::Default,
             _ if view.ticking => Reply::Status {
@@ -443,17 +433,13 @@ pub static SCENARIOS: &[Scenario] = &[
                 );
             }
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "unauthorized-claim",
         what: "a runner of capacity 2 runs one job; its next claim, once the command runs, is answered 401",
-        ttl_ms: 6000,
         capacity: 2,
         max_jobs: 2,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Claim if view.claimed => hold(Reply::Status {
                 status: 401,
@@ -482,6 +468,7 @@ pub static SCENARIOS: &[Scenario] = &[
                 );
             }
         },
+        ..Scenario::DEFAULT
     },
     rejection!(
         "rejected-fence_mismatch",
@@ -506,13 +493,6 @@ pub static SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "cancel",
         what: "the first heartbeat after the command starts answers cancel_requested",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Heartbeat if view.ticking => Reply::CancelRequested,
             Route::Rejoin => Reply::CancelRequested,
@@ -536,17 +516,12 @@ pub static SCENARIOS: &[Scenario] = &[
                 format!("results sent: {outcomes:?} (expected cancelled)"),
             );
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "outage-503",
         what: "for 3 s after the claim every heartbeat and rejoin gets 503 without Retry-After; then all is accepted; the command runs about 4 s",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
         command_ticks: Some(80),
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Heartbeat | Route::Rejoin
                 if view.lease_end.is_some_and(|end| view.now < end - 3.0) =>
@@ -570,17 +545,11 @@ pub static SCENARIOS: &[Scenario] = &[
                 format!("results (outcome, status): {outcomes:?} (expected passed, accepted)"),
             );
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "retry-after",
         what: "every heartbeat and rejoin gets 503 with Retry-After: 30, far past the lease",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |_, route| match route {
             Route::Heartbeat | Route::Rejoin => Reply::Status {
                 status: 503,
@@ -611,17 +580,12 @@ pub static SCENARIOS: &[Scenario] = &[
                 );
             }
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "result-500-then-200",
         what: "the command runs 1 s; its first result is answered 500, the next accepted",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
         command_ticks: Some(20),
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Result if view.results == 0 => Reply::Status {
                 status: 500,
@@ -654,17 +618,11 @@ pub static SCENARIOS: &[Scenario] = &[
                 format!("outcome {:?} (expected passed)", sent.first().map(|s| &s.0)),
             );
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "failover-forgets-the-claim",
         what: "after the claim the control plane answers 503 (Retry-After: 1) until its lease is over and swept, then unknown_attempt: a failover forgot the claim",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |view, route| match route {
             Route::Heartbeat | Route::Rejoin | Route::Result | Route::Logs => match view.lease_end {
                 Some(end) if view.now >= end + 1.0 => Reply::Rejected("unknown_attempt"),
@@ -697,17 +655,12 @@ pub static SCENARIOS: &[Scenario] = &[
                 },
             );
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "sigterm",
         what: "the runner is sent SIGTERM while its command runs",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
         sigterm: true,
-        budget_s: 30.0,
         plan: |_, _| Reply::Default,
         check: |o, c| {
             c.stopped_by(
@@ -718,17 +671,11 @@ pub static SCENARIOS: &[Scenario] = &[
             );
             c.exited_without_a_live_command("shutdown-stops-commands-first", o);
         },
+        ..Scenario::DEFAULT
     },
     Scenario {
         name: "bad-request",
         what: "every heartbeat and rejoin is answered 400 bad_request: a decision that is no verdict, renewing nothing",
-        ttl_ms: 6000,
-        capacity: 1,
-        max_jobs: 1,
-        jobs: 1,
-        command_ticks: None,
-        sigterm: false,
-        budget_s: 30.0,
         plan: |_, route| match route {
             Route::Heartbeat | Route::Rejoin => Reply::Status {
                 status: 400,
@@ -746,5 +693,6 @@ pub static SCENARIOS: &[Scenario] = &[
                 "the lease's end",
             );
         },
+        ..Scenario::DEFAULT
     },
 ];
