@@ -3,7 +3,7 @@
 
 use crate::secret;
 use leasewright_server::app::ConnectionLimits;
-use leasewright_server::client::OperatorClient;
+use leasewright_server::client::{CopyError, OperatorClient};
 use leasewright_server::serve::{self, ServeOptions};
 use leasewright_server::wire::SubmitJobRequest;
 use std::net::SocketAddr;
@@ -624,7 +624,13 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 job,
                 attempt,
             } => {
-                write_stdout(&client.logs(project, job, attempt).await?);
+                // Streamed: the log may reach the attempt quota (1 GiB by default).
+                let mut stdout = std::io::stdout().lock();
+                match client.logs_into(project, job, attempt, &mut stdout).await {
+                    Ok(_) => {}
+                    Err(CopyError::Call(error)) => return Err(error.into()),
+                    Err(CopyError::Write(error)) => write_failed(&error),
+                }
             }
             OpCommand::LogChunks {
                 project,
@@ -680,14 +686,19 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
 fn write_stdout(bytes: &[u8]) {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        Err(error) => {
-            eprintln!("leasewright op: cannot write the output: {error}");
-            std::process::exit(1);
-        }
+    if let Err(error) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        write_failed(&error);
     }
+}
+
+/// Stdout refused the output: a reader that went away ends the process with status 0, any
+/// other failure with status 1.
+fn write_failed(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("leasewright op: cannot write the output: {error}");
+    std::process::exit(1);
 }
 
 mod erased {

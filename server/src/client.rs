@@ -71,6 +71,17 @@ impl CallError {
     }
 }
 
+/// Why an answer copied into a writer ([`Http::get_into`]) stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The call failed, before or while the body arrived.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The writer refused a piece.
+    #[error("cannot write the output: {0}")]
+    Write(std::io::Error),
+}
+
 #[allow(clippy::needless_pass_by_value)] // used as `map_err(network)`
 fn network(error: reqwest::Error) -> CallError {
     CallError::Network(describe(&error))
@@ -179,6 +190,12 @@ async fn check(response: reqwest::Response) -> Result<reqwest::Response, CallErr
             retry_after,
         }),
     }
+}
+
+/// The log route of the job's current (or latest) attempt, or of `attempt`.
+fn logs_path(project: Uuid, job: Uuid, attempt: Option<Uuid>) -> String {
+    let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
+    format!("/v1/projects/{project}/jobs/{job}/logs{query}")
 }
 
 /// `text` as one URL path segment: every byte but RFC 3986's unreserved characters
@@ -351,17 +368,41 @@ impl Http {
 
     /// GET raw bytes.
     pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CallError> {
-        let response = self
-            .with_headers(self.client.get(format!("{}{path}", self.base)))
-            .send()
-            .await
-            .map_err(network)?;
-        Ok(check(response)
+        Ok(self
+            .get_response(path)
             .await?
             .bytes()
             .await
             .map_err(network)?
             .to_vec())
+    }
+
+    /// GET raw bytes into `out`, each piece written as it arrives (one piece held at a time,
+    /// whatever the body's size); the number of bytes written. A body cut short (the connection
+    /// broke, fewer bytes than announced) is an error, never a shorter answer.
+    pub async fn get_into<W: std::io::Write>(
+        &self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, CopyError> {
+        let mut response = self.get_response(path).await?;
+        let mut written = 0;
+        while let Some(piece) = response.chunk().await.map_err(network)? {
+            out.write_all(&piece).map_err(CopyError::Write)?;
+            written += piece.len() as u64;
+        }
+        out.flush().map_err(CopyError::Write)?;
+        Ok(written)
+    }
+
+    /// A GET's answer, checked (a non-2xx answer is its error), its body not yet read.
+    async fn get_response(&self, path: &str) -> Result<reqwest::Response, CallError> {
+        let response = self
+            .with_headers(self.client.get(format!("{}{path}", self.base)))
+            .send()
+            .await
+            .map_err(network)?;
+        check(response).await
     }
 }
 
@@ -730,9 +771,20 @@ impl OperatorClient {
         job: Uuid,
         attempt: Option<Uuid>,
     ) -> Result<Vec<u8>, CallError> {
-        let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
+        self.http.get_bytes(&logs_path(project, job, attempt)).await
+    }
+
+    /// The same log written into `out` piece by piece as it arrives (memory bounded by a piece,
+    /// not by the log, which may reach the attempt quota); the number of bytes written.
+    pub async fn logs_into<W: std::io::Write>(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        attempt: Option<Uuid>,
+        out: &mut W,
+    ) -> Result<u64, CopyError> {
         self.http
-            .get_bytes(&format!("/v1/projects/{project}/jobs/{job}/logs{query}"))
+            .get_into(&logs_path(project, job, attempt), out)
             .await
     }
 
@@ -969,5 +1021,116 @@ mod tests {
         assert!(error.contains("timed out"), "{error}");
         assert!(error.contains(&base), "{error}");
         held.abort();
+    }
+
+    /// A writer that keeps what it is given and the largest piece it was given at once.
+    #[derive(Default)]
+    struct Pieces {
+        bytes: Vec<u8>,
+        largest: usize,
+        count: usize,
+    }
+
+    impl std::io::Write for Pieces {
+        fn write(&mut self, piece: &[u8]) -> std::io::Result<usize> {
+            self.largest = self.largest.max(piece.len());
+            self.count += 1;
+            self.bytes.extend_from_slice(piece);
+            Ok(piece.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A server answering every connection's request with `head` then `body`, written 64 KiB at
+    /// a time, then closing the connection.
+    async fn answering(head: String, body: Vec<u8>) -> (String, tokio::task::JoinHandle<()>) {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buffer = [0_u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = stream.write_all(head.as_bytes()).await;
+                for piece in body.chunks(64 * 1024) {
+                    let _ = stream.write_all(piece).await;
+                }
+                let _ = stream.shutdown().await;
+            }
+        });
+        (base, server)
+    }
+
+    /// `op logs` of `base`'s server into `out`.
+    async fn log_into(base: &str, out: &mut Pieces) -> Result<u64, CopyError> {
+        let client = OperatorClient {
+            http: Http::new(base, "t", Duration::from_secs(30)).unwrap(),
+        };
+        client.logs_into(Uuid::nil(), Uuid::nil(), None, out).await
+    }
+
+    /// An 8 MiB log reaches the writer intact in pieces, none near the whole log: the client
+    /// never holds the body at once (issue 36: log reads with bounded memory).
+    #[tokio::test]
+    async fn a_log_is_written_out_piece_by_piece_as_it_arrives() {
+        let log: Vec<u8> = (0..8 * 1024 * 1024_u32)
+            .map(|i| u8::try_from(i % 251).unwrap())
+            .collect();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            log.len()
+        );
+        let (base, server) = answering(head, log.clone()).await;
+        let mut out = Pieces::default();
+        let written = log_into(&base, &mut out).await.unwrap();
+        assert_eq!(written, 8 * 1024 * 1024);
+        assert!(out.bytes == log, "the log arrived changed");
+        assert!(
+            out.largest <= 1024 * 1024,
+            "a piece of {} bytes of {} held at once ({} pieces)",
+            out.largest,
+            log.len(),
+            out.count
+        );
+        server.abort();
+    }
+
+    /// A connection cut mid-body is an error, not a shorter log; a 404 is the server's answer.
+    #[tokio::test]
+    async fn a_log_cut_short_is_an_error_and_a_refusal_is_named() {
+        let head = "HTTP/1.1 200 OK\r\ncontent-length: 1048576\r\n\r\n".to_owned();
+        let (base, server) = answering(head, vec![b'x'; 200 * 1024]).await;
+        let mut out = Pieces::default();
+        let error = log_into(&base, &mut out).await.unwrap_err();
+        assert!(
+            matches!(error, CopyError::Call(CallError::Network(_))),
+            "{error:?} after {} bytes",
+            out.bytes.len()
+        );
+        server.abort();
+
+        let body = r#"{"error":{"code":"unknown_job","message":"no such job"}}"#;
+        let head = format!(
+            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let (base, server) = answering(head, body.as_bytes().to_vec()).await;
+        let mut out = Pieces::default();
+        let error = log_into(&base, &mut out).await.unwrap_err();
+        assert!(
+            matches!(&error, CopyError::Call(CallError::Http { status: 404, code, .. }) if code == "unknown_job"),
+            "{error:?}"
+        );
+        assert!(out.bytes.is_empty());
+        server.abort();
     }
 }
