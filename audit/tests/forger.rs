@@ -207,10 +207,7 @@ async fn an_ended_attempts_lease_expiry_edited_beside_a_job_with_a_new_record_is
     let mut beside = None;
     for n in 0..1000 {
         let job = store
-            .submit_job(
-                project,
-                NewJob::new("rev", "digest", format!("beside {n}")),
-            )
+            .submit_job(project, NewJob::new("rev", "digest", format!("beside {n}")))
             .await
             .unwrap();
         if bucket(job) == bucket(l.passed) {
