@@ -152,6 +152,8 @@ pub struct ChainReport {
     pub(crate) moved: BTreeSet<Uuid>,
     pub(crate) tombstones: Vec<Tombstone>,
     pub(crate) runners: BTreeMap<Uuid, Option<i64>>,
+    /// The lease policy's history (`lease_policy_history`), in position order.
+    pub(crate) policy: Vec<witness::PolicyRow>,
     /// Tombstones that stand for a job that still exists (`tombstone`).
     pub tombstones_of_existing_jobs: Vec<Uuid>,
     /// Messages recorded from a runner after its revocation (`revocation`), and claims above the
@@ -332,86 +334,111 @@ pub async fn check_all(
         .map(|(id, (_, revoked))| (*id, revoked.map(witness::micros)))
         .collect();
     let mut holdings = holdings(conn).await?;
-    let policy = policy_history(conn).await?;
+    report.policy = policy_history(conn).await?;
+    let policy: Vec<(i64, chrono::Duration)> = report
+        .policy
+        .iter()
+        .map(|&(seq, micros, _)| (seq, chrono::Duration::microseconds(micros)))
+        .collect();
     let existing: BTreeSet<Uuid> = ids.iter().copied().collect();
-    let mut unfinished = Vec::new();
     let mut cache = crate::stored::cache_rows(conn).await?;
     let mut side_effects = crate::stored::Checker::default();
     side_effects.entries(cache.values().flatten());
     // Digest entries in job id order, as of each position: [the watermark's, since's].
     let at: Vec<i64> = std::iter::once(position).chain(since).collect();
-    let mut entries: Vec<BTreeMap<Uuid, (i64, Vec<u8>)>> = vec![BTreeMap::new(); at.len()];
+    // Each batch read is hashed and judged on a thread of its own while the next one is read
+    // (batches in order: the result is the one a single loop gives).
+    let (send, receive) = std::sync::mpsc::sync_channel::<Batch>(1);
+    let worker = std::thread::spawn(move || {
+        let mut entries: Vec<BTreeMap<Uuid, (i64, Vec<u8>)>> = vec![BTreeMap::new(); at.len()];
+        let mut unfinished = Vec::new();
+        for (jobs, mut read, mut stored) in receive {
+            for (epoch, n) in std::mem::take(&mut read.claims_per_epoch) {
+                *report.claims_per_epoch.entry(epoch).or_default() += n;
+            }
+            report.still_leased.append(&mut read.still_leased);
+            for job in jobs {
+                let recs = read.records.remove(&job.id).unwrap_or_default();
+                report.jobs += 1;
+                report.records += 1 + recs.len();
+                if job.chain_seq.is_none() {
+                    report.unchained_jobs += 1;
+                }
+                for (attempt, token) in read.claims.remove(&job.id).unwrap_or_default() {
+                    report.issued.note(&job.target, token, job.id, attempt);
+                }
+                let mut rows = stored.remove(&job.id).unwrap_or_default();
+                rows.extend(cache.remove(&job.id).unwrap_or_default());
+                let messages = read.messages.remove(&job.id).unwrap_or_default();
+                if let Some(v) = side_effects.job(job.id, job.project, &messages, &rows) {
+                    report.side_effects.push(v);
+                }
+                for (claim, at, ttl) in read.claim_ttls.remove(&job.id).unwrap_or_default() {
+                    if let Some(v) = above_policy(&job, claim, at, ttl, &policy) {
+                        report.after_revocation.push(v);
+                    }
+                }
+                for (o, runner, at) in read.accepted.remove(&job.id).unwrap_or_default() {
+                    if let Some(v) = after_revocation(&job, &o, runner, at, &runners) {
+                        report.after_revocation.push(v);
+                    }
+                }
+                if since
+                    .is_some_and(|w| job.ledger_seq > w || recs.iter().any(|r| r.ledger_seq > w))
+                {
+                    report.moved.insert(job.id);
+                }
+                // The state held in rows: the job's, its attempts' (id order), the slot row it holds.
+                let mut state = job.row_state.clone();
+                let mut attempts = read.attempt_states.remove(&job.id).unwrap_or_default();
+                attempts.sort_by_key(|(id, _)| *id);
+                for (_, a) in &attempts {
+                    state.0.extend_from_slice(a);
+                }
+                for h in holdings.remove(&job.id).unwrap_or_default() {
+                    state.0.extend_from_slice(&h);
+                }
+                if job.ledger_seq <= position {
+                    report.state_now.insert(job.id, (job.ledger_seq, state.0));
+                    if !job.finished {
+                        unfinished.push(job.id);
+                    }
+                }
+                let checked = check_job(&job, recs, &at);
+                if let Some((record, detail)) = checked.broken {
+                    report.breaks.push(Break {
+                        job: job.id,
+                        project: job.project,
+                        record,
+                        detail,
+                    });
+                }
+                for (e, h) in entries.iter_mut().zip(checked.head_at) {
+                    if let Some(h) = h {
+                        e.insert(job.id, h);
+                    }
+                }
+            }
+        }
+        report.side_effects.extend(side_effects.finish());
+        (report, entries, unfinished, at)
+    });
+    let (mut jobs_sent, mut records_sent) = (0, 0);
     for chunk in ids.chunks(batch.max(1)) {
         let jobs = read_jobs(conn, chunk).await?;
-        let mut read = read_records(conn, chunk).await?;
-        for (epoch, n) in std::mem::take(&mut read.claims_per_epoch) {
-            *report.claims_per_epoch.entry(epoch).or_default() += n;
+        let read = read_records(conn, chunk).await?;
+        let stored = crate::stored::rows(conn, chunk).await?;
+        jobs_sent += jobs.len();
+        records_sent += jobs.len() + read.records.values().map(Vec::len).sum::<usize>();
+        if send.send((jobs, read, stored)).is_err() {
+            break; // the worker panicked: its join says so
         }
-        report.still_leased.append(&mut read.still_leased);
-        let mut stored = crate::stored::rows(conn, chunk).await?;
-        for job in jobs {
-            let recs = read.records.remove(&job.id).unwrap_or_default();
-            report.jobs += 1;
-            report.records += 1 + recs.len();
-            if job.chain_seq.is_none() {
-                report.unchained_jobs += 1;
-            }
-            for (attempt, token) in read.claims.remove(&job.id).unwrap_or_default() {
-                report.issued.note(&job.target, token, job.id, attempt);
-            }
-            let mut rows = stored.remove(&job.id).unwrap_or_default();
-            rows.extend(cache.remove(&job.id).unwrap_or_default());
-            let messages = read.messages.remove(&job.id).unwrap_or_default();
-            if let Some(v) = side_effects.job(job.id, job.project, &messages, &rows) {
-                report.side_effects.push(v);
-            }
-            for (claim, at, ttl) in read.claim_ttls.remove(&job.id).unwrap_or_default() {
-                if let Some(v) = above_policy(&job, claim, at, ttl, &policy) {
-                    report.after_revocation.push(v);
-                }
-            }
-            for (o, runner, at) in read.accepted.remove(&job.id).unwrap_or_default() {
-                if let Some(v) = after_revocation(&job, &o, runner, at, &runners) {
-                    report.after_revocation.push(v);
-                }
-            }
-            if since.is_some_and(|w| job.ledger_seq > w || recs.iter().any(|r| r.ledger_seq > w)) {
-                report.moved.insert(job.id);
-            }
-            // The state held in rows: the job's, its attempts' (id order), the slot row it holds.
-            let mut state = job.row_state.clone();
-            let mut attempts = read.attempt_states.remove(&job.id).unwrap_or_default();
-            attempts.sort_by_key(|(id, _)| *id);
-            for (_, a) in &attempts {
-                state.0.extend_from_slice(a);
-            }
-            for h in holdings.remove(&job.id).unwrap_or_default() {
-                state.0.extend_from_slice(&h);
-            }
-            if job.ledger_seq <= position {
-                report.state_now.insert(job.id, (job.ledger_seq, state.0));
-                if !job.finished {
-                    unfinished.push(job.id);
-                }
-            }
-            let checked = check_job(&job, recs, &at);
-            if let Some((record, detail)) = checked.broken {
-                report.breaks.push(Break {
-                    job: job.id,
-                    project: job.project,
-                    record,
-                    detail,
-                });
-            }
-            for (e, h) in entries.iter_mut().zip(checked.head_at) {
-                if let Some(h) = h {
-                    e.insert(job.id, h);
-                }
-            }
-        }
-        progress(report.jobs, ids.len(), report.records);
+        progress(jobs_sent, ids.len(), records_sent);
     }
-    report.side_effects.extend(side_effects.finish());
+    drop(send);
+    let (mut report, mut entries, unfinished, at) = worker
+        .join()
+        .expect("the chain pass's worker does not panic");
     progress(report.jobs, ids.len(), report.records);
     for (i, &p) in at.iter().enumerate() {
         for t in &pruned {
@@ -449,6 +476,19 @@ pub async fn check_all(
         ),
         unfinished,
         runners: report.runners.iter().map(|(r, t)| (*r, *t)).collect(),
+        jobs: Some(
+            report
+                .state_now
+                .iter()
+                .map(|(j, (_, e))| (*j, witness::job_digest(*j, e)))
+                .collect(),
+        ),
+        policy: report
+            .policy
+            .iter()
+            .filter(|r| r.0 <= position)
+            .copied()
+            .collect(),
     };
     if let (Some(e), Some(b)) = (entries.get(1), since_buckets) {
         report.chain_at_since = chain_entries(e);
@@ -502,24 +542,22 @@ pub async fn pruned_on_the_record(conn: &mut PgConnection) -> Result<bool, sqlx:
 
 /// The lease policy's history (migration 0019): each ttl with the ledger position it was recorded
 /// at, in order; empty without the table.
-async fn policy_history(
-    conn: &mut PgConnection,
-) -> Result<Vec<(i64, chrono::Duration)>, sqlx::Error> {
+async fn policy_history(conn: &mut PgConnection) -> Result<Vec<witness::PolicyRow>, sqlx::Error> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy_history') IS NOT NULL")
         .fetch_one(&mut *conn)
         .await?;
     if !exists {
         return Ok(Vec::new());
     }
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT ledger_seq, (extract(epoch FROM max_lease_ttl) * 1000000)::bigint \
+    let rows: Vec<(i64, i64, Time)> = sqlx::query_as(
+        "SELECT ledger_seq, (extract(epoch FROM max_lease_ttl) * 1000000)::bigint, recorded_at \
          FROM lease_policy_history ORDER BY ledger_seq",
     )
     .fetch_all(&mut *conn)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(seq, micros)| (seq, chrono::Duration::microseconds(micros)))
+        .map(|(seq, micros, at)| (seq, micros, witness::micros(at)))
         .collect())
 }
 
@@ -690,6 +728,13 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
         })
         .collect()
 }
+
+/// One batch as read: its jobs, their records, their stored side-effect rows.
+type Batch = (
+    Vec<JobHead>,
+    Read,
+    HashMap<Uuid, Vec<crate::stored::StoredRow>>,
+);
 
 /// What the chain pass reads of a batch of jobs, by job.
 #[derive(Default)]

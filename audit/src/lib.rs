@@ -179,6 +179,8 @@ pub struct AuditOptions {
     /// it, every job's rows are compared with the watermark's and a mismatch is named; without
     /// it, only the chain heads are (`witness`).
     pub since_witness: Option<witness::Witness>,
+    /// Threads replaying jobs (0: one per core). The report does not depend on it.
+    pub threads: usize,
 }
 
 /// Progress of a long audit.
@@ -634,6 +636,7 @@ pub async fn audit(
                     moved: &c.moved,
                     tombstones: &c.tombstones,
                     runners: &c.runners,
+                    policy: &c.policy,
                 },
             );
             if project.is_none() {
@@ -688,75 +691,108 @@ pub async fn audit(
     // The jobs whose replay stopped at a violation: what it was (a slot finding on a reservation
     // of theirs says it follows from it).
     let mut stopped: HashMap<Uuid, String> = HashMap::new();
-    for chunk in ids.chunks(options.batch.max(1)) {
-        let mut stored = if chained {
-            Default::default()
-        } else {
-            stored::rows(&mut conn, chunk).await?
+    // Each batch is replayed on threads (`replay_batch`) while the next one is read: the
+    // findings are taken in job order, so the report is the one a single thread gives.
+    let threads = replay_threads(options.threads);
+    let runner_projects = std::sync::Arc::new(runner_projects);
+    let mut pending: Option<Pending> = None;
+    let mut chunks = ids.chunks(options.batch.max(1));
+    loop {
+        let next = match chunks.next() {
+            Some(chunk) => {
+                let stored = if chained {
+                    Default::default()
+                } else {
+                    stored::rows(&mut conn, chunk).await?
+                };
+                let submitted = order::submissions(&mut conn, chunk).await?;
+                let ledgers = read::ledgers(&mut conn, chunk).await?;
+                Some((stored, submitted, ledgers))
+            }
+            None => None,
         };
-        let submitted = order::submissions(&mut conn, chunk).await?;
-        for jl in read::ledgers(&mut conn, chunk).await? {
-            for a in &jl.attempts {
-                let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
-                *claims_per_epoch.entry(claimed_in).or_default() += 1;
-                if a.state == "active" || a.state == "uncertain" {
-                    still_leased.push(AcrossEpoch {
-                        job: jl.job.id,
-                        project: jl.job.project,
-                        attempt: a.id,
-                        state: a.state.clone(),
-                        claimed_in,
-                        latest: 0,
-                    });
+        if let Some(Pending {
+            replaying,
+            mut stored,
+            submitted,
+        }) = pending.take()
+        {
+            let (ledgers, outcomes) = replaying.join().expect("the replay does not panic");
+            for (jl, outcome) in ledgers.into_iter().zip(outcomes) {
+                for a in &jl.attempts {
+                    let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
+                    *claims_per_epoch.entry(claimed_in).or_default() += 1;
+                    if a.state == "active" || a.state == "uncertain" {
+                        still_leased.push(AcrossEpoch {
+                            job: jl.job.id,
+                            project: jl.job.project,
+                            attempt: a.id,
+                            state: a.state.clone(),
+                            claimed_in,
+                            latest: 0,
+                        });
+                    }
+                }
+                if !chained {
+                    let mut rows = stored.remove(&jl.job.id).unwrap_or_default();
+                    rows.extend(cache.get(&jl.job.id).cloned().unwrap_or_default());
+                    let messages: Vec<stored::Message> = jl
+                        .observations
+                        .iter()
+                        .filter_map(|o| {
+                            stored::Message::of(
+                                o.id,
+                                o.ledger_seq,
+                                &o.kind,
+                                &o.verdict,
+                                o.attributed,
+                                o.payload_sha256.clone(),
+                                o.received_at,
+                            )
+                        })
+                        .collect();
+                    let found = side_effects.job(jl.job.id, jl.job.project, &messages, &rows);
+                    report.violations.extend(found);
+                    issued.read(&jl);
+                }
+                report.jobs += 1;
+                report.records += jl.records();
+                claim_order.read(&jl, submitted.get(&jl.job.id).copied());
+                match outcome {
+                    replay::Outcome::Clean(held) => reservations.extend(held),
+                    replay::Outcome::Violation(v, mut held) => {
+                        replay::release_as_the_ledger_shows(&jl, &mut held);
+                        stopped.insert(jl.job.id, format!("[{}] at {}", v.kind.as_str(), v.record));
+                        report.violations.push(*v);
+                        reservations.extend(held);
+                    }
+                    replay::Outcome::Unauditable(why) => {
+                        // What needs no lease expiry is still checked, and named.
+                        report.violations.extend(replay::unjudged_checks(&jl));
+                        report.unjudged_records += jl.records();
+                        report.unauditable.push((jl.job.id, why));
+                    }
                 }
             }
-            if !chained {
-                let mut rows = stored.remove(&jl.job.id).unwrap_or_default();
-                rows.extend(cache.get(&jl.job.id).cloned().unwrap_or_default());
-                let messages: Vec<stored::Message> = jl
-                    .observations
-                    .iter()
-                    .filter_map(|o| {
-                        stored::Message::of(
-                            o.id,
-                            o.ledger_seq,
-                            &o.kind,
-                            &o.verdict,
-                            o.attributed,
-                            o.payload_sha256.clone(),
-                            o.received_at,
-                        )
-                    })
-                    .collect();
-                let found = side_effects.job(jl.job.id, jl.job.project, &messages, &rows);
-                report.violations.extend(found);
-                issued.read(&jl);
-            }
-            report.jobs += 1;
-            report.records += jl.records();
-            claim_order.read(&jl, submitted.get(&jl.job.id).copied());
-            match replay::replay(&jl, &runner_projects, max_ttl) {
-                replay::Outcome::Clean(held) => reservations.extend(held),
-                replay::Outcome::Violation(v, mut held) => {
-                    replay::release_as_the_ledger_shows(&jl, &mut held);
-                    stopped.insert(jl.job.id, format!("[{}] at {}", v.kind.as_str(), v.record));
-                    report.violations.push(*v);
-                    reservations.extend(held);
-                }
-                replay::Outcome::Unauditable(why) => {
-                    // What needs no lease expiry is still checked, and named.
-                    report.violations.extend(replay::unjudged_checks(&jl));
-                    report.unjudged_records += jl.records();
-                    report.unauditable.push((jl.job.id, why));
-                }
-            }
+            progress(Progress {
+                phase: "replay",
+                jobs_done: report.jobs,
+                jobs_total: ids.len(),
+                records: report.records,
+                seconds: started.elapsed().as_secs_f64(),
+            });
         }
-        progress(Progress {
-            phase: "replay",
-            jobs_done: report.jobs,
-            jobs_total: ids.len(),
-            records: report.records,
-            seconds: started.elapsed().as_secs_f64(),
+        let Some((stored, submitted, ledgers)) = next else {
+            break;
+        };
+        let runner_projects = runner_projects.clone();
+        pending = Some(Pending {
+            replaying: std::thread::spawn(move || {
+                let outcomes = replay_batch(&ledgers, &runner_projects, max_ttl, threads);
+                (ledgers, outcomes)
+            }),
+            stored,
+            submitted,
         });
     }
     if !chained {
@@ -833,6 +869,46 @@ pub async fn audit(
     report.seconds = started.elapsed().as_secs_f64();
     report.records_per_second = report.records as f64 / report.seconds.max(1e-9);
     Ok((report, projects))
+}
+
+/// How many threads replay: `asked`, or one per core.
+fn replay_threads(asked: usize) -> usize {
+    match asked {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    }
+}
+
+/// A batch being replayed (on its own threads) while the next one is read, with what its
+/// findings are taken with.
+struct Pending {
+    replaying: std::thread::JoinHandle<(Vec<read::JobLedger>, Vec<replay::Outcome>)>,
+    stored: HashMap<Uuid, Vec<stored::StoredRow>>,
+    submitted: HashMap<Uuid, (i64, DateTime<Utc>)>,
+}
+
+/// Each job of `ledgers` replayed, in order, on up to `threads` threads (jobs are independent).
+fn replay_batch(
+    ledgers: &[read::JobLedger],
+    runner_projects: &HashMap<Uuid, Uuid>,
+    max_ttl: Option<chrono::Duration>,
+    threads: usize,
+) -> Vec<replay::Outcome> {
+    let one = |jl: &read::JobLedger| replay::replay(jl, runner_projects, max_ttl);
+    if threads <= 1 || ledgers.len() < 2 {
+        return ledgers.iter().map(one).collect();
+    }
+    let per_thread = ledgers.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = ledgers
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("the replay does not panic"))
+            .collect()
+    })
 }
 
 /// The chain pass's findings (`ledger_chain`, `watermark_mismatch`, `tombstone`, `revocation`)
@@ -968,6 +1044,45 @@ fn chain_findings(
                         format!("{detail}: a job of this bucket was deleted with its tombstone"),
                     );
                 }
+            }
+            witness::Difference::Job(job) => named(
+                Kind::WatermarkMismatch,
+                job,
+                "the watermark's witness, the job's rows".into(),
+                "the job has no record after the watermark, yet its rows (the job's, its \
+                 attempts', the slot row it holds) are not the ones the watermark's witness \
+                 committed to: they were edited since, also if every chain was recomputed \
+                 afterwards; it was replayed in full (its findings, if any, are reported on \
+                 their own)"
+                    .into(),
+            ),
+            witness::Difference::Policy {
+                position,
+                then,
+                now,
+            } => {
+                let row = |r: Option<witness::PolicyRow>| {
+                    r.map_or("none".to_string(), |(_, ttl, at)| {
+                        format!("max_lease_ttl {} s recorded at {at} µs", ttl as f64 / 1e6)
+                    })
+                };
+                named(
+                    Kind::WatermarkMismatch,
+                    Uuid::nil(),
+                    format!("lease_policy_history (ledger {position})"),
+                    format!(
+                        "the lease policy's history at ledger {position}, at or below the \
+                         watermark, was {} and is {} now: a row of it was {} since (each \
+                         claim's ttl is judged by the policy in force at its position)",
+                        row(then),
+                        row(now),
+                        match (then, now) {
+                            (None, _) => "inserted",
+                            (_, None) => "deleted",
+                            _ => "edited",
+                        }
+                    ),
+                )
             }
             witness::Difference::UnfinishedPruned(job) => named(
                 Kind::Tombstone,

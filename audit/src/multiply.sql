@@ -114,22 +114,26 @@ FROM expiry_sweeps AS x, copies AS c, base AS b, timespan AS ts
 WHERE x.ledger_seq < b.span
 ORDER BY c.k, x.id;
 
--- The copies' chains: every hash at (job, seq), seq 1 the submission's, then one position at a
--- time over every copied job (a record at position s hashes on the job's hash at s - 1).
-CREATE TEMP TABLE hashes (job uuid, seq integer, hash bytea, PRIMARY KEY (job, seq));
-INSERT INTO hashes
-SELECT j.id, 1, sha256(ledger_field('job'::text) || ledger_field(1::bigint)
-        || ledger_field(j.id) || ledger_field(j.project_id) || ledger_field(j.ledger_seq)
-        || ledger_field(j.submitted_at) || ledger_field(j.source_revision)
-        || ledger_field(j.source_digest) || ledger_field(j.command)
-        || ledger_field(j.target) || ledger_field(j.target_kind))
-FROM jobs AS j, base AS b
-WHERE j.ledger_seq >= b.span AND j.chain_seq IS NOT NULL;
-DO $chain$
+-- The chain hashes of every job submitted at or after ledger position `from_seq` (and chained):
+-- every hash at (job, seq) into the temp table `hashes`, seq 1 the submission's, then one position
+-- at a time over every such job (a record at position s hashes on the job's hash at s - 1), by the
+-- writer's own functions and encodings. Also the forger's suite's (audit/tests/common/mod.rs cuts
+-- it out between the two marker lines and calls it over every job, after renumbering them).
+-- chain_hashes: begin
+CREATE FUNCTION pg_temp.chain_hashes(from_seq bigint) RETURNS void LANGUAGE plpgsql AS $chain$
 DECLARE
     s integer := 2;
     n bigint;
 BEGIN
+    CREATE TEMP TABLE hashes (job uuid, seq integer, hash bytea, PRIMARY KEY (job, seq));
+    INSERT INTO hashes
+    SELECT j.id, 1, sha256(ledger_field('job'::text) || ledger_field(1::bigint)
+            || ledger_field(j.id) || ledger_field(j.project_id) || ledger_field(j.ledger_seq)
+            || ledger_field(j.submitted_at) || ledger_field(j.source_revision)
+            || ledger_field(j.source_digest) || ledger_field(j.command)
+            || ledger_field(j.target) || ledger_field(j.target_kind))
+    FROM jobs AS j
+    WHERE j.ledger_seq >= from_seq AND j.chain_seq IS NOT NULL;
     LOOP
         INSERT INTO hashes
         SELECT a.job_id, s, ledger_claim_hash(h.hash, s, a.id, a.job_id, a.project_id,
@@ -173,6 +177,9 @@ BEGIN
     END LOOP;
 END
 $chain$;
+-- chain_hashes: end
+-- The copies' chains.
+SELECT pg_temp.chain_hashes(span) FROM base;
 ANALYZE hashes;
 UPDATE jobs AS j SET chain_head = h.hash
 FROM hashes AS h WHERE h.job = j.id AND h.seq = j.chain_seq;

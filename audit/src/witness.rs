@@ -4,16 +4,19 @@
 //! The jobs are split into buckets by id. For each bucket, two digests as of the watermark's
 //! position: `chain`, over each job's chain head (its tombstone's for a pruned job), and `state`,
 //! over the state each job holds in rows (the job's row, its attempts' rows, the slot row it
-//! holds: `state_entry`). Beside them: the jobs unfinished at the position, and every runner's
-//! revocation. The token carries the bucket count, the root of the chain digests (recomputable
-//! from the ledger alone: a `--since` run without the file still verifies every head) and the root
-//! of the rest (the file must match it). A mismatch is narrowed to a bucket, whose jobs are
-//! replayed in full and named.
+//! holds: `state_entry`). Beside them: each job's own state digest, the jobs unfinished at the
+//! position, every runner's revocation, and the lease policy's history up to the position. The
+//! token carries the bucket count, the root of the chain digests (recomputable from the ledger
+//! alone: a `--since` run without the file still verifies every head) and the root of the rest
+//! (the file must match it). A mismatch is narrowed to a bucket, whose jobs are replayed in full
+//! and named, or to one job.
 //!
 //! What a `--since W` run can and cannot recompute: every job's chain head as of W (the chain),
 //! so every bucket's `chain` digest; a bucket's `state` digest only when none of its jobs has a
-//! record after W or was pruned after W (otherwise its rows moved on legitimately: that bucket's
-//! jobs are replayed in full instead, which judges their rows against their records).
+//! record after W or was pruned after W (otherwise its rows moved on legitimately). In such a
+//! bucket each job without a record after W is compared on its own state digest (the replay
+//! judges a row only as far as the records lead, so an edit of a field it does not compare would
+//! pass); the jobs with a record after W are replayed in full.
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest as _, Sha256};
@@ -22,7 +25,13 @@ use uuid::Uuid;
 
 type Time = DateTime<Utc>;
 
-const MAGIC: &[u8] = b"leasewright-witness-1\n";
+/// A witness file of the first version (no job digests, no lease policy history): still read.
+const MAGIC_1: &[u8] = b"leasewright-witness-1\n";
+const MAGIC: &[u8] = b"leasewright-witness-2\n";
+
+/// A `lease_policy_history` row (migration 0019): its ledger position, the ttl and the time it was
+/// recorded (microseconds, the latter since 2000-01-01).
+pub type PolicyRow = (i64, i64, i64);
 
 /// What a watermark commits to beyond its chain root.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -35,6 +44,20 @@ pub struct Witness {
     pub unfinished: Vec<Uuid>,
     /// Every runner and its revocation time (microseconds since 2000-01-01), in id order.
     pub runners: Vec<(Uuid, Option<i64>)>,
+    /// Each job's own state digest (`job_digest`), in id order: the jobs of the `state` digests.
+    /// `None`: a file of the first version.
+    pub jobs: Option<Vec<(Uuid, [u8; 32])>>,
+    /// The lease policy's history up to the position, in position order (empty in a file of the
+    /// first version, or without migration 0019).
+    pub policy: Vec<PolicyRow>,
+}
+
+/// One job's state digest: sha256 of its id and its state entry.
+pub fn job_digest(job: Uuid, entry: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(job.as_bytes());
+    h.update(entry);
+    h.finalize().into()
 }
 
 /// The bucket count for `jobs` jobs: about four jobs a bucket, at least 16, at most 65,536 (a
@@ -107,6 +130,20 @@ impl Witness {
                 }
             }
         }
+        if let Some(jobs) = &self.jobs {
+            h.update(b"jobs");
+            h.update((jobs.len() as u64).to_be_bytes());
+            for (j, d) in jobs {
+                h.update(j.as_bytes());
+                h.update(d);
+            }
+            h.update((self.policy.len() as u64).to_be_bytes());
+            for (seq, ttl, at) in &self.policy {
+                h.update(seq.to_be_bytes());
+                h.update(ttl.to_be_bytes());
+                h.update(at.to_be_bytes());
+            }
+        }
         h.finalize().into()
     }
 
@@ -116,7 +153,7 @@ impl Witness {
 
     /// The file's bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
+        let mut out = if self.jobs.is_some() { MAGIC } else { MAGIC_1 }.to_vec();
         out.extend_from_slice(&self.buckets.to_be_bytes());
         for d in self.chain.iter().chain(&self.state) {
             out.extend_from_slice(d);
@@ -130,12 +167,28 @@ impl Witness {
             out.extend_from_slice(r.as_bytes());
             out.extend_from_slice(&revoked.unwrap_or(i64::MIN).to_be_bytes());
         }
+        if let Some(jobs) = &self.jobs {
+            out.extend_from_slice(&(jobs.len() as u64).to_be_bytes());
+            for (j, d) in jobs {
+                out.extend_from_slice(j.as_bytes());
+                out.extend_from_slice(d);
+            }
+            out.extend_from_slice(&(self.policy.len() as u64).to_be_bytes());
+            for (seq, ttl, at) in &self.policy {
+                for n in [seq, ttl, at] {
+                    out.extend_from_slice(&n.to_be_bytes());
+                }
+            }
+        }
         out
     }
 
     /// A witness file read back (`None`: not one).
     pub fn from_bytes(bytes: &[u8]) -> Option<Witness> {
-        let mut rest = bytes.strip_prefix(MAGIC)?;
+        let (mut rest, second) = match bytes.strip_prefix(MAGIC) {
+            Some(rest) => (rest, true),
+            None => (bytes.strip_prefix(MAGIC_1)?, false),
+        };
         let mut take = |n: usize| -> Option<&[u8]> {
             let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
             rest = tail;
@@ -163,12 +216,33 @@ impl Witness {
                 Some((id, (t != i64::MIN).then_some(t)))
             })
             .collect::<Option<Vec<_>>>()?;
+        let int = |b: &[u8]| Some(i64::from_be_bytes(b.try_into().ok()?));
+        let (jobs, policy) = if second {
+            let n = count(take(8)?)?;
+            let jobs = (0..n)
+                .map(|_| {
+                    Some((
+                        Uuid::from_slice(take(16)?).ok()?,
+                        take(32)?.try_into().ok()?,
+                    ))
+                })
+                .collect::<Option<Vec<_>>>()?;
+            let n = count(take(8)?)?;
+            let policy = (0..n)
+                .map(|_| Some((int(take(8)?)?, int(take(8)?)?, int(take(8)?)?)))
+                .collect::<Option<Vec<_>>>()?;
+            (Some(jobs), policy)
+        } else {
+            (None, Vec::new())
+        };
         take(1).is_none().then_some(Witness {
             buckets,
             chain,
             state,
             unfinished,
             runners,
+            jobs,
+            policy,
         })
     }
 }
@@ -196,6 +270,8 @@ pub struct Now<'a> {
     pub moved: &'a BTreeSet<Uuid>,
     pub tombstones: &'a [Tombstone],
     pub runners: &'a BTreeMap<Uuid, Option<i64>>,
+    /// The lease policy's history now, in position order.
+    pub policy: &'a [PolicyRow],
 }
 
 /// One difference between a witness and the ledger.
@@ -212,6 +288,16 @@ pub enum Difference {
     /// A job unfinished at the watermark with no record after it, now gone behind a tombstone: a
     /// prune deletes only finished jobs.
     UnfinishedPruned(Uuid),
+    /// A job without a record after the watermark whose rows are not those witnessed, in a
+    /// bucket whose digest could not be compared (another job of it moved on).
+    Job(Uuid),
+    /// A `lease_policy_history` row at or below the watermark added, removed or edited since:
+    /// the row witnessed and the row now at `position`.
+    Policy {
+        position: i64,
+        then: Option<PolicyRow>,
+        now: Option<PolicyRow>,
+    },
     /// A runner revoked at the watermark whose revocation now differs, or a runner gone.
     Revocation {
         runner: Uuid,
@@ -273,6 +359,7 @@ pub fn compare(w: &Witness, now: &Now<'_>) -> Compared {
             .filter(|(_, (seq, _))| *seq <= now.since)
             .map(|(j, (_, e))| (*j, &e[..])),
     );
+    let mut differs = vec![false; buckets as usize];
     for b in 0..buckets as usize {
         let what = if !unknown_chain[b] && chain[b] != w.chain[b] {
             Some("chain heads")
@@ -289,8 +376,49 @@ pub fn compare(w: &Witness, now: &Now<'_>) -> Compared {
                 tombstoned: tombstoned[b].clone(),
             });
         }
+        differs[b] = what.is_some();
         if what.is_some() || unknown_state[b] {
             out.replay.extend(members[b].iter().copied());
+        }
+    }
+    // In a bucket whose rows could not be compared (and that differs in nothing else), each job
+    // that did not move on is compared on its own digest (a file of the first version has none).
+    for (job, then) in w.jobs.iter().flatten() {
+        let b = bucket_of(*job, buckets);
+        let Some((seq, entry)) = now.state.get(job) else {
+            continue;
+        };
+        if unknown_state[b]
+            && !differs[b]
+            && *seq <= now.since
+            && !now.moved.contains(job)
+            && job_digest(*job, entry) != *then
+        {
+            out.differences.push(Difference::Job(*job));
+        }
+    }
+    let policy_now: BTreeMap<i64, PolicyRow> = now
+        .policy
+        .iter()
+        .filter(|r| r.0 <= now.since)
+        .map(|r| (r.0, *r))
+        .collect();
+    let policy_then: BTreeMap<i64, PolicyRow> = w.policy.iter().map(|r| (r.0, *r)).collect();
+    if w.jobs.is_some() {
+        let positions: BTreeSet<i64> = policy_now
+            .keys()
+            .chain(policy_then.keys())
+            .copied()
+            .collect();
+        for position in positions {
+            let (then, now) = (policy_then.get(&position), policy_now.get(&position));
+            if then != now {
+                out.differences.push(Difference::Policy {
+                    position,
+                    then: then.copied(),
+                    now: now.copied(),
+                });
+            }
         }
     }
     let unfinished: BTreeSet<Uuid> = w.unfinished.iter().copied().collect();
@@ -336,7 +464,16 @@ mod tests {
             state: vec![[2; 32]; 16],
             unfinished: vec![Uuid::from_u128(7)],
             runners: vec![(Uuid::from_u128(1), None), (Uuid::from_u128(2), Some(-5))],
+            jobs: Some(vec![(Uuid::from_u128(7), [3; 32])]),
+            policy: vec![(4, 30_000_000, 9)],
         };
+        let first = Witness {
+            jobs: None,
+            policy: Vec::new(),
+            ..w.clone()
+        };
+        assert_eq!(Witness::from_bytes(&first.to_bytes()), Some(first.clone()));
+        assert_ne!(first.state_root(), w.state_root());
         let bytes = w.to_bytes();
         assert_eq!(Witness::from_bytes(&bytes), Some(w.clone()));
         assert_eq!(Witness::from_bytes(&bytes[..bytes.len() - 1]), None);
@@ -345,6 +482,9 @@ mod tests {
         assert_eq!(Witness::from_bytes(&longer), None);
         let mut other = w.clone();
         other.runners[0].1 = Some(0);
+        assert_ne!(other.state_root(), w.state_root());
+        let mut other = w.clone();
+        other.policy[0].1 += 1;
         assert_ne!(other.state_root(), w.state_root());
     }
 

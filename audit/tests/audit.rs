@@ -970,3 +970,61 @@ async fn an_epoch_with_no_claim_yet_is_shown_with_the_jobs_running_across_it() {
     assert_eq!(since.jobs, 0, "nothing new");
     assert_eq!(shown(&since), expected);
 }
+
+/// The replay runs on threads (issue 37 item 5); the report is the one a single thread gives,
+/// violations in the same order, on a ledger where four jobs were corrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_is_the_same_on_one_thread_and_on_several() {
+    let f = build().await;
+    let url = f.db.url();
+    let t = f.first_attempt;
+    let first = heartbeat_id(url, f.running, "min").await;
+    sql(
+        url,
+        &[
+            format!(
+                "UPDATE jobs SET state = 'queued', current_attempt_id = NULL WHERE id = '{}'",
+                f.uncertain.0
+            ),
+            format!(
+                "UPDATE jobs SET state = 'failed', outcome = 'failed' WHERE id = '{}'",
+                f.passed.0
+            ),
+            format!("DELETE FROM observations WHERE id = {first}"),
+            format!(
+                "INSERT INTO observations (sender_runner_id, kind, named_job_id, \
+                 named_attempt_id, named_lease_id, named_fence, attempt_id, received_at, \
+                 verdict, outcome, payload_sha256) VALUES ('{}', 'result', '{}', '{}', '{}', \
+                 {}, '{}', '2030-01-01 00:10:00+00', 'accepted', 'failed', 'x')",
+                t.runner.0, t.job.0, t.attempt.0, t.lease_id.0, t.fence, t.attempt.0
+            ),
+        ],
+    )
+    .await;
+    let report = |threads: usize| async move {
+        let options = AuditOptions {
+            batch: 100,
+            threads,
+            ..AuditOptions::default()
+        };
+        let (report, _) = audit::audit(url, &options, |_| {})
+            .await
+            .expect("the audit runs");
+        let mut json = serde_json::to_value(&report).unwrap();
+        for timing in ["seconds", "records_per_second", "chain_seconds"] {
+            json.as_object_mut().unwrap().remove(timing);
+        }
+        json
+    };
+    let one = report(1).await;
+    let several = report(3).await;
+    let replayed: std::collections::BTreeSet<&str> = one["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["kind"] != "ledger_chain")
+        .map(|v| v["job"].as_str().unwrap())
+        .collect();
+    assert!(replayed.len() >= 4, "{one:#}");
+    assert_eq!(one, several);
+}

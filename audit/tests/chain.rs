@@ -340,13 +340,7 @@ async fn a_watermark_from_before_a_failover_is_refused() {
     let l = build().await;
     let url = l.db.url();
     let (_, token) = clean(url).await;
-    let store =
-        l.db.store(
-            Arc::new(ManualClock::at_fixed_start()),
-            StoreConfig::default(),
-        )
-        .await
-        .unwrap();
+    let store = common::default_store(&l.db).await;
     leasewright_impl::epoch::advance_epoch(store.pool())
         .await
         .expect("the epoch advanced");
@@ -384,13 +378,7 @@ async fn benign_maintenance_is_not_flagged_by_the_chain_in_full_or_since() {
         ],
     )
     .await;
-    let store =
-        l.db.store(
-            Arc::new(ManualClock::at_fixed_start()),
-            StoreConfig::default(),
-        )
-        .await
-        .unwrap();
+    let store = common::default_store(&l.db).await;
     store.create_project("a new project").await.unwrap();
     store.close().await;
     let full = audit_with(url, None).await.expect("the audit runs");

@@ -109,6 +109,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         batch: args.batch,
         settle_timeout: Some(settle_timeout),
         since_witness,
+        threads: 0,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -43,10 +43,32 @@ pub async fn prune_audited(
     pruned.jobs
 }
 
-/// A forger's full recomputation of every chain after an edit (common/rechain.sql), one statement
-/// at a time on one connection (`sql`).
+/// A store of `db` with the default configuration and a manual clock at the fixed start (a second
+/// writer, after the ledger a test built).
+pub async fn default_store(
+    db: &leasewright_impl::database::TestDatabase,
+) -> leasewright_impl::Store {
+    db.store(
+        std::sync::Arc::new(leasewright_impl::ManualClock::at_fixed_start()),
+        leasewright_impl::StoreConfig::default(),
+    )
+    .await
+    .expect("a store")
+}
+
+/// A forger's full recomputation of every chain after an edit (common/rechain.sql, with the chain
+/// hashing function of audit/src/multiply.sql defined first), one statement at a time on one
+/// connection (`sql`).
 pub fn rechain() -> Vec<String> {
-    split_statements(include_str!("rechain.sql"))
+    let multiply = include_str!("../../src/multiply.sql");
+    let function = multiply
+        .split_once("-- chain_hashes: begin\n")
+        .and_then(|(_, rest)| rest.split_once("-- chain_hashes: end\n"))
+        .map(|(function, _)| function.to_string())
+        .expect("multiply.sql defines pg_temp.chain_hashes between its markers");
+    std::iter::once(function)
+        .chain(split_statements(include_str!("rechain.sql")))
+        .collect()
 }
 
 /// `script`'s statements: split at a `;` that ends a line, outside a `$chain$` body; comment lines
