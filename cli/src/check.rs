@@ -301,6 +301,16 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ..Config::batch_claims()
                     },
                 },
+                // Batches executed by two runners (issue 39 item 2): four jobs on two slots in
+                // turn, every lease a batch gives executed, heartbeated and reported; a batch may
+                // start on either slot. The whole space exceeds two million states: checked
+                // along every path of up to 10 states, past `batch-one-slot-token`'s 8-step
+                // counterexample.
+                Named {
+                    max_depth: Some(10),
+                    name: "batch-execution-walk",
+                    config: Config::batch_execution(),
+                },
             ]
         }
     }
@@ -993,6 +1003,8 @@ fn summary(c: &Config) -> String {
         c.disconnects,
         if c.shared_slot {
             "one shared".to_string()
+        } else if c.slots_in_turn > 1 {
+            format!("{} taken in turn", c.slots_in_turn)
         } else if c.slot_shared_by > 1 {
             format!("the first {} jobs on one, the others one each", c.slot_shared_by)
         } else {
