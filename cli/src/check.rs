@@ -1033,10 +1033,17 @@ fn summary(c: &Config) -> String {
     } else {
         ""
     } + &if c.replica_skew > 0 {
+        // This configuration's margins (a flawed variant may shorten either).
+        let model = LeaseModel::new(c.clone());
+        let (sweep, wait) = (model.sweep_margin(), model.skew_margin());
+        let margins = if sweep == wait {
+            format!("sweep and epoch wait {sweep} past a lease")
+        } else {
+            format!("sweep {sweep} and epoch wait {wait} past a lease")
+        };
         format!(
-            ", replica clocks within ±{} of the clock (sweep and epoch wait {} past a lease)",
-            c.replica_skew,
-            2 * u16::from(c.replica_skew)
+            ", replica clocks within ±{} of the clock ({margins})",
+            c.replica_skew
         )
     } else {
         String::new()
