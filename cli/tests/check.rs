@@ -199,6 +199,25 @@ fn a_flawed_variant_exits_1_with_its_shortest_counterexample_saved() {
     assert_eq!(states.len(), steps.len());
 }
 
+/// The summary line gives the margins of the configuration it checked (issue 39): the variant
+/// that sweeps δ past a lease says so, the protocol says 2δ for both.
+#[test]
+fn the_summary_gives_the_sweep_margin_of_the_checked_design() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out) = check(&["--variant", "sweep-without-skew-margin"], dir.path());
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("(sweep 1 and epoch wait 2 past a lease)"),
+        "{out}"
+    );
+    let (code, out) = check(&["--variant", "sweep-at-lease-expiry"], dir.path());
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("(sweep 0 and epoch wait 2 past a lease)"),
+        "{out}"
+    );
+}
+
 #[test]
 fn the_variants_are_listed_one_a_line() {
     let dir = tempfile::tempdir().unwrap();

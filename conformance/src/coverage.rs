@@ -253,7 +253,14 @@ pub fn delivered(before: &State, action: &Action) -> Option<Message> {
         Action::Heartbeat {
             runner,
             runner_time,
-        } => LeaseModel::message(before, *runner, MessageKind::Heartbeat, *runner_time),
+            attempt,
+        } => LeaseModel::message_of(
+            before,
+            *runner,
+            *attempt,
+            MessageKind::Heartbeat,
+            *runner_time,
+        ),
         Action::SideEffect { runner, effect } => {
             LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
         }

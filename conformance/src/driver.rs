@@ -542,8 +542,15 @@ pub fn project_model(
             Action::Heartbeat {
                 runner,
                 runner_time,
-            } => LeaseModel::message(before, *runner, MessageKind::Heartbeat, *runner_time)
-                .map(|m| model.observation(before, &m)),
+                attempt,
+            } => LeaseModel::message_of(
+                before,
+                *runner,
+                *attempt,
+                MessageKind::Heartbeat,
+                *runner_time,
+            )
+            .map(|m| model.observation(before, &m)),
             Action::SideEffect { runner, effect } => {
                 LeaseModel::message(before, *runner, MessageKind::SideEffect(*effect), 0)
                     .map(|m| model.observation(before, &m))
@@ -1080,18 +1087,22 @@ pub fn code<T: std::str::FromStr>(name: &str) -> Result<T, DriverError> {
     })
 }
 
-/// The heartbeat `runner` sends in the model's state `before` (a request the server answers at
-/// once; the model keeps no heartbeats in flight).
+/// The heartbeat `runner` sends about `attempt` of its batch (`None`: the attempt it holds) in
+/// the model's state `before` (a request the server answers at once; the model keeps no
+/// heartbeats in flight).
 pub fn heartbeat(
     before: &State,
     runner: model::RunnerId,
+    attempt: Option<model::AttemptId>,
     runner_time: u8,
 ) -> Result<model::Message, DriverError> {
-    LeaseModel::message(before, runner, MessageKind::Heartbeat, runner_time).ok_or_else(|| {
-        DriverError::Unmappable(format!(
-            "a heartbeat from runner {runner}, which holds no attempt"
-        ))
-    })
+    LeaseModel::message_of(before, runner, attempt, MessageKind::Heartbeat, runner_time).ok_or_else(
+        || {
+            DriverError::Unmappable(format!(
+                "a heartbeat from runner {runner}, which holds no such attempt"
+            ))
+        },
+    )
 }
 
 /// The side effect (R8) `runner` sends in the model's state `before`, answered at once like a
@@ -1123,6 +1134,7 @@ mod tests {
         let heartbeat = Action::Heartbeat {
             runner: 0,
             runner_time: 1,
+            attempt: None,
         };
         let after = model
             .next_state(&claimed, heartbeat.clone())

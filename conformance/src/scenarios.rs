@@ -377,14 +377,15 @@ pub fn ownership_tuple(outcome: Outcome) -> Result<(LeaseModel, Generated<LeaseM
                 a,
                 Action::Heartbeat {
                     runner: 0,
-                    runner_time: 0
+                    runner_time: 0,
+                    attempt: None,
                 }
             )
         },
     )?;
     // The result stays in flight: sent, forged copies, then the exact one arrives.
     s.take("runner 0 sends a result", None, move |a, _| {
-        matches!(a, Action::Result { runner: 0, outcome: o, runner_time: 0, digest: 0 } if *o == outcome)
+        matches!(a, Action::Result { runner: 0, outcome: o, runner_time: 0, digest: 0, attempt: None } if *o == outcome)
     })?;
     let result = *s
         .state
@@ -485,7 +486,13 @@ pub fn reconnect() -> Result<(LeaseModel, Generated<LeaseModel>), String> {
         matches!(a, Action::Claim { runner: 0 })
     })?
     .take("runner 0 starts its target mutation", None, |a, _| {
-        matches!(a, Action::TargetMutation { runner: 0 })
+        matches!(
+            a,
+            Action::TargetMutation {
+                runner: 0,
+                attempt: None
+            }
+        )
     })?
     .take("runner 0 loses contact", None, |a, _| {
         matches!(a, Action::Disconnect { runner: 0 })

@@ -375,7 +375,7 @@ fn the_exported_corpus_is_read_back_by_the_itf_crate() {
             assert_eq!(step.action_taken, snake);
             // The picks are the action's arguments.
             match action {
-                Action::Claim { runner } | Action::TargetMutation { runner } => {
+                Action::Claim { runner } | Action::TargetMutation { runner, .. } => {
                     assert_eq!(step.nondet_picks.runner, Some(*runner))
                 }
                 Action::Cancel { job } => assert_eq!(step.nondet_picks.job, Some(*job)),

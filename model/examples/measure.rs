@@ -1,6 +1,7 @@
 //! Measure one configuration of the model without the CLI:
 //! `cargo run --release -p leasewright-model --example measure -- JOBS RUNNERS ATTEMPTS TTL SKEW DISCONNECTS LEDGER OUTSIDER_JOBS SIDE_EFFECTS SHARED_SLOT BATCH_CLAIM SLOT_SHARED_BY`
-//! (`MEASURE_STATES=N` stops after about N generated states).
+//! (`MEASURE_STATES=N` stops after about N generated states; `MEASURE_BATCH_EXECUTION=1` checks
+//! `Config::batch_execution()` instead, with `JOBS RUNNERS ATTEMPTS` overriding its bounds).
 use leasewright_model::{Config, LeaseModel};
 use stateright::{Checker, Model};
 
@@ -25,6 +26,34 @@ fn main() {
         slot_shared_by: *args.get(11).unwrap_or(&0),
         ..d
     };
+    let config = if std::env::var("MEASURE_BATCH_EXECUTION").is_ok() {
+        let b = Config::batch_execution();
+        Config {
+            jobs: *args.first().unwrap_or(&b.jobs),
+            runners: *args.get(1).unwrap_or(&b.runners),
+            attempts_per_job: *args.get(2).unwrap_or(&b.attempts_per_job),
+            ..b
+        }
+    } else {
+        config
+    };
+    if let Ok(variant) = std::env::var("MEASURE_VARIANT") {
+        // The variant's shortest counterexample to the first property it names, as `check
+        // --variant` searches it.
+        let variant: leasewright_model::Variant = variant.parse().expect("a variant");
+        let config = Config::default().with_variant(variant);
+        let property = leasewright_model::properties::caught_by(variant)[0];
+        let model = LeaseModel::for_checking(config).focused(property);
+        let start = std::time::Instant::now();
+        let found = leasewright_model::search::shortest_counterexample(&model, 5_000_000);
+        println!(
+            "{property}: {:?} steps, {} states, {:.2?}",
+            found.counterexample.map(|p| p.len() - 1),
+            found.states,
+            start.elapsed()
+        );
+        return;
+    }
     let start = std::time::Instant::now();
     let mut builder = LeaseModel::for_checking(config.clone()).checker();
     // `MEASURE_STATES=N`: stop after about N generated states (a quick comparison of two builds).
@@ -33,6 +62,13 @@ fn main() {
         .and_then(|n| n.parse().ok())
     {
         builder = builder.target_state_count(n);
+    }
+    // `MEASURE_DEPTH=N`: only paths of at most N states (as a depth-bounded profile entry).
+    if let Some(n) = std::env::var("MEASURE_DEPTH")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        builder = builder.target_max_depth(n);
     }
     let checker = builder.symmetry().threads(2).spawn_dfs();
     let mut last = std::time::Instant::now();

@@ -82,21 +82,32 @@ impl LeaseModel {
     }
 
     /// The effect of an accepted batch claim: each job taken as R1 says, in submission order (so
-    /// the attempts are in that order). The runner executes the earliest; the model's runner
-    /// holds one attempt, so the leases of the others are never started (their executions are
-    /// `stopped`): they expire, are swept and reconciled, their slots reserved until then.
-    /// `None` when it takes nothing.
+    /// the attempts are in that order), each under its own lease, fence and slot token. The
+    /// runner holds the earliest ([`Runner::holding`]) and the others ([`Runner::batch`]), and
+    /// executes, heartbeats and reports each like the lease of a claim of one job. (The flawed
+    /// `batch-one-slot-token` issues the earliest job's slot token to every job of the batch
+    /// and advances only that slot's counter.) `None` when it takes nothing.
     pub(crate) fn claim_batch(&self, s: &mut State, runner: RunnerId, limit: u8) -> Option<()> {
         let jobs = self.batch_claimable_jobs(s, runner, limit);
         let first = s.attempts.len() as AttemptId;
         jobs.first()?;
+        let mut batch = 0;
         for &job in &jobs {
+            let slot = s.jobs[job as usize].slot as usize;
+            let counter = s.targets[slot].tokens;
             self.claim(s, runner, job);
+            let a = s.attempts.len() as AttemptId - 1;
+            if a != first {
+                batch |= crate::model::bit(a);
+                if self.config.variant == Variant::BatchOneSlotToken {
+                    s.attempts[a as usize].token = s.attempts[first as usize].token;
+                    s.targets[slot].tokens = counter;
+                }
+            }
         }
-        for a in s.attempts.iter_mut().skip(first as usize + 1) {
-            a.execution = Execution::Stopped;
-        }
-        s.runners[runner as usize].holding = Some(first);
+        let r = &mut s.runners[runner as usize];
+        r.holding = Some(first);
+        r.batch = batch;
         Some(())
     }
 

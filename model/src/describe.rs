@@ -23,6 +23,11 @@ pub fn tuple(m: &Message) -> String {
     )
 }
 
+/// Which attempt of a runner's batch a step names: nothing for the one it holds.
+fn of(attempt: &Option<AttemptId>) -> String {
+    attempt.map_or(String::new(), |a| format!(" for attempt {a}"))
+}
+
 fn result(outcome: Outcome, digest: Digest) -> String {
     if digest == 0 {
         format!("result({outcome})")
@@ -49,26 +54,37 @@ pub fn action(a: &Action) -> String {
         Action::Heartbeat {
             runner: r,
             runner_time: skew,
+            attempt,
         } => {
-            format!("{} sends heartbeat (runner time {skew})", runner(*r))
+            format!(
+                "{} sends heartbeat{} (runner time {skew})",
+                runner(*r),
+                of(attempt)
+            )
         }
         Action::Result {
             runner: r,
             outcome,
             runner_time: skew,
             digest,
+            attempt,
         } => {
             format!(
-                "{} sends {} (runner time {skew})",
+                "{} sends {}{} (runner time {skew})",
                 runner(*r),
-                result(*outcome, *digest)
+                result(*outcome, *digest),
+                of(attempt)
             )
         }
-        Action::TargetMutation { runner: r } => format!("{} sends a target mutation", runner(*r)),
+        Action::TargetMutation { runner: r, attempt } => {
+            format!("{} sends a target mutation{}", runner(*r), of(attempt))
+        }
         Action::SideEffect { runner: r, effect } => {
             format!("{} sends {}", runner(*r), effect.describe())
         }
-        Action::StopExecuting { runner: r } => format!("{} stops executing", runner(*r)),
+        Action::StopExecuting { runner: r, attempt } => {
+            format!("{} stops executing{}", runner(*r), of(attempt))
+        }
         Action::Disconnect { runner: r } => format!("{} disconnects", runner(*r)),
         Action::Rejoin {
             runner: r,
@@ -273,7 +289,7 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
             }
             Action::Result { runner: r, .. }
             | Action::Rejoin { runner: r, .. }
-            | Action::TargetMutation { runner: r } => {
+            | Action::TargetMutation { runner: r, .. } => {
                 let to = if matches!(act, Action::TargetMutation { .. }) {
                     "Target"
                 } else {
@@ -286,7 +302,7 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                 )
                 .replace("-)Server", &format!("-){to}"))
             }
-            Action::StopExecuting { runner: r } | Action::Disconnect { runner: r } => {
+            Action::StopExecuting { runner: r, .. } | Action::Disconnect { runner: r } => {
                 format!("Note over {}: {}", runner(*r), action(act))
             }
             Action::Replay { runner: r, .. } => format!("{}-)Server: {}", runner(*r), action(act)),

@@ -227,6 +227,7 @@ impl LeaseModel {
                 project: 0,
                 connected: true,
                 holding: None,
+                batch: 0,
             })
             .collect();
         if c.outsider {
@@ -234,6 +235,7 @@ impl LeaseModel {
                 project: 1,
                 connected: true,
                 holding: None,
+                batch: 0,
             });
         }
         State {
@@ -327,8 +329,15 @@ impl LeaseModel {
             Action::Heartbeat {
                 runner,
                 runner_time,
-            } => Self::message(state, *runner, MessageKind::Heartbeat, *runner_time)
-                .map(|m| self.delivery_verdict(state, &m)),
+                attempt,
+            } => Self::message_of(
+                state,
+                *runner,
+                *attempt,
+                MessageKind::Heartbeat,
+                *runner_time,
+            )
+            .map(|m| self.delivery_verdict(state, &m)),
             Action::SideEffect { runner, effect } => {
                 Self::message(state, *runner, MessageKind::SideEffect(*effect), 0)
                     .map(|m| self.delivery_verdict(state, &m))
@@ -651,10 +660,18 @@ impl LeaseModel {
 
     // ----- physical truth ----------------------------------------------------------------------
 
-    /// The attempt `runner` is executing, if it is executing one.
+    /// The attempt `runner` holds, if it is executing it (of a batch, the earliest it took).
     pub fn executing(&self, s: &State, runner: RunnerId) -> Option<AttemptId> {
         let a = s.runners.get(runner as usize)?.holding?;
         (s.attempts[a as usize].execution == Execution::Executing).then_some(a)
+    }
+
+    /// Whether `runner` is executing any attempt its last claim gave it (a batch's included).
+    pub fn executing_any(&self, s: &State, runner: RunnerId) -> bool {
+        s.runners.get(runner as usize).is_some_and(|r| {
+            r.held()
+                .any(|(_, a)| s.attempts[a as usize].execution == Execution::Executing)
+        })
     }
 
     /// The truthful finding about `attempt`: what its runner really did.
@@ -671,7 +688,23 @@ impl LeaseModel {
     /// `skew`; target mutations carry none, and the attempt's slot token instead), if it holds
     /// one. A result carries digest 0 ([`LeaseModel::result_message`] for another).
     pub fn message(s: &State, runner: RunnerId, kind: MessageKind, skew: u8) -> Option<Message> {
-        let a = s.runners.get(runner as usize)?.holding?;
+        Self::message_of(s, runner, None, kind, skew)
+    }
+
+    /// [`LeaseModel::message`] about `attempt` of the runner's batch ([`Runner::batch`];
+    /// `None`: the attempt it holds), if its last claim gave it that attempt.
+    pub fn message_of(
+        s: &State,
+        runner: RunnerId,
+        attempt: Option<AttemptId>,
+        kind: MessageKind,
+        skew: u8,
+    ) -> Option<Message> {
+        let r = s.runners.get(runner as usize)?;
+        let a = match attempt {
+            None => r.holding?,
+            Some(a) => Some(a).filter(|&a| r.batch & bit(a) != 0)?,
+        };
         let attempt = &s.attempts[a as usize];
         let mutation = kind == MessageKind::TargetMutation;
         Some(Message {
@@ -687,15 +720,16 @@ impl LeaseModel {
         })
     }
 
-    /// The result `runner` sends about the attempt it holds.
+    /// The result `runner` sends about `attempt` (`None`: the attempt it holds).
     pub fn result_message(
         s: &State,
         runner: RunnerId,
+        attempt: Option<AttemptId>,
         outcome: Outcome,
         skew: u8,
         digest: Digest,
     ) -> Option<Message> {
-        let m = Self::message(s, runner, MessageKind::Result(outcome), skew)?;
+        let m = Self::message_of(s, runner, attempt, MessageKind::Result(outcome), skew)?;
         Some(Message { digest, ..m })
     }
 
@@ -706,11 +740,13 @@ impl LeaseModel {
         // A connected runner's heartbeat: sent now while it executes, or, once its execution
         // has ended (by its duty, a crash or a result), one it sent before that and the network
         // delivers late.
-        let heartbeats = (0..s.runners.len() as RunnerId).filter_map(move |runner| {
-            let connected = s.runners.get(runner as usize)?.connected;
-            connected
-                .then(|| Self::message(s, runner, MessageKind::Heartbeat, 0))
-                .flatten()
+        let heartbeats = (0..s.runners.len() as RunnerId).flat_map(move |runner| {
+            let r = &s.runners[runner as usize];
+            r.held()
+                .filter(|_| r.connected)
+                .filter_map(move |(attempt, _)| {
+                    Self::message_of(s, runner, attempt, MessageKind::Heartbeat, 0)
+                })
         });
         s.in_flight
             .iter()
@@ -1051,6 +1087,7 @@ impl LeaseModel {
         });
         let r = &mut s.runners[runner as usize];
         r.holding = Some(a);
+        r.batch = 0;
     }
 
     fn sweep(&self, s: &mut State) {
@@ -1214,7 +1251,10 @@ impl LeaseModel {
         if self.config.variant != Variant::None || self.config.failover {
             return false;
         }
-        let held = s.runners.get(m.sender as usize).and_then(|r| r.holding) == Some(m.attempt);
+        let held = s
+            .runners
+            .get(m.sender as usize)
+            .is_some_and(|r| r.holds(m.attempt));
         let Some(job) = s.jobs.get(m.job as usize) else {
             return false;
         };
@@ -1247,12 +1287,13 @@ impl LeaseModel {
         &self,
         s: &State,
         runner: RunnerId,
+        attempt: Option<AttemptId>,
         results: &[(Outcome, Digest)],
         actions: &mut Vec<Action>,
     ) {
         for &(outcome, digest) in results {
             for skew in 0..=self.config.max_skew {
-                let already = Self::result_message(s, runner, outcome, skew, digest)
+                let already = Self::result_message(s, runner, attempt, outcome, skew, digest)
                     .is_some_and(|m| s.in_flight.contains(&m));
                 if !already {
                     actions.push(Action::Result {
@@ -1260,8 +1301,87 @@ impl LeaseModel {
                         outcome,
                         runner_time: skew,
                         digest,
+                        attempt,
                     });
                 }
+            }
+        }
+    }
+
+    /// The steps of `runner` about attempt `a` its last claim gave it (`attempt`: how a step
+    /// names it): while it executes, its heartbeats, results, target mutation and stop; once its
+    /// execution has ended, a heartbeat delivered late (the second, conflicting result is
+    /// [`LeaseModel::conflict_actions`]).
+    fn lease_actions(
+        &self,
+        s: &State,
+        runner: RunnerId,
+        (attempt, a): (Option<AttemptId>, AttemptId),
+        actions: &mut Vec<Action>,
+    ) {
+        let r = &s.runners[runner as usize];
+        let skews = 0..=self.config.max_skew;
+        let heartbeats = |actions: &mut Vec<Action>| {
+            if r.connected {
+                for runner_time in skews.clone() {
+                    actions.push(Action::Heartbeat {
+                        runner,
+                        runner_time,
+                        attempt,
+                    });
+                }
+            }
+        };
+        match s.attempts[a as usize].execution {
+            Execution::Executing => {
+                heartbeats(actions);
+                if r.connected {
+                    // A runner reports `cancelled` only once it can have learned of the
+                    // cancellation (the job is `cancelling`; answers are not modelled).
+                    let cancelling =
+                        s.jobs[s.attempts[a as usize].job as usize].state == JobState::Cancelling;
+                    let outcomes: &[(Outcome, Digest)] = if cancelling {
+                        &[
+                            (Outcome::Passed, 0),
+                            (Outcome::Failed, 0),
+                            (Outcome::Cancelled, 0),
+                        ]
+                    } else {
+                        &[(Outcome::Passed, 0), (Outcome::Failed, 0)]
+                    };
+                    self.push_results(s, runner, attempt, outcomes, actions);
+                }
+                if r.connected && self.config.side_effects && attempt.is_none() {
+                    self.side_effect_actions(s, runner, actions);
+                }
+                let mutation = Self::message_of(s, runner, attempt, MessageKind::TargetMutation, 0);
+                if mutation.is_some_and(|m| !s.in_flight.contains(&m)) {
+                    actions.push(Action::TargetMutation { runner, attempt });
+                }
+                actions.push(Action::StopExecuting { runner, attempt });
+            }
+            // A heartbeat it sent while it still executed, delivered late (after the end of its
+            // lease by its own reckoning, a crash, or its result): a request answered at
+            // receipt, like any heartbeat.
+            _ => heartbeats(actions),
+        }
+    }
+
+    /// A second, conflicting result `runner` may send about attempt `a` after it reported its
+    /// outcome.
+    fn conflict_actions(
+        &self,
+        s: &State,
+        runner: RunnerId,
+        (attempt, a): (Option<AttemptId>, AttemptId),
+        actions: &mut Vec<Action>,
+    ) {
+        if let Execution::Finished(first @ (Outcome::Passed | Outcome::Failed)) =
+            s.attempts[a as usize].execution
+        {
+            if s.runners[runner as usize].connected {
+                let results = Self::conflicting_results(first);
+                self.push_results(s, runner, attempt, &results, actions);
             }
         }
     }
@@ -1272,71 +1392,18 @@ impl LeaseModel {
         let runners = s.runners.len() as RunnerId;
         for runner in 0..runners {
             let r = &s.runners[runner as usize];
-            match self.executing(s, runner) {
-                Some(a) => {
-                    if r.connected {
-                        for skew in skews.clone() {
-                            actions.push(Action::Heartbeat {
-                                runner,
-                                runner_time: skew,
-                            });
-                        }
-                        // A runner reports `cancelled` only once it can have learned of the
-                        // cancellation (the job is `cancelling`; answers are not modelled).
-                        let cancelling = s.jobs[s.attempts[a as usize].job as usize].state
-                            == JobState::Cancelling;
-                        let outcomes: &[(Outcome, Digest)] = if cancelling {
-                            &[
-                                (Outcome::Passed, 0),
-                                (Outcome::Failed, 0),
-                                (Outcome::Cancelled, 0),
-                            ]
-                        } else {
-                            &[(Outcome::Passed, 0), (Outcome::Failed, 0)]
-                        };
-                        self.push_results(s, runner, outcomes, actions);
-                    }
-                    if r.connected && c.side_effects {
-                        self.side_effect_actions(s, runner, actions);
-                    }
-                    let mutation = Self::message(s, runner, MessageKind::TargetMutation, 0);
-                    if mutation.is_some_and(|m| !s.in_flight.contains(&m)) {
-                        actions.push(Action::TargetMutation { runner });
-                    }
-                    actions.push(Action::StopExecuting { runner });
-                }
-                None => {
-                    // A heartbeat it sent while it still executed, delivered late (after the
-                    // end of its lease by its own reckoning, a crash, or its result): a request
-                    // answered at receipt, like any heartbeat.
-                    if r.connected && r.holding.is_some() {
-                        for skew in skews.clone() {
-                            actions.push(Action::Heartbeat {
-                                runner,
-                                runner_time: skew,
-                            });
-                        }
-                    }
-                    if r.connected && self.claimable_job(s, runner).is_some() {
-                        actions.push(Action::Claim { runner });
-                        self.batch_claim_actions(s, runner, actions);
-                    }
-                    // A second, conflicting result after the runner reported its outcome.
-                    if let Some(a) = r.holding.filter(|_| r.connected) {
-                        if let Execution::Finished(first @ (Outcome::Passed | Outcome::Failed)) =
-                            s.attempts[a as usize].execution
-                        {
-                            self.push_results(
-                                s,
-                                runner,
-                                &Self::conflicting_results(first),
-                                actions,
-                            );
-                        }
-                    }
-                }
+            for held in r.held() {
+                self.lease_actions(s, runner, held, actions);
             }
-            if c.disconnects && r.connected && self.executing(s, runner).is_some() {
+            let executing = self.executing_any(s, runner);
+            if !executing && r.connected && self.claimable_job(s, runner).is_some() {
+                actions.push(Action::Claim { runner });
+                self.batch_claim_actions(s, runner, actions);
+            }
+            for held in r.held() {
+                self.conflict_actions(s, runner, held, actions);
+            }
+            if c.disconnects && r.connected && executing {
                 actions.push(Action::Disconnect { runner });
             }
             if !r.connected {
@@ -1542,8 +1609,8 @@ impl Model for LeaseModel {
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
-        let send = |s: &mut State, runner, kind, skew| -> Option<()> {
-            let m = Self::message(s, runner, kind, skew)?;
+        let send = |s: &mut State, runner, attempt, kind, skew| -> Option<()> {
+            let m = Self::message_of(s, runner, attempt, kind, skew)?;
             s.in_flight.insert(m);
             Some(())
         };
@@ -1559,8 +1626,9 @@ impl Model for LeaseModel {
             Action::Heartbeat {
                 runner,
                 runner_time: skew,
+                attempt,
             } => {
-                let m = Self::message(&s, runner, MessageKind::Heartbeat, skew)?;
+                let m = Self::message_of(&s, runner, attempt, MessageKind::Heartbeat, skew)?;
                 self.receive(last, &mut s, &m);
                 self.deliver(&mut s, &m);
             }
@@ -1575,20 +1643,25 @@ impl Model for LeaseModel {
                 outcome,
                 runner_time: skew,
                 digest,
+                attempt,
             } => {
-                let m = Self::result_message(&s, runner, outcome, skew, digest)?;
+                let m = Self::result_message(&s, runner, attempt, outcome, skew, digest)?;
                 let attempt = &mut s.attempts[m.attempt as usize];
                 if attempt.execution == Execution::Executing {
                     attempt.execution = Execution::Finished(outcome);
                 }
                 s.in_flight.insert(m);
             }
-            Action::TargetMutation { runner } => {
-                send(&mut s, runner, MessageKind::TargetMutation, 0)?;
+            Action::TargetMutation { runner, attempt } => {
+                send(&mut s, runner, attempt, MessageKind::TargetMutation, 0)?;
             }
-            Action::StopExecuting { runner } => {
-                let a = self.executing(&s, runner)?;
-                s.attempts[a as usize].execution = Execution::Stopped;
+            Action::StopExecuting { runner, attempt } => {
+                let a = Self::message_of(&s, runner, attempt, MessageKind::Heartbeat, 0)?.attempt;
+                let attempt = &mut s.attempts[a as usize];
+                if attempt.execution != Execution::Executing {
+                    return None;
+                }
+                attempt.execution = Execution::Stopped;
             }
             Action::Disconnect { runner } => s.runners.get_mut(runner as usize)?.connected = false,
             Action::Rejoin {
@@ -1597,7 +1670,7 @@ impl Model for LeaseModel {
             } => {
                 s.runners.get_mut(runner as usize)?.connected = true;
                 if !self.rejoins_at_receipt() {
-                    let _ = send(&mut s, runner, MessageKind::Rejoin, skew);
+                    let _ = send(&mut s, runner, None, MessageKind::Rejoin, skew);
                 }
             }
             Action::Replay {

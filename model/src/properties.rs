@@ -571,6 +571,10 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         Variant::BatchTwoPerSlot => &[SLOT_EXCLUSIVE, BATCH_ONE_JOB_PER_SLOT],
         Variant::BatchSkipsEarliest => &[BATCH_EARLIEST_OF_EACH_SLOT],
         Variant::BatchStopsAtBusySlot => &[BATCH_SKIPS_NOTHING_CLAIMABLE],
+        // Its harm first: a later reservation of a batch job's slot is issued the token that
+        // job was given, and the earlier holder's mutation lands after the later one's at a
+        // fenced target (equal tokens); then the rule.
+        Variant::BatchOneSlotToken => &[FENCED_TARGET_MONOTONIC, SLOT_TOKENS_INCREASE],
     }
 }
 
@@ -1463,9 +1467,7 @@ fn quiescence_resolved(c: &Ctx<'_>) -> bool {
     // Cheap exits: an executing runner can stop, a disconnected one can rejoin, an idle one can
     // claim; each of these changes the state.
     if (0..s.runners.len() as RunnerId).any(|r| {
-        m.executing(s, r).is_some()
-            || !s.runners[r as usize].connected
-            || m.claimable_job(s, r).is_some()
+        m.executing_any(s, r) || !s.runners[r as usize].connected || m.claimable_job(s, r).is_some()
     }) {
         return true;
     }

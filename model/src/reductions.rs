@@ -40,7 +40,7 @@ impl LeaseModel {
             .filter(move |_| on)
             .filter_map(move |(a, attempt)| {
                 let a = a as AttemptId;
-                let held = s.runners.get(attempt.runner as usize)?.holding == Some(a);
+                let held = s.runners.get(attempt.runner as usize)?.holds(a);
                 let job = s.jobs.get(attempt.job as usize)?;
                 let live = held
                     || self.config.failover

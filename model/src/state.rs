@@ -90,6 +90,11 @@ pub struct Config {
     /// batch claim walks past them. `0`: as [`Config::shared_slot`] says.
     #[serde(default)]
     pub slot_shared_by: u8,
+    /// Jobs name the first N slots in turn (job `j` slot `j mod N`), so each of those slots is
+    /// shared by several jobs and a batch may start on any of them. `0` or `1`: as
+    /// [`Config::slot_shared_by`] and [`Config::shared_slot`] say.
+    #[serde(default)]
+    pub slots_in_turn: u8,
     /// Runners may break docs/protocol.md §2's duty: they go on executing past the end of
     /// their own lease (only a runner whose claim a failover lost stops there, as the model did
     /// before issue 39), so a reconciliation's finding is only what the operator established
@@ -134,6 +139,7 @@ impl Default for Config {
             replica_skew: 0,
             batch_claim: 0,
             slot_shared_by: 0,
+            slots_in_turn: 0,
             duty_ignored: false,
         }
     }
@@ -214,6 +220,14 @@ impl Config {
         if variant.needs_reissued_ids() {
             self.reissued_ids = true;
         }
+        if variant == Variant::BatchOneSlotToken {
+            // Executed batches: the slot a batch's later job reserved is reserved again by a
+            // later claim, while the earlier holder's mutation may still be in flight.
+            return Config {
+                variant,
+                ..Config::batch_execution()
+            };
+        }
         if variant.needs_batch_claim() {
             // The batch claims' shape with a fourth job (jobs 0 and 1 on slot 0, jobs 2 and 3 a
             // slot each): a batch that walks past job 1 while job 0 holds slot 0 can take two.
@@ -240,6 +254,8 @@ impl Config {
     pub fn slot_of(&self, job: JobId) -> SlotId {
         if self.shared_slot {
             0
+        } else if self.slots_in_turn > 1 {
+            job % self.slots_in_turn
         } else if self.slot_shared_by > 1 {
             job.saturating_sub(self.slot_shared_by - 1)
         } else {
@@ -251,6 +267,8 @@ impl Config {
     pub fn slots(&self) -> u8 {
         if self.shared_slot {
             1
+        } else if self.slots_in_turn > 1 {
+            self.slots_in_turn.min(self.all_jobs()).max(1)
         } else if self.slot_shared_by > 1 {
             self.all_jobs()
                 .saturating_sub(self.slot_shared_by - 1)
@@ -273,6 +291,26 @@ impl Config {
             attempts_per_job: 1,
             batch_claim: 2,
             slot_shared_by: 2,
+            ..Config::default()
+        }
+    }
+}
+
+impl Config {
+    /// The batch claims executed, with two runners (`batch-execution-walk` of `check --profile
+    /// ci`, paths of bounded length; the configuration of `batch-one-slot-token`): four jobs on
+    /// two slots in turn (jobs 0 and 2 on slot 0, jobs 1 and 3 on slot 1), one attempt each,
+    /// batch claims of up to 2 jobs, one-tick leases, no outsider. Every lease a batch gives is
+    /// executed, heartbeated and reported; a batch may start on either slot, and a slot a
+    /// batch's later job reserved is reserved again by the other runner's claim.
+    pub fn batch_execution() -> Self {
+        Config {
+            jobs: 4,
+            runners: 2,
+            attempts_per_job: 1,
+            batch_claim: 2,
+            slots_in_turn: 2,
+            outsider: false,
             ..Config::default()
         }
     }
@@ -400,8 +438,31 @@ pub struct Runner {
     pub project: ProjectId,
     /// In contact with the control plane.
     pub connected: bool,
-    /// The attempt whose ownership tuple it holds (the last one it claimed).
+    /// The attempt whose ownership tuple it holds (the last one it claimed; of a batch claim,
+    /// the earliest it took).
     pub holding: Option<AttemptId>,
+    /// The other attempts its last claim gave it, as a bit set of attempt ids: a batch claim's
+    /// later leases, each executed, heartbeated and reported like the one it holds (0 after a
+    /// claim of one job).
+    #[serde(default)]
+    pub batch: u8,
+}
+
+impl Runner {
+    /// Whether its last claim gave it attempt `a`.
+    pub fn holds(&self, a: AttemptId) -> bool {
+        self.holding == Some(a) || self.batch & crate::model::bit(a) != 0
+    }
+
+    /// Every attempt its last claim gave it, the one it holds first: each as the `attempt` a
+    /// runner step names (`None`: the one it holds).
+    pub fn held(&self) -> impl Iterator<Item = (Option<AttemptId>, AttemptId)> + '_ {
+        let batch = (0..8).filter(|&a| self.batch & crate::model::bit(a) != 0);
+        self.holding
+            .map(|a| (None, a))
+            .into_iter()
+            .chain(batch.map(|a| (Some(a), a)))
+    }
 }
 
 /// What a message is.
@@ -840,11 +901,16 @@ pub enum Action {
     Claim { runner: RunnerId },
     /// R1 `claim` as a set, the batch claim of up to `limit` jobs ([`Config::batch_claim`];
     /// docs/protocol.md "Batch claim"): one request, one answer, at most one job per slot. The
-    /// runner executes the earliest job it took; the leases of the others it never starts (the
-    /// model's runner holds one attempt), so they expire and are reconciled.
+    /// runner executes every job it took, each under its own lease ([`Runner::batch`]).
     ClaimBatch { runner: RunnerId, limit: u8 },
-    /// The runner sends `heartbeat` for the attempt it executes.
-    Heartbeat { runner: RunnerId, runner_time: u8 },
+    /// The runner sends `heartbeat` for an attempt it executes.
+    Heartbeat {
+        runner: RunnerId,
+        runner_time: u8,
+        /// Which attempt of its batch ([`Runner::batch`]); `None`: the one it holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptId>,
+    },
     /// The runner sends `result`: it finished executing with `outcome`, or (once, after its
     /// result) a second, conflicting one.
     Result {
@@ -855,9 +921,17 @@ pub enum Action {
         /// outcome with another digest).
         #[serde(default)]
         digest: Digest,
+        /// Which attempt of its batch ([`Runner::batch`]); `None`: the one it holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptId>,
     },
     /// The runner mutates its job's target directly (once per attempt, connected or not).
-    TargetMutation { runner: RunnerId },
+    TargetMutation {
+        runner: RunnerId,
+        /// Which attempt of its batch ([`Runner::batch`]); `None`: the one it holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptId>,
+    },
     /// The runner sends a side effect (R8) about the attempt it executes; like a heartbeat, a
     /// request the server answers at receipt ([`Config::side_effects`]).
     SideEffect {
@@ -865,7 +939,12 @@ pub enum Action {
         effect: SideEffect,
     },
     /// The runner's execution stops without an outcome (killed, crashed).
-    StopExecuting { runner: RunnerId },
+    StopExecuting {
+        runner: RunnerId,
+        /// Which attempt of its batch ([`Runner::batch`]); `None`: the one it holds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptId>,
+    },
     /// The runner loses contact with the control plane (its in-flight messages may still arrive).
     Disconnect { runner: RunnerId },
     /// The runner reconnects and sends R5 `rejoin` with the tuple it holds, if any.
@@ -1072,9 +1151,10 @@ impl std::hash::Hash for State {
                 project,
                 connected,
                 holding,
+                batch,
             } = *runner;
             let [holding_tag, holding] = option(holding);
-            h.write_u32(pack([project, connected as u8, holding_tag, holding]) as u32);
+            h.write_u64(pack([project, connected as u8, holding_tag, holding, batch]) as u64);
         }
         h.write_usize(in_flight.len());
         for m in in_flight {

@@ -303,6 +303,7 @@ impl State {
         }
         for r in s.runners.iter_mut() {
             r.holding = r.holding.map(id);
+            r.batch = rename_bits(r.batch, &id);
         }
         for t in s.targets.iter_mut() {
             t.attempts_applied = rename_bits(t.attempts_applied, &id);

@@ -342,6 +342,10 @@ named_enum! {
         /// whose slot is free: it does not walk past jobs waiting on busy slots, so it takes fewer
         /// than the rule's K earliest claimable jobs (the bug class of issue 28, item 2).
         BatchStopsAtBusySlot => "batch-stops-at-busy-slot",
+        /// The batch claim issues one slot token for the whole batch: every job it takes gets
+        /// the earliest job's slot token, and only that slot's counter advances, so a later
+        /// reservation of another job's slot is issued a token that slot issued already.
+        BatchOneSlotToken => "batch-one-slot-token",
     }
 }
 
@@ -431,7 +435,10 @@ impl Variant {
     pub fn needs_batch_claim(self) -> bool {
         matches!(
             self,
-            Self::BatchTwoPerSlot | Self::BatchSkipsEarliest | Self::BatchStopsAtBusySlot
+            Self::BatchTwoPerSlot
+                | Self::BatchSkipsEarliest
+                | Self::BatchStopsAtBusySlot
+                | Self::BatchOneSlotToken
         )
     }
 

@@ -55,6 +55,7 @@ fn sends_passed(runner: RunnerId) -> Action {
         outcome: Outcome::Passed,
         runner_time: 0,
         digest: 0,
+        attempt: None,
     }
 }
 
@@ -182,7 +183,10 @@ fn a_runner_rejoining_after_expiry_is_told_to_stop_and_no_second_attempt_starts(
         &model,
         &[
             Action::Claim { runner: 0 },
-            Action::TargetMutation { runner: 0 },
+            Action::TargetMutation {
+                runner: 0,
+                attempt: None,
+            },
             Action::Disconnect { runner: 0 },
             Action::Tick,
             Action::Tick,
@@ -222,7 +226,10 @@ fn retried_by_runner_1() -> Vec<Action> {
             decision: Decision::Retry,
         },
         Action::Claim { runner: 1 },
-        Action::TargetMutation { runner: 1 },
+        Action::TargetMutation {
+            runner: 1,
+            attempt: None,
+        },
     ]
 }
 
@@ -233,8 +240,14 @@ fn a_fenced_target_refuses_the_mutation_of_a_superseded_attempt() {
     let model = LeaseModel::new(small());
     let mut actions = vec![
         Action::Claim { runner: 0 },
-        Action::TargetMutation { runner: 0 },
-        Action::StopExecuting { runner: 0 },
+        Action::TargetMutation {
+            runner: 0,
+            attempt: None,
+        },
+        Action::StopExecuting {
+            runner: 0,
+            attempt: None,
+        },
     ];
     actions.extend(retried_by_runner_1());
     let states = walk(&model, &actions);
@@ -779,7 +792,13 @@ fn an_untruthful_stopped_finding_is_contained_by_a_fenced_target_and_not_by_an_u
             .unwrap();
         // The live stale worker mutates the target only now.
         let s = model
-            .next_state(&s, Action::TargetMutation { runner: 0 })
+            .next_state(
+                &s,
+                Action::TargetMutation {
+                    runner: 0,
+                    attempt: None,
+                },
+            )
             .unwrap();
         let stale = sent(&s, 0, 0, MessageKind::TargetMutation);
         assert_eq!(stale.token, 1);
@@ -868,7 +887,10 @@ fn a_later_job_with_a_lower_fence_deploys_to_a_shared_fenced_slot() {
             &model,
             &[
                 Action::Claim { runner: 0 },
-                Action::StopExecuting { runner: 0 },
+                Action::StopExecuting {
+                    runner: 0,
+                    attempt: None,
+                },
                 Action::Tick,
                 Action::Tick,
                 Action::ExpirySweep,
@@ -878,7 +900,10 @@ fn a_later_job_with_a_lower_fence_deploys_to_a_shared_fenced_slot() {
                     decision: Decision::Retry,
                 },
                 Action::Claim { runner: 0 },
-                Action::TargetMutation { runner: 0 },
+                Action::TargetMutation {
+                    runner: 0,
+                    attempt: None,
+                },
             ],
         );
         let s = states.last().unwrap().clone();
@@ -894,6 +919,7 @@ fn a_later_job_with_a_lower_fence_deploys_to_a_shared_fenced_slot() {
                     outcome: Outcome::Passed,
                     runner_time: 0,
                     digest: 0,
+                    attempt: None,
                 },
             ],
         ));
@@ -905,7 +931,10 @@ fn a_later_job_with_a_lower_fence_deploys_to_a_shared_fenced_slot() {
             &[
                 Action::Deliver { message: passed },
                 Action::Claim { runner: 1 },
-                Action::TargetMutation { runner: 1 },
+                Action::TargetMutation {
+                    runner: 1,
+                    attempt: None,
+                },
             ],
         )
         .pop()
@@ -968,6 +997,32 @@ fn assert_every_property(config: &Config, checker: &impl Checker<LeaseModel>) {
 /// The batch claims' configuration (`batch-claim` of `check --profile ci`): every property
 /// holds and every `sometimes` is reached, the batch ones included (a batch takes fewer than K
 /// because two jobs share a slot; a batch walks past a job waiting on a busy slot).
+/// The batch claims executed with two runners (`batch-execution-walk` of `check --profile
+/// ci`): four jobs on two slots in turn, every lease of a batch executed; no invariant is
+/// violated along any path of up to 10 states (the whole space exceeds two million states). One
+/// thread, so the count is the same in every run.
+#[test]
+fn the_protocol_satisfies_every_invariant_with_batches_executed_by_two_runners() {
+    let config = Config::batch_execution();
+    let checker = LeaseModel::for_checking(config.clone())
+        .checker()
+        .target_max_depth(10)
+        .symmetry()
+        .threads(1)
+        .spawn_dfs()
+        .join();
+    if let Some(path) = checker.discovery(EVERY_INVARIANT) {
+        let model = LeaseModel::new(config.clone());
+        panic!(
+            "{:?}\n{}",
+            properties::violated(&model, path.last_state()),
+            describe::steps(&model, &path.into_vec()).join("\n")
+        );
+    }
+    assert!(checker.discovery(SOMETIMES_BATCH_FEWER).is_some());
+    assert_eq!(checker.unique_state_count(), 104_518, "{config:?}");
+}
+
 #[test]
 fn the_protocol_satisfies_every_property_with_batch_claims() {
     let config = Config::batch_claims();
@@ -976,7 +1031,7 @@ fn the_protocol_satisfies_every_property_with_batch_claims() {
         assert!(checker.discovery(name).is_some(), "{name}");
     }
     assert_every_property(&config, &checker);
-    assert_eq!(checker.unique_state_count(), 616_499, "{config:?}");
+    assert_eq!(checker.unique_state_count(), 800_849, "{config:?}");
 }
 
 /// `batch-two-per-slot`: in the initial state, the batch of two runner 0 could claim takes jobs
@@ -1116,8 +1171,124 @@ fn a_batch_claim_takes_the_earliest_job_of_each_slot_among_the_k_earliest() {
             .iter()
             .map(|a| (a.job, a.execution))
             .collect::<Vec<_>>(),
-        vec![(0, Execution::Executing), (2, Execution::Stopped)]
+        vec![(0, Execution::Executing), (2, Execution::Executing)]
     );
+}
+
+/// Issue 39 item 2: every lease a batch claim gives is executed like a claim of one job's: its
+/// heartbeat renews it, its result commits its job, its mutation carries its own slot token,
+/// its runner stops it at the end of its own lease; and the runner claims again only once none
+/// of them executes.
+#[test]
+fn every_lease_of_a_batch_is_executed_heartbeated_and_reported() {
+    let model = LeaseModel::new(Config::batch_execution());
+    let batch = Action::ClaimBatch {
+        runner: 0,
+        limit: 2,
+    };
+    let states = walk(&model, &[batch]);
+    let claimed = states.last().unwrap();
+    // Jobs 0 and 1 (slots 0 and 1), each under its own lease and slot token, both executing.
+    assert_eq!(
+        claimed
+            .attempts
+            .iter()
+            .map(|a| (a.job, a.token, a.execution))
+            .collect::<Vec<_>>(),
+        vec![(0, 1, Execution::Executing), (1, 1, Execution::Executing)]
+    );
+    assert!(claimed.runners[0].holds(0) && claimed.runners[0].holds(1));
+    let later = Some(1);
+    let heartbeat = Action::Heartbeat {
+        runner: 0,
+        runner_time: 0,
+        attempt: later,
+    };
+    assert_eq!(
+        model.expected(claimed, &heartbeat),
+        Some(Expected::ACCEPTED)
+    );
+    let mut enabled = Vec::new();
+    model.actions(claimed, &mut enabled);
+    for action in [
+        heartbeat.clone(),
+        Action::TargetMutation {
+            runner: 0,
+            attempt: later,
+        },
+        Action::StopExecuting {
+            runner: 0,
+            attempt: later,
+        },
+    ] {
+        assert!(enabled.contains(&action), "{action:?} is not offered");
+    }
+    // No claim while a lease of the batch executes.
+    assert!(!enabled.iter().any(|a| matches!(
+        a,
+        Action::Claim { runner: 0 } | Action::ClaimBatch { runner: 0, .. }
+    )));
+    // The later lease's result commits job 1 and frees slot 1; job 0 still runs.
+    let states = walk_from(
+        &model,
+        claimed,
+        &[Action::Result {
+            runner: 0,
+            outcome: Outcome::Passed,
+            runner_time: 0,
+            digest: 0,
+            attempt: later,
+        }],
+    );
+    let reported = states.last().unwrap();
+    let result = sent(reported, 0, 1, MessageKind::Result(Outcome::Passed));
+    assert_eq!(
+        model.delivery_verdict(reported, &result),
+        Expected::ACCEPTED
+    );
+    let delivered = model
+        .next_state(reported, Action::Deliver { message: result })
+        .unwrap();
+    assert_eq!(delivered.jobs[1].state, JobState::Passed);
+    assert_eq!(delivered.targets[1].holder, None);
+    assert_eq!(delivered.jobs[0].state, JobState::Running);
+    // Time passes: the runner stops the earlier lease at the end of its own reckoning (§2).
+    let ticked = model.next_state(claimed, Action::Tick).unwrap();
+    assert!(ticked
+        .attempts
+        .iter()
+        .all(|a| a.execution == Execution::Stopped));
+}
+
+/// `batch-one-slot-token`: a batch gives its later job the earliest job's slot token without
+/// advancing the later job's slot counter. From the start, job 1 (slot 1) gets job 0's token 1
+/// and slot 1's counter stays 0; in the shortest counterexample a batch starting on slot 1
+/// (jobs 1 and 2) gives job 2 token 1 on slot 0, which job 0 already had, and job 0's
+/// mutation, delivered last, is applied after job 2's.
+#[test]
+fn batch_one_slot_token_lands_a_stale_mutation_after_a_later_one() {
+    let config = variant_config(Variant::BatchOneSlotToken);
+    let model = LeaseModel::new(config.clone());
+    let states = walk(
+        &model,
+        &[Action::ClaimBatch {
+            runner: 0,
+            limit: 2,
+        }],
+    );
+    let claimed = states.last().unwrap();
+    assert_eq!(claimed.attempts[1].token, 1);
+    assert_eq!(
+        claimed.targets[1].tokens, 0,
+        "slot 1's counter did not advance"
+    );
+    let actions = shortest(&config, FENCED_TARGET_MONOTONIC).expect("caught by harm");
+    assert!(violates(&config, FENCED_TARGET_MONOTONIC, &actions));
+    let protocol = Config {
+        variant: Variant::None,
+        ..config
+    };
+    assert!(!violates(&protocol, FENCED_TARGET_MONOTONIC, &actions));
 }
 
 #[test]
@@ -1223,6 +1394,7 @@ fn a_counterexample_survives_the_round_trip_through_itf() {
             outcome: Outcome::Passed,
             runner_time: 0,
             digest: 0,
+            attempt: None,
         },
         Action::Deliver {
             message: passed_of_first_attempt(),
@@ -1760,9 +1932,6 @@ const PINNED: &[(&str, &str, &[&str])] = &[
         SLOT_EXCLUSIVE,
         &[
             "R0 claims a batch of up to 2",
-            "tick (server time passes)",
-            "server runs the expiry sweep",
-            "operator reconciles job 1: finding stopped, decision retry",
         ],
     ),
     (
@@ -1776,6 +1945,20 @@ const PINNED: &[(&str, &str, &[&str])] = &[
         batch::BATCH_SKIPS_NOTHING_CLAIMABLE,
         &[
             "R0 claims",
+        ],
+    ),
+    (
+        "batch-one-slot-token",
+        FENCED_TARGET_MONOTONIC,
+        &[
+            "R0 claims",
+            "R0 sends a target mutation",
+            "R0 sends result(passed) (runner time 0)",
+            "server receives R0's result(passed) (job 0, attempt 0, lease 1, fence 1)",
+            "R0 claims a batch of up to 2",
+            "R0 sends a target mutation for attempt 2",
+            "target receives R0's target mutation (job 2, attempt 2, lease 3, fence 1, slot token 1)",
+            "target receives R0's target mutation (job 0, attempt 0, lease 1, fence 1, slot token 1)",
         ],
     ),
 ];

@@ -389,7 +389,8 @@ pub fn step_request(
         Action::Heartbeat {
             runner,
             runner_time,
-        } => delivery(before, &heartbeat(before, *runner, *runner_time)?),
+            attempt,
+        } => delivery(before, &heartbeat(before, *runner, *attempt, *runner_time)?),
         Action::Deliver { message } => delivery(before, message),
         Action::Replay {
             runner,
@@ -963,7 +964,10 @@ mod tests {
             json!({"type": "step", "step": {"action": "claim", "runner": 1, "attempt": 0,
                 "lease": after.attempts[0].lease}})
         );
-        let stop = Action::StopExecuting { runner: 1 };
+        let stop = Action::StopExecuting {
+            runner: 1,
+            attempt: None,
+        };
         let stopped = model.next_state(&after, stop.clone()).expect("a stop");
         assert_eq!(step_request(&after, &stop, &stopped).unwrap(), None);
     }

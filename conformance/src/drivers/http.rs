@@ -1737,9 +1737,15 @@ impl Session for HttpSession {
             Action::Heartbeat {
                 runner,
                 runner_time,
+                attempt,
             } => Some(
-                self.deliver(&crate::driver::heartbeat(before, *runner, *runner_time)?)
-                    .await?,
+                self.deliver(&crate::driver::heartbeat(
+                    before,
+                    *runner,
+                    *attempt,
+                    *runner_time,
+                )?)
+                .await?,
             ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
             Action::Replay {

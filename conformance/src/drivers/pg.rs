@@ -569,8 +569,9 @@ impl Session for PgSession {
             Action::Heartbeat {
                 runner,
                 runner_time,
+                attempt,
             } => Some(
-                self.deliver(&heartbeat(before, *runner, *runner_time)?)
+                self.deliver(&heartbeat(before, *runner, *attempt, *runner_time)?)
                     .await?,
             ),
             Action::Deliver { message } => Some(self.deliver(message).await?),
