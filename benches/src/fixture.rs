@@ -214,12 +214,12 @@ impl Fixture {
 
     /// The implementation's queued jobs of the project.
     pub async fn queued(&self) -> Result<i64, BenchError> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE project_id = $1 AND state = 'queued'",
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM jobs WHERE project_id = $1 AND queued")
+                .bind(self.project.0)
+                .fetch_one(&self.pool)
+                .await?,
         )
-        .bind(self.project.0)
-        .fetch_one(&self.pool)
-        .await?)
     }
 
     /// Bulk-loads `n` queued jobs, each with its own target slot, in one statement.

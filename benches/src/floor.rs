@@ -63,7 +63,7 @@ pub async fn claim_batch(
     let rows: Vec<(Uuid, Uuid, Uuid, i64)> = sqlx::query_as(
         "WITH picked AS (
              SELECT id FROM jobs
-             WHERE project_id = $2 AND state = 'queued'
+             WHERE project_id = $2 AND queued
              ORDER BY submitted_seq
              LIMIT $5
              FOR NO KEY UPDATE SKIP LOCKED

@@ -80,7 +80,7 @@ pub async fn measure(
     })
     .await?;
     let queued: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE project_id = $1 AND state = 'queued'")
+        sqlx::query_scalar("SELECT count(*) FROM jobs WHERE project_id = $1 AND queued")
             .bind(project.0)
             .fetch_one(&fixture.pool)
             .await?;

@@ -3,7 +3,10 @@
 -- watermark $2 (NULL: no watermark, every one): the jobs a prune keeps unless told otherwise.
 -- $1 finished before, $2 audited through (or NULL)
 SELECT count(*) FROM jobs AS j
-WHERE j.finished_at < $1
+WHERE NOT j.queued -- the jobs of job_lock_finished_before, through its index
+  AND j.submitted_at < $1 + 2 * coalesce(
+      (SELECT p.max_clock_skew FROM lease_policy AS p WHERE p.id), interval '0')
+  AND j.finished_at < $1
   AND (j.ledger_seq > coalesce($2, -1)
     OR EXISTS (SELECT 1 FROM attempts AS a
                WHERE a.job_id = j.id AND a.ledger_seq > coalesce($2, -1))

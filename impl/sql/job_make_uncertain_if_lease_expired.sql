@@ -6,13 +6,15 @@
 -- Each job made uncertain is recorded in expiry_sweeps (the audit's ledger) by the same statement,
 -- after its job's row is updated (the record reads `swept`): the record's trigger advances the
 -- job's chain in that row (migration 0015), which this statement must not update after it.
+-- The executing attempts are found through attempts_one_current_per_job (the active and uncertain
+-- ones), each job by its key: no index of jobs names its state (migration 0020).
 -- $1 now, $2 project (NULL: every project)
 WITH expired AS (
     SELECT j.id AS job_id, a.id AS attempt_id
-    FROM jobs AS j
-    JOIN attempts AS a ON a.id = j.current_attempt_id
-    WHERE j.state IN ('running', 'cancelling')
-      AND a.state = 'active'
+    FROM attempts AS a
+    JOIN jobs AS j ON j.id = a.job_id AND j.current_attempt_id = a.id
+    WHERE a.state = 'active'
+      AND j.state IN ('running', 'cancelling')
       AND a.lease_expiry <= $1 - 2 * coalesce(
           (SELECT p.max_clock_skew FROM lease_policy AS p WHERE p.id), interval '0')
       AND ($2::uuid IS NULL OR j.project_id = $2)

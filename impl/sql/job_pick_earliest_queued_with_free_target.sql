@@ -9,7 +9,7 @@ SELECT j.id, j.target
 FROM jobs AS j
 JOIN target_slots AS s ON s.slot = j.target
 WHERE j.project_id = $1
-  AND j.state = 'queued'
+  AND j.queued
   AND NOT (j.id = ANY($2))
   AND s.holder_job_id IS NULL
 ORDER BY j.submitted_seq

@@ -85,7 +85,8 @@ RETURN QUERY
 --   runner:       the sender and its project (§6.2 check 1); none while the claims wait;
 --   head:         the K earliest queued jobs of the project that no concurrent claimer holds
 --                 locked, each locked (jobs other claimers hold locked are skipped, so no two
---                 claimers get one job), whatever their slots;
+--                 claimers get one job), whatever their slots (`queued`, the state's
+--                 generated column, is what the queued indexes name: migration 0020);
 --   head_free:    of those, the jobs whose target slot is free (its row names no holder:
 --                 reserved by no job of any project, §8.2);
 --   beyond:       only when some of the head's slots were not free: the earliest queued jobs
@@ -118,7 +119,7 @@ WITH epoch AS MATERIALIZED (
     SELECT j.id, j.project_id, j.target, j.submitted_seq
     FROM jobs AS j
     WHERE j.project_id = (SELECT project_id FROM runner)
-      AND j.state = 'queued'
+      AND j.queued
     ORDER BY j.submitted_seq
     LIMIT $2
     FOR NO KEY UPDATE SKIP LOCKED
@@ -133,7 +134,7 @@ WITH epoch AS MATERIALIZED (
     JOIN target_slots AS s ON s.slot = q.target
     WHERE (SELECT count(*) FROM head_free) < $2
       AND q.project_id = (SELECT project_id FROM runner)
-      AND q.state = 'queued'
+      AND q.queued
       AND s.holder_job_id IS NULL
       AND q.id <> ALL (ARRAY(SELECT id FROM head))
     ORDER BY q.submitted_seq

@@ -209,3 +209,58 @@ impl Store {
 fn result_payload_sha256(outcome: Outcome, result_digest: &str) -> String {
     sha256_hex(format!("{}:{}", outcome.as_str(), result_digest).as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The columns of `jobs` that a committed result's update changes
+    /// (attempt_commit_result_if_current.sql, attempt_commit_results_if_current.sql).
+    const CHANGED_BY_THE_RESULT: [&str; 6] = [
+        "state",
+        "outcome",
+        "result_digest",
+        "finished_at",
+        "chain_seq",
+        "chain_head",
+    ];
+
+    /// Whether an index definition names `column` (a whole identifier, in its key, expressions or
+    /// predicate).
+    fn names(definition: &str, column: &str) -> bool {
+        definition
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|word| word == column)
+    }
+
+    /// A result's update of a job can be HOT (migration 0020): PostgreSQL writes a new entry in
+    /// every index of the table for an update that changes a column any index names, in its key,
+    /// its expressions or its predicate, and a HOT update writes none. No index of `jobs` names a
+    /// column the result changes (the queued indexes name the generated `queued`, which a result
+    /// leaves false).
+    #[tokio::test]
+    async fn no_index_of_jobs_names_a_column_the_result_changes() {
+        let (_database, store) = crate::store::plan::test_store().await;
+        let indexes: Vec<(String, String)> = sqlx::query_as(
+            "SELECT c.relname::text, pg_get_indexdef(i.indexrelid) \
+             FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid \
+             WHERE i.indrelid = 'jobs'::regclass ORDER BY 1",
+        )
+        .fetch_all(store.pool())
+        .await
+        .expect("the indexes of jobs");
+        assert!(
+            indexes
+                .iter()
+                .any(|(_, definition)| names(definition, "queued")),
+            "the queued indexes name `queued`: {indexes:?}"
+        );
+        for (index, definition) in &indexes {
+            for column in CHANGED_BY_THE_RESULT {
+                assert!(
+                    !names(definition, column),
+                    "{index} names {column}, which a result changes: its update of the job \
+                     cannot be HOT ({definition})"
+                );
+            }
+        }
+    }
+}
