@@ -244,6 +244,14 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                         ..one_job.clone()
                     },
                 },
+                // Servers that differ in lease ttl through two failovers (issue 39 item 3): the
+                // lease policy is server state a failover rolls back, recorded again by every
+                // live server on the new primary (`failover-forgets-policy` skips that).
+                Named {
+                    max_depth: None,
+                    name: "policy-failover",
+                    config: Config::policy_failover(),
+                },
                 Named {
                     // Replica clocks (docs/protocol.md §3.1): every server step judged at
                     // clock + d, d in [-1, 1], through a failover; one attempt, one-tick leases,

@@ -131,6 +131,7 @@ pub fn action(a: &Action) -> String {
         Action::Failover => "the database fails over: the server's last committed transition is lost, the epoch rises".to_string(),
         Action::ReplicaClock { offset } => format!("a replica whose clock reads server time {offset:+} serves the next steps"),
         Action::ExpirySweep => "server runs the expiry sweep".to_string(),
+        Action::ServerStarts => "a second server with a larger lease ttl starts and records its lease policy".to_string(),
         Action::Cancel { job } => format!("operator cancels job {job}"),
         Action::Reconcile {
             job,
@@ -325,6 +326,9 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                     .to_string()
             }
             Action::ExpirySweep => format!("Note over Server: expiry sweep: {verdict}"),
+            Action::ServerStarts => {
+                "Note over Server: a second server starts and records its lease policy".to_string()
+            }
             Action::ReplicaClock { offset } => {
                 format!("Note over Server: a replica whose clock reads {offset:+} serves")
             }

@@ -251,6 +251,8 @@ impl LeaseModel {
             epoch_wait: 0,
             before: None,
             replica: 0,
+            second_server: false,
+            policy_recorded: false,
         }
     }
 
@@ -296,7 +298,27 @@ impl LeaseModel {
     /// The runner's own expiry of a lease granted or renewed in `s` (§2: `lease_ttl` after it
     /// sent the request, on the true clock; a request is answered at receipt).
     fn runner_expiry_now(&self, s: &State) -> u8 {
-        s.clock.saturating_add(self.config.lease_ttl)
+        s.clock.saturating_add(self.ttl(s))
+    }
+
+    /// The lease ttl of the server that serves requests in `s`: the second server's once it has
+    /// started ([`Config::policy_ttl`]), else [`Config::lease_ttl`].
+    pub fn ttl(&self, s: &State) -> u8 {
+        if s.second_server {
+            self.config.policy_ttl
+        } else {
+            self.config.lease_ttl
+        }
+    }
+
+    /// The largest lease ttl the database's policy record holds in `s` (what the wait after a
+    /// failover rests on).
+    fn recorded_ttl(&self, s: &State) -> u8 {
+        if s.policy_recorded {
+            self.config.lease_ttl.max(self.config.policy_ttl)
+        } else {
+            self.config.lease_ttl
+        }
     }
 
     /// Whether the runner of `a` stops executing at the end of its own lease (§2's duty): every
@@ -998,11 +1020,11 @@ impl LeaseModel {
             MessageKind::Heartbeat => {
                 let now = Self::now(s);
                 let expiry = if variant == Variant::RunnerClockExtendsLease {
-                    m.runner_time.saturating_add(self.config.lease_ttl)
+                    m.runner_time.saturating_add(self.ttl(s))
                 } else if variant == Variant::HeartbeatShortensLease {
-                    now + self.config.lease_ttl / 2
+                    now + self.ttl(s) / 2
                 } else {
-                    now + self.config.lease_ttl
+                    now + self.ttl(s)
                 };
                 let runner_expiry = self.runner_expiry_now(s);
                 // The attempt the server found by the id the heartbeat names.
@@ -1014,7 +1036,7 @@ impl LeaseModel {
             MessageKind::Rejoin => {
                 if variant == Variant::RejoinResurrectsLease {
                     if let Ok(a) = self.identify(s, m) {
-                        s.attempts[a as usize].lease_expiry = Self::now(s) + self.config.lease_ttl;
+                        s.attempts[a as usize].lease_expiry = Self::now(s) + self.ttl(s);
                     }
                 }
             }
@@ -1073,7 +1095,7 @@ impl LeaseModel {
             runner,
             lease,
             fence,
-            lease_expiry: now + self.config.lease_ttl,
+            lease_expiry: now + self.ttl(s),
             state: AttemptState::Active,
             token,
             digest: None,
@@ -1179,6 +1201,7 @@ impl LeaseModel {
                 })
                 .collect(),
             slots: s.targets.iter().map(|t| (t.holder, t.tokens)).collect(),
+            policy_recorded: s.policy_recorded,
         }
     }
 
@@ -1188,10 +1211,12 @@ impl LeaseModel {
     /// rises, and claims wait `lease_ttl` (until every lease of the earlier epoch has expired).
     fn failover(&self, s: &mut State) -> Option<()> {
         let before = *s.before.take()?;
-        let known = before.attempts.len();
+        let known = s.attempts.iter().filter(|a| !a.lost).count();
         s.jobs = before.jobs;
-        for (i, a) in s.attempts.iter_mut().enumerate() {
-            match before.attempts.get(i) {
+        // `before` knows the attempts an earlier failover did not lose, in claim order.
+        let mut was_known = before.attempts.iter();
+        for a in s.attempts.iter_mut().filter(|a| !a.lost) {
+            match was_known.next() {
                 Some(was) => {
                     a.lease_expiry = was.lease_expiry;
                     a.state = was.state;
@@ -1206,18 +1231,25 @@ impl LeaseModel {
                 None => a.lost = true,
             }
         }
-        debug_assert!(s.attempts.len() <= known + 1, "one transition is lost");
+        debug_assert!(before.attempts.len() + 1 >= known, "one transition is lost");
         for (t, (holder, tokens)) in s.targets.iter_mut().zip(before.slots) {
             t.holder = holder;
             t.tokens = tokens;
+        }
+        s.policy_recorded = before.policy_recorded;
+        // Before its gate opens every live server records its lease policy on the new primary
+        // again (server/src/app/database.rs): the record the failover lost is restored.
+        if s.second_server && self.config.variant != Variant::FailoverForgetsPolicy {
+            s.policy_recorded = true;
         }
         s.epoch += 1;
         s.epoch_wait = if self.config.variant == Variant::FailoverWithoutWait {
             0
         } else {
             // The first claim of the new epoch records `began_at` at its replica's `now`; claims
-            // wait until `began_at + lease_ttl + 2 × replica_skew` (§2 "Epochs", §3.1).
-            Self::now(s) + self.config.lease_ttl + self.skew_margin()
+            // wait until `began_at + lease_ttl + 2 × replica_skew` (§2 "Epochs", §3.1), with the
+            // largest ttl the lease policy records.
+            Self::now(s) + self.recorded_ttl(s) + self.skew_margin()
         };
         Some(())
     }
@@ -1496,6 +1528,9 @@ impl LeaseModel {
         if c.failover && s.before.is_some() {
             actions.push(Action::Failover);
         }
+        if c.policy_ttl > 0 && !s.second_server {
+            actions.push(Action::ServerStarts);
+        }
         if self.expired_leases(s).next().is_some() {
             actions.push(Action::ExpirySweep);
         }
@@ -1712,6 +1747,10 @@ impl Model for LeaseModel {
             Action::ReplicaClock { offset } => s.replica = offset,
             Action::Failover => self.failover(&mut s)?,
             Action::ExpirySweep => self.sweep(&mut s),
+            Action::ServerStarts => {
+                s.second_server = true;
+                s.policy_recorded = true;
+            }
             // The operator of the other project is always refused.
             Action::OutsiderCancel { .. } | Action::OutsiderReconcile { .. } => {
                 debug_assert_ne!(self.expected(&s, &action), Some(Expected::ACCEPTED));
@@ -1764,7 +1803,8 @@ impl Model for LeaseModel {
         // The server's state before its last committed transition (what a failover goes back
         // to): kept while a failover can still come. A step that changed the server's state
         // makes the state before it the one a failover returns to.
-        if self.config.failover && s.epoch == 0 {
+        // (The failover itself is no committed transition.)
+        if self.config.failover && s.epoch < self.config.failovers() && s.epoch == last.epoch {
             let was = Self::server(last);
             if Self::server(&s) != was {
                 s.before = Some(Box::new(was));

@@ -249,7 +249,7 @@ const WITNESSES: &[Witness] = &[
     }),
     (WITNESS_HEARTBEAT_MAY_EXTEND, |m, s| {
         let now = LeaseModel::now(s);
-        let ttl = m.config.lease_ttl;
+        let ttl = m.ttl(s);
         m.deliverable(s)
             .filter(|msg| msg.kind == MessageKind::Heartbeat)
             .any(|msg| {
@@ -550,6 +550,7 @@ pub fn caught_by(variant: Variant) -> &'static [&'static str] {
         ],
         Variant::FailoverWithoutWait => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         Variant::HalfSkewMargin => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
+        Variant::FailoverForgetsPolicy => &[ONE_EXECUTION_PER_JOB, SLOT_EXCLUSIVE],
         // Their harm: the early sweep lets a reconciliation record `stopped` on the basis of
         // §2's duty while the runner still rightly executes, and the retry runs beside it.
         Variant::SweepWithoutSkewMargin | Variant::SweepAtLeaseExpiry => {
@@ -1603,7 +1604,7 @@ fn lease_bounded(c: &Ctx<'_>) -> bool {
     let s = c.s;
     let bound = s
         .clock
-        .saturating_add(c.m.config.lease_ttl)
+        .saturating_add(c.m.ttl(s))
         .saturating_add(c.m.config.replica_skew);
     s.attempts
         .iter()

@@ -105,6 +105,14 @@ pub struct Config {
     /// acts only once the lease has certainly ended (§3.1).
     #[serde(default)]
     pub duty_ignored: bool,
+    /// A second server whose lease policy grants leases of this ttl (larger than
+    /// [`Config::lease_ttl`]) starts (`Action::ServerStarts`): it records its policy in the
+    /// database ([`State::policy_recorded`], server state a failover can roll back) and serves
+    /// every later request; a path may then hold two failovers. The wait after a failover is the
+    /// largest ttl the new primary's record holds, re-recorded by every live server before its
+    /// gate opens (docs/protocol.md §2 "Epochs"). `0` (the default): one server, one ttl.
+    #[serde(default)]
+    pub policy_ttl: u8,
 }
 
 /// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
@@ -141,6 +149,7 @@ impl Default for Config {
             slot_shared_by: 0,
             slots_in_turn: 0,
             duty_ignored: false,
+            policy_ttl: 0,
         }
     }
 }
@@ -219,6 +228,12 @@ impl Config {
         }
         if variant.needs_reissued_ids() {
             self.reissued_ids = true;
+        }
+        if variant == Variant::FailoverForgetsPolicy {
+            return Config {
+                variant,
+                ..Config::policy_failover()
+            };
         }
         if variant == Variant::BatchOneSlotToken {
             // Executed batches: the slot a batch's later job reserved is reserved again by a
@@ -316,6 +331,33 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Servers that differ in lease ttl across two failovers (`policy-failover`; the
+    /// configuration of `failover-forgets-policy`): one job, two runners, one attempt, no
+    /// outsider or forgery; one-tick leases until a second server granting two-tick leases
+    /// starts and records its policy, which a failover may lose.
+    pub fn policy_failover() -> Self {
+        Config {
+            jobs: 1,
+            attempts_per_job: 1,
+            outsider: false,
+            forgery: false,
+            failover: true,
+            policy_ttl: 2,
+            ..Config::default()
+        }
+    }
+
+    /// How many failovers a path may hold: two with a second server's policy, else one.
+    pub fn failovers(&self) -> u8 {
+        if self.policy_ttl > 0 {
+            2
+        } else {
+            1
+        }
+    }
+}
+
 /// What physically happens to an attempt's execution on its runner (the ground truth that only a
 /// reconciliation's finding reports to the server).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -401,6 +443,9 @@ pub struct Server {
     pub jobs: Jobs,
     /// The attempts it knew, in claim order.
     pub attempts: SmallVec<[ServerAttempt; 4]>,
+    /// [`State::policy_recorded`].
+    #[serde(default)]
+    pub policy_recorded: bool,
     /// Each slot's reservation and token counter.
     pub slots: SmallVec<[(Option<JobId>, Token); 2]>,
 }
@@ -842,6 +887,15 @@ pub struct State {
     /// Always 0 with one clock.
     #[serde(default)]
     pub replica: i8,
+    /// With [`Config::policy_ttl`]: the second server has started (it serves every request
+    /// from then on, granting `policy_ttl`). Not database state: a failover keeps it.
+    #[serde(default)]
+    pub second_server: bool,
+    /// With [`Config::policy_ttl`]: the database's lease policy record holds the second
+    /// server's ttl (the largest ttl recorded is then `policy_ttl`, else `lease_ttl`). Server
+    /// state: a failover can roll it back.
+    #[serde(default)]
+    pub policy_recorded: bool,
 }
 
 impl Clone for State {
@@ -862,6 +916,8 @@ impl Clone for State {
             epoch_wait: self.epoch_wait,
             before: self.before.clone(),
             replica: self.replica,
+            second_server: self.second_server,
+            policy_recorded: self.policy_recorded,
         }
     }
 }
@@ -962,6 +1018,9 @@ pub enum Action {
     Tick,
     /// R4 `expiry sweep`.
     ExpirySweep,
+    /// A second server starts ([`Config::policy_ttl`]): it records its lease policy and serves
+    /// every later request with its ttl.
+    ServerStarts,
     /// R6 `cancel` by an operator of project 0.
     Cancel { job: JobId },
     /// R7 `reconcile` by an operator of project 0, with a truthful finding.
@@ -1020,6 +1079,7 @@ impl Action {
             Action::Deliver { .. } => "deliver",
             Action::Tick => "tick",
             Action::ExpirySweep => "expiry_sweep",
+            Action::ServerStarts => "server_starts",
             Action::Cancel { .. } => "cancel",
             Action::Reconcile { .. } => "reconcile",
             Action::OutsiderCancel { .. } => "outsider_cancel",
@@ -1062,8 +1122,11 @@ impl std::hash::Hash for State {
             epoch_wait,
             before,
             replica,
+            second_server,
+            policy_recorded,
         } = self;
         h.write_u8(*clock);
+        h.write_u8(u8::from(*second_server) | u8::from(*policy_recorded) << 1);
         h.write_i8(*replica);
         h.write_u8(*epoch);
         h.write_u8(*epoch_wait);

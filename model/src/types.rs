@@ -289,6 +289,12 @@ named_enum! {
         /// earlier epoch has expired: a job whose claim was lost is claimed again while the lost
         /// attempt's execution still runs.
         FailoverWithoutWait => "failover-without-wait",
+        /// With servers that differ in lease ttl ([`crate::Config::policy_ttl`]): a new primary
+        /// is not given the live servers' lease policy again before claims go on, so when a
+        /// failover lost the larger ttl's record the wait after the next failover is the smaller
+        /// ttl, and a job whose claim was lost is claimed again while the lost attempt's runner
+        /// still rightly executes under its larger lease.
+        FailoverForgetsPolicy => "failover-forgets-policy",
         /// With replica clocks ([`crate::Config::replica_skew`]): the expiry sweep and the wait
         /// after an epoch change act `replica_skew` past a lease instead of `2 × replica_skew`
         /// (docs/protocol.md §3.1): a replica whose clock is behind records the epoch's start,
@@ -419,7 +425,10 @@ impl Variant {
     pub fn needs_failover(self) -> bool {
         matches!(
             self,
-            Self::FailoverWithoutEpoch | Self::FailoverWithoutWait | Self::HalfSkewMargin
+            Self::FailoverWithoutEpoch
+                | Self::FailoverWithoutWait
+                | Self::HalfSkewMargin
+                | Self::FailoverForgetsPolicy
         ) || self.needs_reissued_ids()
     }
 

@@ -358,7 +358,10 @@ pub fn step_request(
     };
     let step = match action {
         // Left out before replay (`select::replayable`): no driver can roll a database back.
-        Action::Failover => return Err(DriverError::Unmappable(crate::select::FAILOVER.into())),
+        // A second server starts only where a failover comes (`Config::policy_ttl`).
+        Action::Failover | Action::ServerStarts => {
+            return Err(DriverError::Unmappable(crate::select::FAILOVER.into()))
+        }
         Action::ReplicaClock { .. } => {
             return Err(DriverError::Unmappable(crate::select::REPLICA_CLOCK.into()))
         }

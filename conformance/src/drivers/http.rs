@@ -1646,7 +1646,10 @@ impl Session for HttpSession {
         let verdict = match action {
             // A database cannot be rolled back to an earlier commit from here: such traces are
             // left out before replay (`select::replayable`).
-            Action::Failover => return Err(unmappable(crate::select::FAILOVER)),
+            // A second server starts only where a failover comes (`Config::policy_ttl`).
+            Action::Failover | Action::ServerStarts => {
+                return Err(unmappable(crate::select::FAILOVER))
+            }
             Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
             Action::Claim { runner } => {
                 self.sync_clock().await?;
