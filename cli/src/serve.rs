@@ -626,18 +626,22 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
             } => {
                 // Streamed: the log may reach the attempt quota (1 GiB by default).
                 let mut stdout = std::io::stdout().lock();
-                match client.logs_into(project, job, attempt, &mut stdout).await {
-                    Ok(_) => {}
-                    Err(CopyError::Call(error)) => return Err(error.into()),
-                    Err(CopyError::Write(error)) => write_failed(&error),
-                }
+                copied(client.logs_into(project, job, attempt, &mut stdout).await)?;
             }
             OpCommand::LogChunks {
                 project,
                 job,
                 attempt,
             } => {
-                json(&client.log_chunks(project, job, attempt).await?);
+                // Streamed as the server sends it (one JSON array): each entry carries its chunk.
+                let mut stdout = std::io::stdout().lock();
+                copied(
+                    client
+                        .log_chunks_into(project, job, attempt, &mut stdout)
+                        .await,
+                )?;
+                drop(stdout);
+                write_stdout(b"\n");
             }
             OpCommand::Artifact {
                 project,
@@ -645,7 +649,12 @@ pub fn op(args: OpArgs) -> anyhow::Result<i32> {
                 name,
                 attempt,
             } => {
-                write_stdout(&client.artifact_of(project, job, &name, attempt).await?);
+                let mut stdout = std::io::stdout().lock();
+                copied(
+                    client
+                        .artifact_into(project, job, &name, attempt, &mut stdout)
+                        .await,
+                )?;
             }
             OpCommand::Reconciliations { project, job } => {
                 json(&client.reconciliations(project, job).await?);
@@ -699,6 +708,16 @@ fn write_failed(error: &std::io::Error) -> ! {
     }
     eprintln!("leasewright op: cannot write the output: {error}");
     std::process::exit(1);
+}
+
+/// An answer streamed to stdout: the call's failure is the command's error; stdout's refusal
+/// ends the process as [`write_failed`] says.
+fn copied(outcome: Result<u64, CopyError>) -> Result<(), leasewright_server::client::CallError> {
+    match outcome {
+        Ok(_) => Ok(()),
+        Err(CopyError::Call(error)) => Err(error),
+        Err(CopyError::Write(error)) => write_failed(&error),
+    }
 }
 
 mod erased {

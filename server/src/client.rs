@@ -223,6 +223,10 @@ pub struct Http {
     test_time: Option<TestTime>,
     /// Each request's timeout, when shorter than the client's own ([`Http::within`]).
     timeout: Option<Duration>,
+    /// The client's own timeout: the most a request and its whole answer may take, except an
+    /// answer streamed into a writer ([`Http::get_into`]), which may take as long as it keeps
+    /// arriving (no wait for its next piece longer than this).
+    total: Duration,
 }
 
 /// A replay's own time, shared by the clients of one trace and sent with each of their requests
@@ -269,9 +273,11 @@ impl Http {
     /// A client of `base` (e.g. `http://127.0.0.1:8080`) with bearer `token`.
     pub fn new(base: &str, token: &str, timeout: Duration) -> Result<Self, CallError> {
         check_base_url(base)?;
+        // No total timeout on the client itself: each request sets its own ([`Http::with_headers`]),
+        // so that a streamed answer is bounded by its silences, not by its size.
         let client = reqwest::Client::builder()
-            .timeout(timeout)
             .connect_timeout(timeout)
+            .read_timeout(timeout)
             .build()
             .map_err(network)?;
         Ok(Self {
@@ -280,6 +286,7 @@ impl Http {
             token: token.to_owned(),
             test_time: None,
             timeout: None,
+            total: timeout,
         })
     }
 
@@ -291,6 +298,7 @@ impl Http {
             token: token.to_owned(),
             test_time: self.test_time.clone(),
             timeout: self.timeout,
+            total: self.total,
         }
     }
 
@@ -312,12 +320,20 @@ impl Http {
         }
     }
 
-    /// The request with its bearer token, its timeout when set and, when set, its test time.
-    fn with_headers(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// The request with its bearer token, its timeout and, when set, its test time. `Whole`: the
+    /// request and its whole answer within the client's timeout (or the shorter one of
+    /// [`Http::within`]); `Streamed`: only a timeout set by [`Http::within`] bounds the whole,
+    /// otherwise the answer streams on while no piece is later than the client's timeout.
+    fn with_headers(
+        &self,
+        request: reqwest::RequestBuilder,
+        answer: Answer,
+    ) -> reqwest::RequestBuilder {
         let request = request.bearer_auth(&self.token);
-        let request = match self.timeout {
-            Some(timeout) => request.timeout(timeout),
-            None => request,
+        let request = match (self.timeout, answer) {
+            (Some(timeout), _) => request.timeout(timeout.min(self.total)),
+            (None, Answer::Whole) => request.timeout(self.total),
+            (None, Answer::Streamed) => request,
         };
         match self.test_time.as_ref().and_then(TestTime::get) {
             Some(at) => request.header(
@@ -339,7 +355,10 @@ impl Http {
         body: &B,
     ) -> Result<reqwest::Response, CallError> {
         let response = self
-            .with_headers(self.client.post(format!("{}{path}", self.base)))
+            .with_headers(
+                self.client.post(format!("{}{path}", self.base)),
+                Answer::Whole,
+            )
             .json(body)
             .send()
             .await
@@ -369,7 +388,7 @@ impl Http {
     /// GET raw bytes.
     pub async fn get_bytes(&self, path: &str) -> Result<Vec<u8>, CallError> {
         Ok(self
-            .get_response(path)
+            .get_response(path, Answer::Whole)
             .await?
             .bytes()
             .await
@@ -385,7 +404,7 @@ impl Http {
         path: &str,
         out: &mut W,
     ) -> Result<u64, CopyError> {
-        let mut response = self.get_response(path).await?;
+        let mut response = self.get_response(path, Answer::Streamed).await?;
         let mut written = 0;
         while let Some(piece) = response.chunk().await.map_err(network)? {
             out.write_all(&piece).map_err(CopyError::Write)?;
@@ -396,14 +415,49 @@ impl Http {
     }
 
     /// A GET's answer, checked (a non-2xx answer is its error), its body not yet read.
-    async fn get_response(&self, path: &str) -> Result<reqwest::Response, CallError> {
+    async fn get_response(
+        &self,
+        path: &str,
+        answer: Answer,
+    ) -> Result<reqwest::Response, CallError> {
         let response = self
-            .with_headers(self.client.get(format!("{}{path}", self.base)))
+            .with_headers(self.client.get(format!("{}{path}", self.base)), answer)
             .send()
             .await
             .map_err(network)?;
         check(response).await
     }
+}
+
+/// The route of an artifact; `.` and `..` are refused before any request.
+fn artifact_path(
+    project: Uuid,
+    job: Uuid,
+    name: &str,
+    attempt: Option<Uuid>,
+) -> Result<String, CallError> {
+    if name == "." || name == ".." {
+        return Err(CallError::Http {
+            status: 400,
+            code: "bad_request".into(),
+            message: "an artifact name cannot be . or ..".into(),
+            retry_after: None,
+        });
+    }
+    let name = path_segment(name);
+    let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
+    Ok(format!(
+        "/v1/projects/{project}/jobs/{job}/artifacts/{name}{query}"
+    ))
+}
+
+/// How a request's answer is read, which decides its timeout ([`Http::with_headers`]).
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// Read whole into memory: the request and its answer within one timeout.
+    Whole,
+    /// Copied into a writer as it arrives: bounded by its silences.
+    Streamed,
 }
 
 /// What a source download brought.
@@ -806,20 +860,22 @@ impl OperatorClient {
         name: &str,
         attempt: Option<Uuid>,
     ) -> Result<Vec<u8>, CallError> {
-        if name == "." || name == ".." {
-            return Err(CallError::Http {
-                status: 400,
-                code: "bad_request".into(),
-                message: "an artifact name cannot be . or ..".into(),
-                retry_after: None,
-            });
-        }
-        let name = path_segment(name);
-        let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
         self.http
-            .get_bytes(&format!(
-                "/v1/projects/{project}/jobs/{job}/artifacts/{name}{query}"
-            ))
+            .get_bytes(&artifact_path(project, job, name, attempt)?)
+            .await
+    }
+
+    /// The same artifact written into `out` as it arrives; the number of bytes written.
+    pub async fn artifact_into<W: std::io::Write>(
+        &self,
+        project: Uuid,
+        job: Uuid,
+        name: &str,
+        attempt: Option<Uuid>,
+        out: &mut W,
+    ) -> Result<u64, CopyError> {
+        self.http
+            .get_into(&artifact_path(project, job, name, attempt)?, out)
             .await
     }
 
@@ -844,19 +900,21 @@ impl OperatorClient {
         }
     }
 
-    /// The stored log chunks (sequence number, digest, size) of the job's current (or latest)
-    /// attempt, or of `attempt`.
-    pub async fn log_chunks(
+    /// The same chunks' JSON array written into `out` as it arrives (each entry carries its
+    /// chunk, so the answer grows with the log); the number of bytes written.
+    pub async fn log_chunks_into<W: std::io::Write>(
         &self,
         project: Uuid,
         job: Uuid,
         attempt: Option<Uuid>,
-    ) -> Result<serde_json::Value, CallError> {
+        out: &mut W,
+    ) -> Result<u64, CopyError> {
         let query = attempt.map_or_else(String::new, |a| format!("?attempt={a}"));
         self.http
-            .get(&format!(
-                "/v1/projects/{project}/jobs/{job}/log-chunks{query}"
-            ))
+            .get_into(
+                &format!("/v1/projects/{project}/jobs/{job}/log-chunks{query}"),
+                out,
+            )
             .await
     }
 
@@ -1047,6 +1105,18 @@ mod tests {
     /// A server answering every connection's request with `head` then `body`, written 64 KiB at
     /// a time, then closing the connection.
     async fn answering(head: String, body: Vec<u8>) -> (String, tokio::task::JoinHandle<()>) {
+        answering_in_pieces(head, body, 64 * 1024, Duration::ZERO, false).await
+    }
+
+    /// [`answering`] writing `piece` bytes at a time with `gap` between pieces; `stall`: after the
+    /// first piece, write nothing more and keep the connection open.
+    async fn answering_in_pieces(
+        head: String,
+        body: Vec<u8>,
+        piece: usize,
+        gap: Duration,
+        stall: bool,
+    ) -> (String, tokio::task::JoinHandle<()>) {
         use tokio::io::AsyncReadExt as _;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -1061,7 +1131,13 @@ mod tests {
                     }
                 }
                 let _ = stream.write_all(head.as_bytes()).await;
-                for piece in body.chunks(64 * 1024) {
+                for (i, piece) in body.chunks(piece).enumerate() {
+                    if i > 0 && stall {
+                        std::future::pending::<()>().await;
+                    }
+                    if i > 0 && !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
                     let _ = stream.write_all(piece).await;
                 }
                 let _ = stream.shutdown().await;
@@ -1072,10 +1148,74 @@ mod tests {
 
     /// `op logs` of `base`'s server into `out`.
     async fn log_into(base: &str, out: &mut Pieces) -> Result<u64, CopyError> {
+        log_into_within(base, Duration::from_secs(30), out).await
+    }
+
+    /// `op logs` of `base`'s server into `out` by a client of timeout `timeout`.
+    async fn log_into_within(
+        base: &str,
+        timeout: Duration,
+        out: &mut Pieces,
+    ) -> Result<u64, CopyError> {
         let client = OperatorClient {
-            http: Http::new(base, "t", Duration::from_secs(30)).unwrap(),
+            http: Http::new(base, "t", timeout).unwrap(),
         };
         client.logs_into(Uuid::nil(), Uuid::nil(), None, out).await
+    }
+
+    /// A log that keeps arriving streams on for longer than the client's timeout (each piece
+    /// within it: 12 pieces 250 ms apart against 1 s), and one that stops arriving is cut once
+    /// nothing came for the timeout, named a timeout (issue 36: the 60 s timeout covered the
+    /// whole streamed body, so a large log over a slow link failed half-written).
+    #[tokio::test]
+    async fn a_streamed_log_is_cut_by_a_silence_not_by_its_length() {
+        let log = vec![b'y'; 12 * 1024];
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            log.len()
+        );
+        let gap = Duration::from_millis(250);
+        let (base, server) = answering_in_pieces(head.clone(), log.clone(), 1024, gap, false).await;
+        let mut out = Pieces::default();
+        let written = log_into_within(&base, Duration::from_secs(1), &mut out)
+            .await
+            .unwrap();
+        assert_eq!(written, 12 * 1024);
+        assert!(out.bytes == log, "the log arrived changed");
+        server.abort();
+
+        let (base, server) = answering_in_pieces(head, log, 1024, Duration::ZERO, true).await;
+        let mut out = Pieces::default();
+        let error = log_into_within(&base, Duration::from_secs(1), &mut out)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("timed out"), "{error}");
+        assert_eq!(out.bytes.len(), 1024, "the first piece was written out");
+        server.abort();
+    }
+
+    /// A whole (not streamed) answer is still bounded by the client's timeout as a whole: the
+    /// same slow log read by `logs` (into memory) times out.
+    #[tokio::test]
+    async fn an_answer_read_whole_is_bounded_by_the_timeout_as_a_whole() {
+        let log = vec![b'y'; 12 * 1024];
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            log.len()
+        );
+        let (base, server) =
+            answering_in_pieces(head, log, 1024, Duration::from_millis(250), false).await;
+        let client = OperatorClient {
+            http: Http::new(&base, "t", Duration::from_secs(1)).unwrap(),
+        };
+        let error = client
+            .logs(Uuid::nil(), Uuid::nil(), None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("timed out"), "{error}");
+        server.abort();
     }
 
     /// An 8 MiB log reaches the writer intact in pieces, none near the whole log: the client
