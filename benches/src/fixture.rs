@@ -137,6 +137,21 @@ pub struct Fixture {
     /// Whether loaded jobs get the HTTP server's spec row even without [`Fixture::start_http`]
     /// (control planes in other processes on this database).
     pub job_specs: bool,
+    /// The operator token of the control planes of [`Fixture::start_http`].
+    pub operator_token: String,
+    /// A real source the loaded jobs name instead of the placeholder (a snapshot a submission
+    /// stored, so a `leasewright runner` can verify and run them): see [`Source`].
+    pub source: Option<Source>,
+}
+
+/// A source snapshot stored by one submission through `POST /v1/projects/{p}/jobs`, which bulk
+/// loaded jobs name as that submission's job does: its blob (in `server_source_blobs`), its
+/// manifest digest and revision.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub blob_sha256: String,
+    pub digest: String,
+    pub revision: String,
 }
 
 /// Connections a fixture of `workers` workers opens: the shared pool, plus one for setup
@@ -209,6 +224,8 @@ impl Fixture {
             servers: Vec::new(),
             clients: Vec::new(),
             job_specs: false,
+            operator_token: format!("bench-operator-{}", ProjectId::new_random().0.simple()),
+            source: None,
         })
     }
 
@@ -234,8 +251,17 @@ impl Fixture {
         }
         // With HTTP servers each job also gets the server's spec row, as a submission over HTTP
         // writes it (the server's claim waits for it).
+        let (revision, digest) = match &self.source {
+            Some(source) => (source.revision.as_str(), source.digest.as_str()),
+            None => ("bench-revision", "bench-digest"),
+        };
         let then = if self.servers.is_empty() && !self.job_specs {
-            " SELECT count(*) FROM loaded"
+            " SELECT count(*) FROM loaded".to_string()
+        } else if self.source.is_some() {
+            // The stored snapshot's blob exists already (its submission stored it).
+            " INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)
+              SELECT id, $5, '{}' FROM loaded"
+                .to_string()
         } else {
             // The spec names a source blob, which must exist (server/migrations/1002).
             ", blob AS (
@@ -244,8 +270,9 @@ impl Fixture {
                ON CONFLICT (sha256) DO NOTHING)
              INSERT INTO server_job_specs (job_id, blob_sha256, artifacts)
              SELECT id, repeat('0', 64), '{}' FROM loaded"
+                .to_string()
         };
-        sqlx::query(&format!(
+        let sql = format!(
             "WITH new AS (
                SELECT gen_random_uuid() AS id, 'bench-' || gen_random_uuid() AS target
                FROM generate_series(1, $2)),
@@ -254,15 +281,20 @@ impl Fixture {
              loaded AS (
                INSERT INTO jobs (id, project_id, submitted_at, source_revision, source_digest,
                                  command, target, target_kind)
-               SELECT id, $1, now(), 'bench-revision', 'bench-digest', 'true', target, 'unfenced'
+               SELECT id, $1, now(), $3, $4, 'true', target, 'unfenced'
                FROM new
                RETURNING id)
              {then}"
-        ))
-        .bind(self.project.0)
-        .bind(n)
-        .execute(&self.pool)
-        .await?;
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(self.project.0)
+            .bind(n)
+            .bind(revision)
+            .bind(digest);
+        if let (Some(source), true) = (&self.source, then.contains("$5")) {
+            query = query.bind(source.blob_sha256.as_str());
+        }
+        query.execute(&self.pool).await?;
         Ok(())
     }
 
@@ -338,6 +370,7 @@ impl Fixture {
                 .map_err(|e| BenchError::Invalid(format!("no local port: {e}")))?;
             let config = leasewright_server::app::ServerConfig {
                 max_connections: per_replica,
+                operator_token: Some(self.operator_token.clone()),
                 schema: schema().to_owned(),
                 ..Default::default()
             };

@@ -91,8 +91,8 @@ struct PeersArgs {
     #[arg(long, default_value_t = 10)]
     max_seconds: u64,
     /// Only these contenders, comma-separated (leasewright-batched, leasewright,
-    /// leasewright-http, fenced-floor, bare-queue, river-shaped, graphile-worker, pg-boss,
-    /// pgqueuer, procrastinate).
+    /// leasewright-runners, leasewright-http-clients, fenced-floor, bare-queue, river-shaped,
+    /// graphile-worker, pg-boss, pgqueuer, procrastinate).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where the peers are installed (default ~/.cache/leasewright/peers).
@@ -133,6 +133,7 @@ impl PeersArgs {
                 .cache_dir
                 .clone()
                 .unwrap_or_else(peers::default_cache_dir),
+            runner_exe: std::env::current_exe().ok(),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! PostgreSQL, in one run.
 //!
 //! The contenders: Leasewright in-process batched (a batch claim of K, no-op work, a batch result
-//! of K, as the runner agent uses them), in-process single (claim -> result), over HTTP (the
-//! runner client against the server of `leasewright serve` in this process), the fenced floor and
+//! of K, as the runner agent uses them), in-process single (claim -> result), over HTTP with real
+//! `leasewright runner` processes running the command `true` ([`runners`]), over HTTP with runner
+//! clients in this process (no command: the protocol's HTTP cost alone), the fenced floor and
 //! the bare queue as yardsticks ([`crate::floor`], [`crate::baseline`]), a River-shaped table
 //! ([`river`]), and the peer libraries graphile-worker, pg-boss, pgqueuer and procrastinate,
 //! each through its own worker API with a no-op handler ([`external`]).
@@ -18,6 +19,7 @@
 
 pub mod external;
 pub mod river;
+pub mod runners;
 
 use crate::claims::divide;
 use crate::contender::{Contender, Op};
@@ -55,6 +57,9 @@ pub struct Options {
     pub only: Vec<String>,
     /// Where the peers are installed.
     pub cache_dir: PathBuf,
+    /// The `leasewright` executable the `leasewright-runners` contender starts as `leasewright
+    /// runner` (`None`: that contender is skipped).
+    pub runner_exe: Option<PathBuf>,
 }
 
 impl Options {
@@ -98,7 +103,8 @@ pub fn names() -> Vec<&'static str> {
     let mut names = vec![
         BATCHED,
         SINGLE,
-        HTTP,
+        RUNNERS,
+        HTTP_CLIENTS,
         "fenced-floor",
         "bare-queue",
         "river-shaped",
@@ -113,7 +119,8 @@ const WARM_UP_SECONDS: u64 = 3;
 
 const BATCHED: &str = "leasewright-batched";
 const SINGLE: &str = "leasewright";
-const HTTP: &str = "leasewright-http";
+const RUNNERS: &str = "leasewright-runners";
+const HTTP_CLIENTS: &str = "leasewright-http-clients";
 
 /// One contender of this benchmark.
 #[derive(Debug)]
@@ -122,8 +129,10 @@ enum Who {
     Batched,
     /// Leasewright claim -> result, one job at a time per worker (in-process).
     Single,
-    /// Leasewright claim -> result over HTTP.
-    Http,
+    /// Leasewright over HTTP: `leasewright runner` processes running `true`.
+    Runners(Box<runners::Runners>),
+    /// Leasewright claim -> result over HTTP, runner clients in this process.
+    HttpClients,
     /// Yardstick: the fenced floor's claim -> result.
     Floor,
     /// Yardstick: the bare queue's claim -> complete.
@@ -146,7 +155,8 @@ impl Who {
         match self {
             Who::Batched => BATCHED.into(),
             Who::Single => SINGLE.into(),
-            Who::Http => HTTP.into(),
+            Who::Runners(_) => RUNNERS.into(),
+            Who::HttpClients => HTTP_CLIENTS.into(),
             Who::Floor => "fenced-floor".into(),
             Who::Bare => "bare-queue".into(),
             Who::River => "river-shaped".into(),
@@ -210,6 +220,36 @@ pub struct Line {
     pub ratio_per_round: Vec<f64>,
 }
 
+/// One queue's first fill.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fill {
+    /// The contenders that share the queue (Leasewright's rows share one).
+    pub contender: String,
+    pub jobs: u64,
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for Fill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rate = divide(self.jobs as f64, self.seconds);
+        let (contender, jobs, seconds) = (&self.contender, self.jobs, self.seconds);
+        write!(
+            f,
+            "{contender} {jobs} jobs in {seconds:.1} s ({rate:.0} jobs/s)"
+        )
+    }
+}
+
+fn fill(who: &Who, jobs: u64, seconds: f64) -> Fill {
+    let fill = Fill {
+        contender: who.name(),
+        jobs,
+        seconds,
+    };
+    eprintln!("leasewright bench peers: queue filled: {fill}");
+    fill
+}
+
 /// A goal of issue 35, checked on this run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
@@ -233,6 +273,9 @@ pub struct Report {
     pub walinspect: bool,
     /// The fastest peer library of the run (by overall jobs/s), the ratios' denominator.
     pub fastest_peer: Option<String>,
+    /// Each queue's first fill to the run's depth, before the warm-up (not in any line's
+    /// enqueue rate).
+    pub fills: Vec<Fill>,
     pub lines: Vec<Line>,
     pub goals: Vec<Goal>,
     /// Contenders that could not run, and why.
@@ -248,7 +291,7 @@ pub async fn run(options: Options) -> Result<Report, BenchError> {
         return Err(BenchError::Invalid(problem));
     }
     let load_before = load_average();
-    let wants_http = options.wants(HTTP);
+    let wants_http = options.wants(HTTP_CLIENTS) || options.wants(RUNNERS);
     // The fixture's pool serves the in-process contenders (one connection per worker); the HTTP
     // control plane has its own (workers + 1); each peer opens its own.
     let also = if wants_http {
@@ -269,20 +312,37 @@ pub async fn run(options: Options) -> Result<Report, BenchError> {
 async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, BenchError> {
     let mut skipped = Vec::new();
     let mut whos = Vec::new();
-    for (name, who) in [
-        (BATCHED, Who::Batched),
-        (SINGLE, Who::Single),
-        (HTTP, Who::Http),
-        ("fenced-floor", Who::Floor),
-        ("bare-queue", Who::Bare),
-        ("river-shaped", Who::River),
-    ] {
-        if options.wants(name) {
-            whos.push(who);
-        }
-    }
-    if options.wants(HTTP) {
+    if options.wants(HTTP_CLIENTS) || options.wants(RUNNERS) {
         fixture.start_http(1).await?;
+    }
+    for (name, who) in [
+        (BATCHED, Some(Who::Batched)),
+        (SINGLE, Some(Who::Single)),
+        (RUNNERS, None),
+        (HTTP_CLIENTS, Some(Who::HttpClients)),
+        ("fenced-floor", Some(Who::Floor)),
+        ("bare-queue", Some(Who::Bare)),
+        ("river-shaped", Some(Who::River)),
+    ] {
+        if !options.wants(name) {
+            continue;
+        }
+        match who {
+            Some(who) => whos.push(who),
+            None => match &options.runner_exe {
+                Some(exe) => {
+                    let runners =
+                        runners::Runners::prepare(fixture, exe, agents(options), batch_k(options))
+                            .await?;
+                    whos.push(Who::Runners(Box::new(runners)));
+                }
+                None => {
+                    let why = "no leasewright executable to run `leasewright runner` with";
+                    eprintln!("leasewright bench peers: skipping {RUNNERS}: {why}");
+                    skipped.push((RUNNERS.to_string(), why.to_string()));
+                }
+            },
+        }
     }
     river::create(&fixture.pool).await?;
     let walinspect = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -308,9 +368,14 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
     let depth = options.depth.max(options.jobs);
 
     // Everything queued once, vacuumed and analyzed, then an unrecorded warm-up slot of each.
+    // The first fill of each queue is shown (at a depth of 10^6 it is most of a run's time).
+    let mut fills = Vec::new();
     for who in &whos {
         if !who.is_peer() {
-            enqueue(fixture, who, depth, options).await?;
+            let (jobs, seconds) = enqueue(fixture, who, depth, options).await?;
+            if jobs > 0 {
+                fills.push(fill(who, jobs, seconds));
+            }
         }
     }
     fixture.vacuum().await?;
@@ -325,7 +390,7 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
     };
     for who in &whos {
         eprintln!("leasewright bench peers: warm-up: {}", who.name());
-        slot(
+        let (s, _) = slot(
             fixture,
             who,
             &warm_up,
@@ -334,6 +399,9 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
             false,
         )
         .await?;
+        if who.is_peer() {
+            fills.push(fill(who, s.enqueued, s.enqueue_seconds));
+        }
     }
     fixture.analyze().await?;
 
@@ -399,12 +467,25 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
          connections are not counted"
             .to_string(),
         format!(
-            "{BATCHED} and river-shaped: {} agents x K={} (a batch claim/fetch of K, no-op work, a \
-             batch result/completion of K); {HTTP}: the runner client over loopback against one \
-             in-process control plane (the server of `leasewright serve`), not `leasewright \
-             runner` processes",
-            agents(options),
-            batch_k(options)
+            "{BATCHED} and river-shaped: {agents} agents x K={k} (a batch claim/fetch of K, no-op \
+             work, a batch result/completion of K)",
+            agents = agents(options),
+            k = batch_k(options)
+        ),
+        format!(
+            "{RUNNERS}: {agents} `leasewright runner` processes x --capacity {k} against one \
+             control plane in this process (the server of `leasewright serve`), each job running \
+             the command `{command}`: its jobs/s include, per job, the source's download, \
+             verification and extraction and the command's process spawn, and the runners' start \
+             and exit once per slot; its p50/p99 are the server's claim -> result receipt times",
+            agents = agents(options),
+            k = batch_k(options),
+            command = runners::COMMAND
+        ),
+        format!(
+            "{HTTP_CLIENTS}: {} runner clients in this process, claim -> result over loopback \
+             against the same control plane, no command: the HTTP protocol's cost alone",
+            options.workers
         ),
         "bare-queue carries no payload; the fenced floor and Leasewright carry their job rows"
             .to_string(),
@@ -429,6 +510,7 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
         settings,
         walinspect,
         fastest_peer: fastest.map(|l| l.contender),
+        fills,
         lines,
         goals,
         skipped,
@@ -486,7 +568,7 @@ async fn enqueue(
     let depth = depth as i64;
     let started = Instant::now();
     let enqueued = match who {
-        Who::Batched | Who::Single | Who::Http | Who::Floor => {
+        Who::Batched | Who::Single | Who::Runners(_) | Who::HttpClients | Who::Floor => {
             let missing = (depth - fixture.queued().await?).max(0);
             fixture.load_queued(missing).await?;
             missing
@@ -543,6 +625,22 @@ async fn slot(
         return Ok((s, how));
     }
     (s.enqueued, s.enqueue_seconds) = enqueue(fixture, who, depth, options).await?;
+    let max = Duration::from_secs(options.max_seconds);
+    if let Who::Runners(runners) = who {
+        let (processes, capacity) = runners.shape();
+        how = format!(
+            "{processes} `leasewright runner` processes x --capacity {capacity}, command `{}`",
+            runners::COMMAND
+        );
+        let before = fixture.wal_lsn().await?;
+        let done = runners.slot(fixture, jobs, max, count_records).await?;
+        s.done = done.jobs;
+        s.seconds = done.seconds;
+        s.latencies_us = done.latencies_us;
+        return work_written(fixture, s, &before, count_records)
+            .await
+            .map(|s| (s, how));
+    }
     let k = batch_k(options);
     let (op, concurrency): (Op, usize) = match who {
         Who::Batched => {
@@ -560,7 +658,7 @@ async fn slot(
                 options.workers,
             )
         }
-        Who::Http => {
+        Who::HttpClients => {
             how = format!("{} runner clients x claim -> result", options.workers);
             (
                 Contender::HttpClaimResult
@@ -585,25 +683,31 @@ async fn slot(
                 options.workers,
             )
         }
-        Who::Peer(_) => unreachable!("handled above"),
+        Who::Peer(_) | Who::Runners(_) => unreachable!("handled above"),
     };
     let before = fixture.wal_lsn().await?;
-    let (done, elapsed, latencies) = counted(
-        concurrency,
-        jobs,
-        Duration::from_secs(options.max_seconds),
-        op,
-    )
-    .await?;
-    let end = fixture.wal_lsn().await?;
+    let (done, elapsed, latencies) = counted(concurrency, jobs, max, op).await?;
     s.done = done;
     s.seconds = elapsed.as_secs_f64();
     s.latencies_us = latencies;
-    s.wal_bytes = fixture.wal_bytes_since(&before).await?;
+    work_written(fixture, s, &before, count_records)
+        .await
+        .map(|s| (s, how))
+}
+
+/// `s` with the WAL written since `before` (and its records, when counted).
+async fn work_written(
+    fixture: &Fixture,
+    mut s: Slot,
+    before: &str,
+    count_records: bool,
+) -> Result<Slot, BenchError> {
+    let end = fixture.wal_lsn().await?;
+    s.wal_bytes = fixture.wal_bytes_since(before).await?;
     if count_records {
-        (s.rows, s.index_entries) = records(fixture, &before, &end).await?;
+        (s.rows, s.index_entries) = records(fixture, before, &end).await?;
     }
-    Ok((s, how))
+    Ok(s)
 }
 
 /// Leasewright as the runner agent drives it: one agent claims up to `k` jobs at once, runs them
@@ -773,7 +877,7 @@ fn line(who: &Who, slots: &[Slot], how: &str, jobs: u64) -> Line {
 fn goals(lines: &[Line]) -> Vec<Goal> {
     let mut goals = Vec::new();
     let find = |name: &str| lines.iter().find(|l| l.contender == name);
-    for (name, target) in [(BATCHED, 1.0), (SINGLE, 0.5), (HTTP, 0.3)] {
+    for (name, target) in [(BATCHED, 1.0), (SINGLE, 0.5), (RUNNERS, 0.3)] {
         if let Some(l) = find(name) {
             if let Some(value) = l.ratio_to_fastest_peer {
                 goals.push(Goal {
@@ -840,6 +944,9 @@ impl Report {
         }
         for (name, why) in &self.skipped {
             let _ = writeln!(out, "skipped: {name}: {why}");
+        }
+        for f in &self.fills {
+            let _ = writeln!(out, "queue filled: {f}");
         }
         let _ = writeln!(out);
         let _ = writeln!(
@@ -992,6 +1099,9 @@ impl OverReport {
                 r.load.join(" -> "),
                 r.fastest_peer.as_deref().unwrap_or("-")
             );
+            for f in &r.fills {
+                let _ = writeln!(out, "    queue filled: {f}");
+            }
         }
         let _ = write!(out, "{:<20}", "contender");
         for point in &self.points {
