@@ -8,6 +8,7 @@
 
 use crate::witness::{self, Tombstone, Witness};
 use chrono::{DateTime, TimeZone as _, Utc};
+use futures_util::StreamExt as _;
 use leasewright_impl::epoch::epoch_of;
 use sha2::{Digest as _, Sha256};
 use sqlx::{PgConnection, Row};
@@ -311,12 +312,21 @@ fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
 /// digest as of `position` (the watermark this run prints) and, with `since`, as of `since`. The
 /// same pass checks every job's stored side effects against its accepted side-effect messages and
 /// notes every claim's slot token (what needs every job in every run, full or `--since`).
-pub async fn check_all(
+///
+/// The batches are read over `conn` and the `readers` (connections sharing its snapshot:
+/// `read::readers`), one batch in flight on each, and taken in job order, so the result does
+/// not depend on how many there are. With `replay` (a full run), the rows read are also the
+/// replay's: each batch's jobs (of the project, if one is named) are fed to it, and the ledger
+/// is read once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn check_all(
     conn: &mut PgConnection,
+    readers: &mut [PgConnection],
     since: Option<i64>,
     since_buckets: Option<u32>,
     position: i64,
     batch: usize,
+    mut replay: Option<(&mut crate::replayer::Replayer, Option<Uuid>)>,
     progress: &mut impl FnMut(usize, usize, usize),
 ) -> Result<ChainReport, sqlx::Error> {
     let started = std::time::Instant::now();
@@ -424,17 +434,58 @@ pub async fn check_all(
         (report, entries, unfinished, at)
     });
     let (mut jobs_sent, mut records_sent) = (0, 0);
-    for chunk in ids.chunks(batch.max(1)) {
-        let jobs = read_jobs(conn, chunk).await?;
-        let read = read_records(conn, chunk).await?;
-        let stored = crate::stored::rows(conn, chunk).await?;
+    let replaying = replay.is_some();
+    // The replay's reservations: the held slots read once, not joined per batch (a scan of
+    // every slot row each time).
+    let held = match replaying {
+        true => crate::read::held_slots(conn).await?,
+        false => HashMap::new(),
+    };
+    let in_flight = 1 + readers.len();
+    let pool = std::sync::Mutex::new(
+        std::iter::once(&mut *conn)
+            .chain(readers.iter_mut())
+            .collect::<Vec<_>>(),
+    );
+    // Owned chunks: a future borrowing a chunk of `ids` is not `Send` for every lifetime.
+    let chunks: Vec<Vec<Uuid>> = ids.chunks(batch.max(1)).map(<[Uuid]>::to_vec).collect();
+    let pool = &pool;
+    let mut batches = futures_util::stream::iter(chunks)
+        .map(|chunk| async move {
+            // At most one batch in flight per connection: one is free.
+            let conn = pool.lock().expect("no panic").pop().expect("a free reader");
+            let read = read_batch(&mut *conn, &chunk, replaying).await;
+            pool.lock().expect("no panic").push(conn);
+            read
+        })
+        .buffered(in_flight);
+    while let Some(read) = batches.next().await {
+        let (jobs, mut read, stored, replayed) = read?;
         jobs_sent += jobs.len();
         records_sent += jobs.len() + read.records.values().map(Vec::len).sum::<usize>();
+        if let (Some((replayer, project)), Some(rows)) = (&mut replay, replayed) {
+            let (rows, submitted): (Vec<_>, HashMap<_, _>) = rows
+                .into_iter()
+                .filter(|(row, _)| project.is_none_or(|p| p == row.project))
+                .map(|(row, submitted)| {
+                    let id = row.id;
+                    (row, (id, submitted))
+                })
+                .unzip();
+            let parts = std::mem::take(&mut read.parts);
+            let reservations = crate::read::reservations_of(&rows, &held);
+            replayer.feed(Some(crate::replayer::Batch {
+                ledgers: crate::read::assemble(rows, parts, reservations),
+                submitted,
+                stored: HashMap::new(),
+            }));
+        }
         if send.send((jobs, read, stored)).is_err() {
             break; // the worker panicked: its join says so
         }
         progress(jobs_sent, ids.len(), records_sent);
     }
+    drop(batches);
     drop(send);
     let (mut report, mut entries, unfinished, at) = worker
         .join()
@@ -666,14 +717,39 @@ fn digest(entries: &BTreeMap<Uuid, (i64, Vec<u8>)>) -> [u8; 32] {
     h.finalize().into()
 }
 
-async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>, sqlx::Error> {
+/// What a batch's replay takes beyond its records: each job's row with its submission
+/// (position, time).
+type Replayed = Vec<(crate::read::JobRow, (i64, Time))>;
+
+/// One batch read: its jobs, their records, their stored side-effect rows, and with `replay`
+/// what the replay takes (its records in `Read::parts`).
+async fn read_batch(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    replay: bool,
+) -> Result<(Vec<JobHead>, Read, StoredRows, Option<Replayed>), sqlx::Error> {
+    let (jobs, rows) = read_jobs(conn, ids, replay).await?;
+    let read = read_records(conn, ids, replay).await?;
+    let stored = crate::stored::rows(conn, ids).await?;
+    Ok((jobs, read, stored, replay.then_some(rows)))
+}
+
+type StoredRows = HashMap<Uuid, Vec<crate::stored::StoredRow>>;
+
+/// The jobs `ids` (in id order), and with `replay` each one's row as the replay takes it with
+/// its submission.
+async fn read_jobs(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    replay: bool,
+) -> Result<(Vec<JobHead>, Vec<(crate::read::JobRow, (i64, Time))>), sqlx::Error> {
     // The job's stored head: the later of its row's and its current attempt's (the accepted
     // heartbeats advance the attempt's, migration 0017).
     let rows = sqlx::query(
         "SELECT j.id, j.project_id, j.ledger_seq, j.submitted_at, j.source_revision, \
                 j.source_digest, j.command, j.target, j.target_kind, j.state, j.fence, \
                 j.current_attempt_id, j.cancel_requested, j.outcome, j.result_digest, \
-                j.finished_at, \
+                j.finished_at, j.submitted_seq, \
                 CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_seq \
                      ELSE j.chain_seq END AS chain_seq, \
                 CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_head \
@@ -684,7 +760,18 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
     .bind(ids)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
+    let replayed = match replay {
+        true => rows
+            .iter()
+            .map(|r| {
+                let submitted = (r.try_get("submitted_seq")?, r.try_get("submitted_at")?);
+                Ok((crate::read::job_row(r)?, submitted))
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+        false => Vec::new(),
+    };
+    let heads = rows
+        .iter()
         .map(|r| {
             let id: Uuid = r.try_get("id")?;
             let ledger_seq: i64 = r.try_get("ledger_seq")?;
@@ -726,15 +813,12 @@ async fn read_jobs(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobHead>
                 submission: e.0,
             })
         })
-        .collect()
+        .collect::<Result<_, sqlx::Error>>()?;
+    Ok((heads, replayed))
 }
 
 /// One batch as read: its jobs, their records, their stored side-effect rows.
-type Batch = (
-    Vec<JobHead>,
-    Read,
-    HashMap<Uuid, Vec<crate::stored::StoredRow>>,
-);
+type Batch = (Vec<JobHead>, Read, StoredRows);
 
 /// What the chain pass reads of a batch of jobs, by job.
 #[derive(Default)]
@@ -753,10 +837,16 @@ struct Read {
     still_leased: Vec<crate::AcrossEpoch>,
     /// Each claim's name, ledger position and lease ttl (claim expiry − claim time).
     claim_ttls: HashMap<Uuid, Vec<(String, i64, chrono::Duration)>>,
+    /// With a replay: the same rows as the replay takes them.
+    parts: crate::read::Parts,
 }
 
 /// Every chained record of the jobs `ids`, by job.
-async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sqlx::Error> {
+async fn read_records(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    replay: bool,
+) -> Result<Read, sqlx::Error> {
     let mut read = Read::default();
     let out = &mut read.records;
     let rows = sqlx::query(
@@ -769,6 +859,9 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
+        if replay {
+            read.parts.add(crate::read::Table::Attempts, r)?;
+        }
         let id: Uuid = r.try_get("id")?;
         let job: Uuid = r.try_get("job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
@@ -845,6 +938,9 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
+        if replay {
+            read.parts.add(crate::read::Table::Observations, r)?;
+        }
         let id: i64 = r.try_get("id")?;
         let job: Uuid = r.try_get("named_job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
@@ -906,6 +1002,9 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
+        if replay {
+            read.parts.add(crate::read::Table::Reconciliations, r)?;
+        }
         let id: i64 = r.try_get("id")?;
         let job: Uuid = r.try_get("job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
@@ -937,6 +1036,9 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
+        if replay {
+            read.parts.add(crate::read::Table::Cancels, r)?;
+        }
         let id: i64 = r.try_get("id")?;
         let job: Uuid = r.try_get("job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;
@@ -965,6 +1067,9 @@ async fn read_records(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Read, sql
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
+        if replay {
+            read.parts.add(crate::read::Table::Sweeps, r)?;
+        }
         let id: i64 = r.try_get("id")?;
         let job: Uuid = r.try_get("job_id")?;
         let ledger_seq: i64 = r.try_get("ledger_seq")?;

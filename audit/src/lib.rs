@@ -12,6 +12,7 @@ mod mutations;
 pub mod order;
 pub mod read;
 pub mod replay;
+mod replayer;
 pub mod settle;
 mod slots;
 mod stored;
@@ -19,7 +20,6 @@ pub mod time;
 pub mod witness;
 
 use chrono::{DateTime, Utc};
-use leasewright_impl::epoch::epoch_of;
 use serde::Serialize;
 use sqlx::Connection as _;
 use std::collections::HashMap;
@@ -181,6 +181,9 @@ pub struct AuditOptions {
     pub since_witness: Option<witness::Witness>,
     /// Threads replaying jobs (0: one per core). The report does not depend on it.
     pub threads: usize,
+    /// Connections reading the ledger, in one snapshot (0: one per core). The report does not
+    /// depend on it.
+    pub connections: usize,
 }
 
 /// Progress of a long audit.
@@ -529,6 +532,16 @@ pub async fn audit(
     )
     .await?;
     read::begin(&mut conn).await?;
+    // The snapshot shared by every reader: exported before anything is read in it.
+    let connections = match options.connections {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    let mut readers = if chained {
+        read::readers(database_url, &mut conn, connections).await?
+    } else {
+        Vec::new()
+    };
     let projects = read::projects(&mut conn).await?;
     let project = match &options.project {
         None => None,
@@ -596,10 +609,27 @@ pub async fn audit(
             )),
         ),
     };
+    // A full run replays what the chain pass reads (each record read once); a `--since` run
+    // replays the jobs the chain pass finds moved or suspect, read again.
+    let runner_projects = std::sync::Arc::new(runner_projects);
+    let cache = if chained {
+        Default::default()
+    } else {
+        stored::cache_rows(&mut conn).await?
+    };
+    let mut replayer = replayer::Replayer::new(
+        chained,
+        runner_projects.clone(),
+        max_ttl,
+        options.threads,
+        cache,
+    );
+    let one_read = chained && since.is_none();
     let mut chain_report = if chained {
         Some(
             chain::check_all(
                 &mut conn,
+                &mut readers,
                 since,
                 options
                     .since_token
@@ -607,9 +637,10 @@ pub async fn audit(
                     .and_then(|w| w.witness.map(|(b, _)| b)),
                 watermark,
                 options.batch,
+                one_read.then_some((&mut replayer, project)),
                 &mut |jobs_done, jobs_total, records| {
                     progress(Progress {
-                        phase: "chain",
+                        phase: if one_read { "chain+replay" } else { "chain" },
                         jobs_done,
                         jobs_total,
                         records,
@@ -622,7 +653,13 @@ pub async fn audit(
     } else {
         None
     };
-    let mut ids = read::job_ids(&mut conn, project, since).await?;
+    // The jobs replayed after the chain pass: under `--since`, those with a record after it
+    // (the chain pass found them: no query of its own), and the witness's suspects.
+    let mut ids = match &chain_report {
+        _ if one_read => Vec::new(),
+        Some(c) if project.is_none() && since.is_some() => c.moved.iter().copied().collect(),
+        _ => read::job_ids(&mut conn, project, since).await?,
+    };
     // The witness compared: the suspects, and the jobs of every bucket whose rows moved on since,
     // are replayed in full with the jobs that have a new record.
     let compared = match (&chain_report, &options.since_witness, since) {
@@ -670,134 +707,54 @@ pub async fn audit(
         rows_not_compared: None,
     };
     let recorded_epochs = read::epochs(&mut conn).await?;
-    let mut claims_per_epoch: std::collections::BTreeMap<i64, usize> = Default::default();
-    let mut still_leased = Vec::new();
-    let mut reservations = Vec::new();
-    // With the chain, the chain pass checked every job's side effects and noted every claim;
-    // without it, the jobs replayed are.
-    let mut issued = chain_report
-        .as_mut()
-        .map(|c| std::mem::take(&mut c.issued))
-        .unwrap_or_default();
-    let mut side_effects = stored::Checker::default();
-    let cache = if chained {
-        Default::default()
-    } else {
-        let cache = stored::cache_rows(&mut conn).await?;
-        side_effects.entries(cache.values().flatten());
-        cache
-    };
-    let mut claim_order = order::ClaimOrder::default();
-    // The jobs whose replay stopped at a violation: what it was (a slot finding on a reservation
-    // of theirs says it follows from it).
-    let mut stopped: HashMap<Uuid, String> = HashMap::new();
-    // Each batch is replayed on threads (`replay_batch`) while the next one is read: the
-    // findings are taken in job order, so the report is the one a single thread gives.
-    let threads = replay_threads(options.threads);
-    let runner_projects = std::sync::Arc::new(runner_projects);
-    let mut pending: Option<Pending> = None;
-    let mut chunks = ids.chunks(options.batch.max(1));
-    loop {
-        let next = match chunks.next() {
-            Some(chunk) => {
-                let stored = if chained {
-                    Default::default()
-                } else {
-                    stored::rows(&mut conn, chunk).await?
-                };
-                let submitted = order::submissions(&mut conn, chunk).await?;
-                let ledgers = read::ledgers(&mut conn, chunk).await?;
-                Some((stored, submitted, ledgers))
-            }
-            None => None,
+    // Each batch is replayed on threads while the next one is read (`Replayer`).
+    for chunk in ids.chunks(options.batch.max(1)) {
+        let stored = if chained {
+            Default::default()
+        } else {
+            stored::rows(&mut conn, chunk).await?
         };
-        if let Some(Pending {
-            replaying,
-            mut stored,
+        let submitted = order::submissions(&mut conn, chunk).await?;
+        let ledgers = read::ledgers(&mut conn, chunk).await?;
+        replayer.feed(Some(replayer::Batch {
+            ledgers,
             submitted,
-        }) = pending.take()
-        {
-            let (ledgers, outcomes) = replaying.join().expect("the replay does not panic");
-            for (jl, outcome) in ledgers.into_iter().zip(outcomes) {
-                for a in &jl.attempts {
-                    let claimed_in = epoch_of(a.fence).max(epoch_of(a.slot_token));
-                    *claims_per_epoch.entry(claimed_in).or_default() += 1;
-                    if a.state == "active" || a.state == "uncertain" {
-                        still_leased.push(AcrossEpoch {
-                            job: jl.job.id,
-                            project: jl.job.project,
-                            attempt: a.id,
-                            state: a.state.clone(),
-                            claimed_in,
-                            latest: 0,
-                        });
-                    }
-                }
-                if !chained {
-                    let mut rows = stored.remove(&jl.job.id).unwrap_or_default();
-                    rows.extend(cache.get(&jl.job.id).cloned().unwrap_or_default());
-                    let messages: Vec<stored::Message> = jl
-                        .observations
-                        .iter()
-                        .filter_map(|o| {
-                            stored::Message::of(
-                                o.id,
-                                o.ledger_seq,
-                                &o.kind,
-                                &o.verdict,
-                                o.attributed,
-                                o.payload_sha256.clone(),
-                                o.received_at,
-                            )
-                        })
-                        .collect();
-                    let found = side_effects.job(jl.job.id, jl.job.project, &messages, &rows);
-                    report.violations.extend(found);
-                    issued.read(&jl);
-                }
-                report.jobs += 1;
-                report.records += jl.records();
-                claim_order.read(&jl, submitted.get(&jl.job.id).copied());
-                match outcome {
-                    replay::Outcome::Clean(held) => reservations.extend(held),
-                    replay::Outcome::Violation(v, mut held) => {
-                        replay::release_as_the_ledger_shows(&jl, &mut held);
-                        stopped.insert(jl.job.id, format!("[{}] at {}", v.kind.as_str(), v.record));
-                        report.violations.push(*v);
-                        reservations.extend(held);
-                    }
-                    replay::Outcome::Unauditable(why) => {
-                        // What needs no lease expiry is still checked, and named.
-                        report.violations.extend(replay::unjudged_checks(&jl));
-                        report.unjudged_records += jl.records();
-                        report.unauditable.push((jl.job.id, why));
-                    }
-                }
-            }
-            progress(Progress {
-                phase: "replay",
-                jobs_done: report.jobs,
-                jobs_total: ids.len(),
-                records: report.records,
-                seconds: started.elapsed().as_secs_f64(),
-            });
-        }
-        let Some((stored, submitted, ledgers)) = next else {
-            break;
-        };
-        let runner_projects = runner_projects.clone();
-        pending = Some(Pending {
-            replaying: std::thread::spawn(move || {
-                let outcomes = replay_batch(&ledgers, &runner_projects, max_ttl, threads);
-                (ledgers, outcomes)
-            }),
             stored,
-            submitted,
+        }));
+        progress(Progress {
+            phase: "replay",
+            jobs_done: replayer.jobs,
+            jobs_total: ids.len(),
+            records: replayer.records,
+            seconds: started.elapsed().as_secs_f64(),
         });
     }
-    if !chained {
-        report.violations.extend(side_effects.finish());
+    replayer.finish();
+    for reader in readers {
+        reader.close().await.ok();
     }
+    let replayer::Replayer {
+        jobs,
+        records,
+        violations,
+        unjudged_records,
+        unauditable,
+        mut claims_per_epoch,
+        mut still_leased,
+        reservations,
+        issued,
+        claim_order,
+        stopped,
+        ..
+    } = replayer;
+    (report.jobs, report.records) = (jobs, records);
+    (report.unjudged_records, report.unauditable) = (unjudged_records, unauditable);
+    report.violations = violations;
+    // With the chain, the chain pass checked every job's side effects and noted every claim;
+    // without it, the jobs replayed are.
+    let issued = chain_report
+        .as_mut()
+        .map_or(issued, |c| std::mem::take(&mut c.issued));
     report
         .violations
         .extend(slot_overlaps(reservations, &stopped));
@@ -869,46 +826,6 @@ pub async fn audit(
     report.seconds = started.elapsed().as_secs_f64();
     report.records_per_second = report.records as f64 / report.seconds.max(1e-9);
     Ok((report, projects))
-}
-
-/// How many threads replay: `asked`, or one per core.
-fn replay_threads(asked: usize) -> usize {
-    match asked {
-        0 => std::thread::available_parallelism().map_or(1, usize::from),
-        n => n,
-    }
-}
-
-/// A batch being replayed (on its own threads) while the next one is read, with what its
-/// findings are taken with.
-struct Pending {
-    replaying: std::thread::JoinHandle<(Vec<read::JobLedger>, Vec<replay::Outcome>)>,
-    stored: HashMap<Uuid, Vec<stored::StoredRow>>,
-    submitted: HashMap<Uuid, (i64, DateTime<Utc>)>,
-}
-
-/// Each job of `ledgers` replayed, in order, on up to `threads` threads (jobs are independent).
-fn replay_batch(
-    ledgers: &[read::JobLedger],
-    runner_projects: &HashMap<Uuid, Uuid>,
-    max_ttl: Option<chrono::Duration>,
-    threads: usize,
-) -> Vec<replay::Outcome> {
-    let one = |jl: &read::JobLedger| replay::replay(jl, runner_projects, max_ttl);
-    if threads <= 1 || ledgers.len() < 2 {
-        return ledgers.iter().map(one).collect();
-    }
-    let per_thread = ledgers.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = ledgers
-            .chunks(per_thread)
-            .map(|part| scope.spawn(move || part.iter().map(one).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|p| p.join().expect("the replay does not panic"))
-            .collect()
-    })
 }
 
 /// The chain pass's findings (`ledger_chain`, `watermark_mismatch`, `tombstone`, `revocation`)

@@ -133,6 +133,35 @@ pub async fn begin(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// `n - 1` more connections to `database_url` reading in the snapshot of `conn`'s transaction
+/// (begun by `begin`, nothing read in it yet): its snapshot exported (`pg_export_snapshot`, which
+/// a hot standby answers too) and set in a `REPEATABLE READ READ ONLY` transaction on each, so
+/// that every read of the audit, on any of them, sees the same ledger. `conn`'s transaction must
+/// stay open while they read.
+pub async fn readers(
+    database_url: &str,
+    conn: &mut PgConnection,
+    n: usize,
+) -> Result<Vec<PgConnection>, sqlx::Error> {
+    if n <= 1 {
+        return Ok(Vec::new());
+    }
+    let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let mut out = Vec::with_capacity(n - 1);
+    for _ in 1..n {
+        let mut reader = <PgConnection as sqlx::Connection>::connect(database_url).await?;
+        begin(&mut reader).await?;
+        // The identifier is the server's own (hex digits and dashes), never the caller's.
+        sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
+            .execute(&mut reader)
+            .await?;
+        out.push(reader);
+    }
+    Ok(out)
+}
+
 /// Whether the schema has the audit's ledger (impl migration 0003).
 pub async fn has_ledger(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     let found: i64 = sqlx::query_scalar(
@@ -192,15 +221,49 @@ pub async fn job_ids(
     .await
 }
 
-fn group<T>(rows: Vec<(Uuid, T)>) -> HashMap<Uuid, Vec<T>> {
-    let mut out: HashMap<Uuid, Vec<T>> = HashMap::new();
-    for (job, row) in rows {
-        out.entry(job).or_default().push(row);
-    }
-    out
+/// Every held slot whose holder job names it: its holder job and attempt (what `reservations`
+/// joins per batch, read once for a whole run).
+pub async fn held_slots(
+    conn: &mut PgConnection,
+) -> Result<HashMap<String, (Uuid, Uuid)>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT s.slot, s.holder_job_id, s.holder_attempt_id \
+         FROM target_slots AS s JOIN jobs AS h ON h.id = s.holder_job_id AND h.target = s.slot",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok((
+                r.try_get("slot")?,
+                (r.try_get("holder_job_id")?, r.try_get("holder_attempt_id")?),
+            ))
+        })
+        .collect()
 }
 
-fn job_row(r: &PgRow) -> Result<JobRow, sqlx::Error> {
+/// The reservations of `jobs` from the held slots (`held_slots`): what `reservations` reads.
+pub fn reservations_of<'a>(
+    jobs: impl IntoIterator<Item = &'a JobRow>,
+    held: &HashMap<String, (Uuid, Uuid)>,
+) -> Reservations {
+    let (mut reservations, mut taken) = (HashMap::new(), HashMap::new());
+    for job in jobs {
+        match held.get(&job.target) {
+            Some(&(holder, attempt)) if holder == job.id => {
+                reservations.insert(job.id, (job.target.clone(), attempt));
+            }
+            Some(&(holder, _)) => {
+                taken.insert(job.id, holder);
+            }
+            None => {}
+        }
+    }
+    (reservations, taken)
+}
+
+/// A job's row (its columns as `ledgers` names them).
+pub fn job_row(r: &PgRow) -> Result<JobRow, sqlx::Error> {
     Ok(JobRow {
         id: r.try_get("id")?,
         project: r.try_get("project_id")?,
@@ -258,6 +321,161 @@ fn observation_row(r: &PgRow) -> Result<(Uuid, ObservationRow), sqlx::Error> {
     ))
 }
 
+fn reconciliation_row(r: &PgRow) -> Result<(Uuid, ReconciliationRow), sqlx::Error> {
+    Ok((
+        r.try_get("job_id")?,
+        ReconciliationRow {
+            id: r.try_get("id")?,
+            ledger_seq: r.try_get("ledger_seq")?,
+            project: r.try_get("project_id")?,
+            attempt: r.try_get("attempt_id")?,
+            finding: r.try_get("finding")?,
+            decision: r.try_get("decision")?,
+            verdict: r.try_get("verdict")?,
+            reason: r.try_get("reason")?,
+            decided_at: r.try_get("decided_at")?,
+        },
+    ))
+}
+
+fn cancel_row(r: &PgRow) -> Result<(Uuid, CancelRow), sqlx::Error> {
+    Ok((
+        r.try_get("job_id")?,
+        CancelRow {
+            id: r.try_get("id")?,
+            ledger_seq: r.try_get("ledger_seq")?,
+            project: r.try_get("project_id")?,
+            attempt: r.try_get("attempt_id")?,
+            verdict: r.try_get("verdict")?,
+            reason: r.try_get("reason")?,
+            requested_at: r.try_get("requested_at")?,
+        },
+    ))
+}
+
+fn sweep_row(r: &PgRow) -> Result<(Uuid, SweepRow), sqlx::Error> {
+    Ok((
+        r.try_get("job_id")?,
+        SweepRow {
+            id: r.try_get("id")?,
+            ledger_seq: r.try_get("ledger_seq")?,
+            attempt: r.try_get("attempt_id")?,
+            swept_at: r.try_get("swept_at")?,
+        },
+    ))
+}
+
+/// The records of a batch of jobs, by job, as a replay takes them: filled from the rows of the
+/// audit's own queries (`ledgers`) or from the rows the chain pass reads (`audit::chain`), so
+/// that a full run reads each record once.
+#[derive(Default)]
+pub struct Parts {
+    attempts: HashMap<Uuid, Vec<AttemptRow>>,
+    observations: HashMap<Uuid, Vec<ObservationRow>>,
+    reconciliations: HashMap<Uuid, Vec<ReconciliationRow>>,
+    cancels: HashMap<Uuid, Vec<CancelRow>>,
+    sweeps: HashMap<Uuid, Vec<SweepRow>>,
+}
+
+/// The ledger table a row is of.
+#[derive(Clone, Copy)]
+pub enum Table {
+    Attempts,
+    Observations,
+    Reconciliations,
+    Cancels,
+    Sweeps,
+}
+
+fn push<T>(map: &mut HashMap<Uuid, Vec<T>>, (job, row): (Uuid, T)) {
+    map.entry(job).or_default().push(row);
+}
+
+impl Parts {
+    /// A row of `table` (its columns as `ledgers` names them).
+    pub fn add(&mut self, table: Table, r: &PgRow) -> Result<(), sqlx::Error> {
+        match table {
+            Table::Attempts => push(&mut self.attempts, attempt_row(r)?),
+            Table::Observations => push(&mut self.observations, observation_row(r)?),
+            Table::Reconciliations => push(&mut self.reconciliations, reconciliation_row(r)?),
+            Table::Cancels => push(&mut self.cancels, cancel_row(r)?),
+            Table::Sweeps => push(&mut self.sweeps, sweep_row(r)?),
+        }
+        Ok(())
+    }
+}
+
+/// The target reservations of a batch of jobs: held by the job, and taken by another job naming
+/// its slot.
+pub type Reservations = (HashMap<Uuid, (String, Uuid)>, HashMap<Uuid, Uuid>);
+
+/// The reservations of the jobs `ids`. A reservation is its slot's holder columns (migration
+/// 0009): each job's slot looked up by its key, held when it names the job; held by another job
+/// naming the slot, taken. (A holder whose job names another slot is the slot rows' check,
+/// `slot_holder`.)
+pub async fn reservations(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> Result<Reservations, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id, \
+                s.holder_job_id AS holder_job_id \
+         FROM jobs AS j JOIN target_slots AS s ON s.slot = j.target \
+         JOIN jobs AS h ON h.id = s.holder_job_id AND h.target = s.slot \
+         WHERE j.id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut reservations: HashMap<Uuid, (String, Uuid)> = HashMap::new();
+    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
+    for r in &rows {
+        let job: Uuid = r.try_get("job_id")?;
+        let holder: Uuid = r.try_get("holder_job_id")?;
+        if holder == job {
+            reservations.insert(job, (r.try_get("target")?, r.try_get("attempt_id")?));
+        } else {
+            taken.insert(job, holder);
+        }
+    }
+    Ok((reservations, taken))
+}
+
+/// The ledgers of `jobs` (in their order) from their records and reservations, each job's
+/// records in ledger order (claims, cancels and sweeps by position, messages and
+/// reconciliations by id, as `ledgers` reads them).
+pub fn assemble(
+    jobs: Vec<JobRow>,
+    mut parts: Parts,
+    (mut reservations, mut taken): Reservations,
+) -> Vec<JobLedger> {
+    jobs.into_iter()
+        .map(|job| {
+            let id = job.id;
+            let mut attempts = parts.attempts.remove(&id).unwrap_or_default();
+            attempts.sort_by_key(|a| a.ledger_seq);
+            let mut observations = parts.observations.remove(&id).unwrap_or_default();
+            observations.sort_by_key(|o| o.id);
+            let mut reconciliations = parts.reconciliations.remove(&id).unwrap_or_default();
+            reconciliations.sort_by_key(|r| r.id);
+            let mut cancels = parts.cancels.remove(&id).unwrap_or_default();
+            cancels.sort_by_key(|c| c.ledger_seq);
+            let mut sweeps = parts.sweeps.remove(&id).unwrap_or_default();
+            sweeps.sort_by_key(|s| s.ledger_seq);
+            JobLedger {
+                job,
+                attempts,
+                observations,
+                reconciliations,
+                cancels,
+                sweeps,
+                reservation: reservations.remove(&id),
+                slot_taken_by: taken.remove(&id),
+            }
+        })
+        .collect()
+}
+
 /// Every record of the jobs `ids`, grouped by job, each job's records in ledger order.
 pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLedger>, sqlx::Error> {
     let jobs = sqlx::query(
@@ -268,149 +486,46 @@ pub async fn ledgers(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<JobLed
     .bind(ids)
     .fetch_all(&mut *conn)
     .await?;
-    let attempts = sqlx::query(
-        "SELECT job_id, id, runner_id, lease_id, fence, state, lease_expiry, claim_lease_expiry, \
-                outcome, result_digest, claimed_at, ledger_seq, slot_token \
-         FROM attempts WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let observations = sqlx::query(
-        "SELECT named_job_id, id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
-                named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
-                reason, outcome, payload_sha256, lease_expiry \
-         FROM observations WHERE named_job_id = ANY($1) ORDER BY named_job_id, id",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let reconciliations = sqlx::query(
-        "SELECT job_id, id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
-                reason, decided_at \
-         FROM reconciliations WHERE job_id = ANY($1) ORDER BY job_id, id",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let cancels = sqlx::query(
-        "SELECT job_id, id, ledger_seq, project_id, attempt_id, verdict, reason, requested_at \
-         FROM cancels WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let sweeps = sqlx::query(
-        "SELECT job_id, id, ledger_seq, attempt_id, swept_at \
-         FROM expiry_sweeps WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    // A reservation is its slot's holder columns (migration 0009): each job's slot looked up by
-    // its key, held when it names the job; held by another job naming the slot, taken. (A holder
-    // whose job names another slot is the slot rows' check, `slot_holder`.)
-    let reservations_rows = sqlx::query(
-        "SELECT j.id AS job_id, s.slot AS target, s.holder_attempt_id AS attempt_id, \
-                s.holder_job_id AS holder_job_id \
-         FROM jobs AS j JOIN target_slots AS s ON s.slot = j.target \
-         JOIN jobs AS h ON h.id = s.holder_job_id AND h.target = s.slot \
-         WHERE j.id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-
-    let mut attempts = group(attempts.iter().map(attempt_row).collect::<Result<_, _>>()?);
-    let mut observations = group(
-        observations
-            .iter()
-            .map(observation_row)
-            .collect::<Result<_, _>>()?,
-    );
-    let mut reconciliations = group(
-        reconciliations
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("job_id")?,
-                    ReconciliationRow {
-                        id: r.try_get("id")?,
-                        ledger_seq: r.try_get("ledger_seq")?,
-                        project: r.try_get("project_id")?,
-                        attempt: r.try_get("attempt_id")?,
-                        finding: r.try_get("finding")?,
-                        decision: r.try_get("decision")?,
-                        verdict: r.try_get("verdict")?,
-                        reason: r.try_get("reason")?,
-                        decided_at: r.try_get("decided_at")?,
-                    },
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-    );
-    let mut cancels = group(
-        cancels
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("job_id")?,
-                    CancelRow {
-                        id: r.try_get("id")?,
-                        ledger_seq: r.try_get("ledger_seq")?,
-                        project: r.try_get("project_id")?,
-                        attempt: r.try_get("attempt_id")?,
-                        verdict: r.try_get("verdict")?,
-                        reason: r.try_get("reason")?,
-                        requested_at: r.try_get("requested_at")?,
-                    },
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-    );
-    let mut sweeps = group(
-        sweeps
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("job_id")?,
-                    SweepRow {
-                        id: r.try_get("id")?,
-                        ledger_seq: r.try_get("ledger_seq")?,
-                        attempt: r.try_get("attempt_id")?,
-                        swept_at: r.try_get("swept_at")?,
-                    },
-                ))
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-    );
-    let mut reservations: HashMap<Uuid, (String, Uuid)> = HashMap::new();
-    let mut taken: HashMap<Uuid, Uuid> = HashMap::new();
-    for r in &reservations_rows {
-        let job: Uuid = r.try_get("job_id")?;
-        let holder: Uuid = r.try_get("holder_job_id")?;
-        if holder == job {
-            reservations.insert(job, (r.try_get("target")?, r.try_get("attempt_id")?));
-        } else {
-            taken.insert(job, holder);
+    let mut parts = Parts::default();
+    for (table, sql) in [
+        (
+            Table::Attempts,
+            "SELECT job_id, id, runner_id, lease_id, fence, state, lease_expiry, \
+                    claim_lease_expiry, outcome, result_digest, claimed_at, ledger_seq, slot_token \
+             FROM attempts WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+        ),
+        (
+            Table::Observations,
+            "SELECT named_job_id, id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
+                    named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
+                    reason, outcome, payload_sha256, lease_expiry \
+             FROM observations WHERE named_job_id = ANY($1) ORDER BY named_job_id, id",
+        ),
+        (
+            Table::Reconciliations,
+            "SELECT job_id, id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
+                    reason, decided_at \
+             FROM reconciliations WHERE job_id = ANY($1) ORDER BY job_id, id",
+        ),
+        (
+            Table::Cancels,
+            "SELECT job_id, id, ledger_seq, project_id, attempt_id, verdict, reason, \
+                    requested_at \
+             FROM cancels WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+        ),
+        (
+            Table::Sweeps,
+            "SELECT job_id, id, ledger_seq, attempt_id, swept_at \
+             FROM expiry_sweeps WHERE job_id = ANY($1) ORDER BY job_id, ledger_seq",
+        ),
+    ] {
+        for r in &sqlx::query(sql).bind(ids).fetch_all(&mut *conn).await? {
+            parts.add(table, r)?;
         }
     }
-    jobs.iter()
-        .map(|r| {
-            let job = job_row(r)?;
-            let id = job.id;
-            Ok(JobLedger {
-                job,
-                attempts: attempts.remove(&id).unwrap_or_default(),
-                observations: observations.remove(&id).unwrap_or_default(),
-                reconciliations: reconciliations.remove(&id).unwrap_or_default(),
-                cancels: cancels.remove(&id).unwrap_or_default(),
-                sweeps: sweeps.remove(&id).unwrap_or_default(),
-                reservation: reservations.remove(&id),
-                slot_taken_by: taken.remove(&id),
-            })
-        })
-        .collect()
+    let reservations = reservations(conn, ids).await?;
+    let jobs = jobs.iter().map(job_row).collect::<Result<_, _>>()?;
+    Ok(assemble(jobs, parts, reservations))
 }
 
 /// Observations naming a job that does not exist (they belong to no job's replay): their

@@ -971,8 +971,10 @@ async fn an_epoch_with_no_claim_yet_is_shown_with_the_jobs_running_across_it() {
     assert_eq!(shown(&since), expected);
 }
 
-/// The replay runs on threads (issue 37 item 5); the report is the one a single thread gives,
-/// violations in the same order, on a ledger where four jobs were corrupted.
+/// The replay runs on threads and the ledger is read over several connections sharing one
+/// snapshot (issue 37 item 5); the report is the one a single thread on a single connection
+/// gives, violations in the same order, on a ledger where four jobs were corrupted, in a full
+/// run and under `--since` its own token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_is_the_same_on_one_thread_and_on_several() {
     let f = build().await;
@@ -1001,12 +1003,13 @@ async fn the_report_is_the_same_on_one_thread_and_on_several() {
         ],
     )
     .await;
-    let report = |threads: usize| async move {
-        let options = AuditOptions {
-            batch: 100,
-            threads,
-            ..AuditOptions::default()
-        };
+    let options = |threads: usize, connections: usize| AuditOptions {
+        batch: 3,
+        threads,
+        connections,
+        ..AuditOptions::default()
+    };
+    let report = |options: AuditOptions| async move {
         let (report, _) = audit::audit(url, &options, |_| {})
             .await
             .expect("the audit runs");
@@ -1014,10 +1017,10 @@ async fn the_report_is_the_same_on_one_thread_and_on_several() {
         for timing in ["seconds", "records_per_second", "chain_seconds"] {
             json.as_object_mut().unwrap().remove(timing);
         }
-        json
+        (json, report)
     };
-    let one = report(1).await;
-    let several = report(3).await;
+    let (one, first) = report(options(1, 1)).await;
+    let (several, _) = report(options(3, 3)).await;
     let replayed: std::collections::BTreeSet<&str> = one["violations"]
         .as_array()
         .unwrap()
@@ -1026,5 +1029,21 @@ async fn the_report_is_the_same_on_one_thread_and_on_several() {
         .map(|v| v["job"].as_str().unwrap())
         .collect();
     assert!(replayed.len() >= 4, "{one:#}");
+    assert_eq!(one, several);
+    // Under `--since` the first run's token and witness: the chain pass on several connections,
+    // the jobs it names replayed.
+    let Ok(audit::chain::Since::Token(w)) = first.since.clone().unwrap().parse() else {
+        panic!("a token");
+    };
+    let since = |threads: usize, connections: usize| AuditOptions {
+        since: Some(w.position),
+        since_token: Some(w.clone()),
+        since_witness: first.witness.clone(),
+        ..options(threads, connections)
+    };
+    let (one, _) = report(since(1, 1)).await;
+    let (several, _) = report(since(3, 3)).await;
+    assert_eq!(one["chain_records"], several["chain_records"]);
+    assert!(one["chain_records"].as_u64().unwrap() > 0, "{one:#}");
     assert_eq!(one, several);
 }

@@ -32,6 +32,10 @@ pub struct AuditArgs {
     /// Jobs read per round trip.
     #[arg(long, default_value_t = 2000)]
     batch: usize,
+    /// Connections reading the ledger at once, all in one snapshot (0: one per core). The
+    /// report does not depend on it.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    connections: usize,
     /// Seconds to wait, before the audit's snapshot, for the transactions in progress at its
     /// start to end, so that no record in flight lies below the watermark it prints. When the
     /// wait runs out the audit still runs, says so on stderr, and prints the watermark it started
@@ -110,6 +114,7 @@ pub fn run(args: &AuditArgs) -> anyhow::Result<i32> {
         settle_timeout: Some(settle_timeout),
         since_witness,
         threads: 0,
+        connections: args.connections,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
