@@ -90,12 +90,13 @@ fn a_revoked_runner_is_refused_unknown_runner_recorded_nowhere_and_its_lease_is_
     );
     assert_eq!(swept.jobs[0].state, JobState::Uncertain);
     // A revoked runner claims nothing: its claim is refused and changes nothing.
+    // (The runner had finished: the truthful finding is what it observed.)
     let retried = walk(
         &model,
         swept,
         &[Action::Reconcile {
             job: 0,
-            finding: Finding::Stopped,
+            finding: Finding::ObservedPassed,
             decision: Decision::Retry,
         }],
     );
