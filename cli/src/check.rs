@@ -49,6 +49,11 @@ pub struct CheckArgs {
     /// put/get, cache put/get), probed in every state (off by default: they multiply the states).
     #[arg(long)]
     side_effects: bool,
+    /// Let an operator revoke a runner while it holds a lease (`runner_revoke`): its messages
+    /// are refused `unknown_runner` and recorded nowhere, its lease runs out and is swept as a
+    /// lost runner's (docs/model.md "Revocation").
+    #[arg(long)]
+    revocation: bool,
     /// Let the database fail over once: the server's state goes back to before its last
     /// committed transition while runners, messages in flight and targets keep theirs, and the
     /// epoch rises (docs/model.md "Failover"; not with --side-effects).
@@ -343,6 +348,7 @@ impl CheckArgs {
             replica_skew: self.replica_skew,
             batch_claim: self.batch_claim,
             slot_shared_by: self.slot_shared_by,
+            revocation: self.revocation,
             ..Config::default()
         }
         .with_variant(self.variant)

@@ -565,6 +565,13 @@ pub fn project_model(
             )),
             _ => None,
         }
+        // A revoked runner's message is from no runner: recorded nowhere (§7).
+        .filter(|o| {
+            !before
+                .runners
+                .get(o.sender as usize)
+                .is_some_and(|r| r.revoked)
+        })
         .map(observation_projection),
     }
 }
@@ -828,7 +835,8 @@ impl ResultBatches {
 
 /// The server-recorded message `action` delivers in `before`, if any.
 fn recorded_message(before: &State, action: &Action) -> Option<leasewright_model::Message> {
-    crate::coverage::delivered(before, action).filter(|m| recorded_by_server(m.kind))
+    crate::coverage::delivered(before, action)
+        .filter(|m| recorded_by_server(m.kind) && !LeaseModel::revoked_sender(before, m))
 }
 
 /// The details the model's step implies: the recorded fields of its observation and the value

@@ -169,6 +169,18 @@ pub fn side_effect_config(base: &Config) -> Config {
     }
 }
 
+/// The revocation configuration of the default suite (issue 39 item 7): the configuration with
+/// an operator who may revoke a runner mid-lease (`runner_revoke`): its messages and claims are
+/// then refused `unknown_runner` and recorded nowhere, and its lease runs out and is swept as a
+/// lost runner's. Walked and probed as the batch-claim configurations are (its share of the
+/// steps is [`BATCH_SHARE`]).
+pub fn revocation_config(base: &Config) -> Config {
+    Config {
+        revocation: true,
+        ..base.clone()
+    }
+}
+
 /// The share (in percent) of the random-walk steps walked on each batch-claim configuration.
 pub const BATCH_SHARE: usize = 5;
 
@@ -379,11 +391,15 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         ));
     }
     // The batch claim (K > 1), walked and probed as these configurations are.
+    let batch_steps = selection.steps * BATCH_SHARE / 100;
     if model.config.batch_claim < 2 {
-        let batch_steps = selection.steps * BATCH_SHARE / 100;
         for (name, config) in batch_claim_configs(&model.config) {
             shared_configs.push((name, config, batch_steps));
         }
+    }
+    // A runner revoked mid-lease (issue 39 item 7).
+    if !model.config.revocation {
+        shared_configs.push(("revocation", revocation_config(&model.config), batch_steps));
     }
     let main_steps = selection.steps
         - two_job_steps
@@ -449,6 +465,8 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                     format!("the {name} walks (issue 18 class 7: R8)")
                 } else if name.starts_with("batch") {
                     format!("the {name} walks (issue 29 item 4: batch claims)")
+                } else if *name == "revocation" {
+                    format!("the {name} walks (issue 39 item 7: a runner revoked mid-lease)")
                 } else {
                     format!("the {name} walks (issue 13: one slot)")
                 },

@@ -75,6 +75,14 @@ class Namespace:
         if action == "tick":
             self.now += 1
             return None, None, None
+        if action == "runner_revoke":
+            self.cp.revoke_runner(self.projects[s["project"]], self.runners[s["runner"]])
+            return None, None, None
+        if (action == "claim" or action in ("heartbeat", "result", "rejoin") + SIDE_EFFECTS) \
+                and s["runner"] < len(self.runners) \
+                and not self.cp.authenticates(self.runners[s["runner"]]):
+            # A revoked runner's credential: refused before any check, recorded nowhere.
+            return "rejected", "unknown_runner", None
         if action == "claim" and s.get("limit") is not None:
             # A batch claim: the jobs taken, in submission order, take the attempts named
             # attempt, attempt + 1, ... and the leases named in `leases`, in that order.

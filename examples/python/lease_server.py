@@ -54,6 +54,7 @@ class Runner:
         self.id = uuid.uuid4()
         self.project = project
         self.name = name
+        self.revoked = False
 
 
 class Job:
@@ -168,6 +169,20 @@ class ControlPlane:
         r = Runner(project, name)
         self.runners[r.id] = r
         return r.id
+
+    def revoke_runner(self, project, runner_id):
+        """An operator of `project` revokes its runner (§6.1 check 1): its credential
+        authenticates nothing from now on. No job, attempt or lease changes."""
+        runner = self.runners.get(runner_id)
+        if runner is None or runner.project != project:
+            raise Rejected("unknown_runner")
+        runner.revoked = True
+
+    def authenticates(self, runner_id):
+        """Whether a created runner's credential still authenticates it (over HTTP, a token
+        that does not is refused 401 before any check, and recorded nowhere: §7)."""
+        runner = self.runners.get(runner_id)
+        return runner is not None and not runner.revoked
 
     def submit(self, project, slot, kind):
         """Submits a job naming target slot `slot` of `kind` (§8.1: a slot has one kind)."""

@@ -24,6 +24,7 @@ fn main() {
         shared_slot: args.get(9).is_some_and(|&x| x != 0),
         batch_claim: *args.get(10).unwrap_or(&0),
         slot_shared_by: *args.get(11).unwrap_or(&0),
+        revocation: std::env::var("MEASURE_REVOCATION").is_ok(),
         ..d
     };
     let config = if std::env::var("MEASURE_BATCH_EXECUTION").is_ok() {

@@ -28,10 +28,10 @@ pub const BATCH_SKIPS_NOTHING_CLAIMABLE: &str =
 impl LeaseModel {
     /// The jobs a batch claim of up to `limit` jobs by `runner` takes in `s`, in submission
     /// order (empty: rejected `no_queued_job`, or `unknown_runner` for a runner that does not
-    /// exist). A flawed variant may choose otherwise.
+    /// exist or was revoked). A flawed variant may choose otherwise.
     pub fn batch_claimable_jobs(&self, s: &State, runner: RunnerId, limit: u8) -> Batch {
         let variant = self.config.variant;
-        let Some(r) = s.runners.get(runner as usize) else {
+        let Some(r) = s.runners.get(runner as usize).filter(|r| !r.revoked) else {
             return Batch::new();
         };
         // After a failover no job is claimed until every lease of the earlier epoch has expired.
@@ -72,7 +72,7 @@ impl LeaseModel {
     /// The verdict of a batch claim (§6.2): `unknown_runner`, accepted when it takes some job,
     /// `no_queued_job` when it takes none.
     pub fn batch_claim_verdict(&self, s: &State, runner: RunnerId, limit: u8) -> Expected {
-        if s.runners.get(runner as usize).is_none() {
+        if s.runners.get(runner as usize).is_none_or(|r| r.revoked) {
             Expected::rejected(Reason::UnknownRunner)
         } else if self.batch_claimable_jobs(s, runner, limit).is_empty() {
             Expected::rejected(Reason::NoQueuedJob)

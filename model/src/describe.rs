@@ -86,6 +86,9 @@ pub fn action(a: &Action) -> String {
             format!("{} stops executing{}", runner(*r), of(attempt))
         }
         Action::Disconnect { runner: r } => format!("{} disconnects", runner(*r)),
+        Action::RunnerRevoke { runner: r } => {
+            format!("an operator revokes {} (runner_revoke)", runner(*r))
+        }
         Action::Rejoin {
             runner: r,
             runner_time: skew,
@@ -321,6 +324,9 @@ pub fn mermaid(model: &LeaseModel, path: &[(State, Option<Action>)]) -> String {
                 )
             }
             Action::Tick => "Note over Server: tick (server time passes)".to_string(),
+            Action::RunnerRevoke { runner: r } => {
+                format!("Operator->>Server: runner_revoke {}", runner(*r))
+            }
             Action::Failover => {
                 "Note over Server: failover: the last committed transition is lost, the epoch rises"
                     .to_string()

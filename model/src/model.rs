@@ -228,6 +228,7 @@ impl LeaseModel {
                 connected: true,
                 holding: None,
                 batch: 0,
+                revoked: false,
             })
             .collect();
         if c.outsider {
@@ -236,6 +237,7 @@ impl LeaseModel {
                 connected: true,
                 holding: None,
                 batch: 0,
+                revoked: false,
             });
         }
         State {
@@ -366,6 +368,7 @@ impl LeaseModel {
             }
             Action::Claim { runner } => Some(match state.runners.get(*runner as usize) {
                 None => Expected::rejected(Reason::UnknownRunner),
+                Some(r) if r.revoked => Expected::rejected(Reason::UnknownRunner),
                 Some(_) if self.claimable_job(state, *runner).is_some() => Expected::ACCEPTED,
                 Some(_) => Expected::rejected(Reason::NoQueuedJob),
             }),
@@ -475,9 +478,11 @@ impl LeaseModel {
     /// §6.1 checks 1–5: who is speaking and which attempt they name. `Ok(attempt)` when the
     /// observation is attributable to the named attempt.
     fn identify(&self, s: &State, m: &Message) -> Result<AttemptId, Reason> {
+        // A revoked runner's token authenticates nothing: the server knows no such runner.
         let runner = s
             .runners
             .get(m.sender as usize)
+            .filter(|r| !r.revoked)
             .ok_or(Reason::UnknownRunner)?;
         let job = s.jobs.get(m.job as usize).ok_or(Reason::UnknownJob)?;
         if job.project != runner.project {
@@ -650,7 +655,7 @@ impl LeaseModel {
     /// runner's project whose target slot is free (and which the model's bounds allow another
     /// attempt).
     pub fn claimable_job(&self, s: &State, runner: RunnerId) -> Option<JobId> {
-        let r = s.runners.get(runner as usize)?;
+        let r = s.runners.get(runner as usize).filter(|r| !r.revoked)?;
         // After a failover no job is claimed until every lease of the earlier epoch has expired.
         // (`epoch_wait` is 0 when there is no wait, and the receipt time is never below 0.)
         if Self::now(s) < s.epoch_wait && self.config.variant != Variant::FailoverWithoutWait {
@@ -904,6 +909,14 @@ impl LeaseModel {
 
     // ----- effects -----------------------------------------------------------------------------
 
+    /// Whether `m`'s sender is a runner an operator revoked ([`Config::revocation`]): the server
+    /// refuses it `unknown_runner` and records it nowhere (docs/protocol.md §7, "A message from
+    /// no runner is recorded nowhere").
+    pub fn revoked_sender(s: &State, m: &Message) -> bool {
+        m.kind != MessageKind::TargetMutation
+            && s.runners.get(m.sender as usize).is_some_and(|r| r.revoked)
+    }
+
     /// The observation a correct server records when `m` is delivered in `s` (§7 notes):
     /// attributed to the named attempt when checks 1–5 pass, unattributed otherwise. Target
     /// mutations are recorded by the target, unattributed. (What this model's server, possibly a
@@ -932,6 +945,10 @@ impl LeaseModel {
     /// `None` when it writes none. The protocol records every runner message it receives
     /// ([`LeaseModel::observation`]); two flawed variants drop some.
     pub fn record(&self, s: &State, m: &Message) -> Option<Observation> {
+        if Self::revoked_sender(s, m) {
+            // A message from no runner is recorded nowhere (§7).
+            return None;
+        }
         let o = self.observation(s, m);
         let dropped = matches!(
             (self.config.variant, m.kind, o.reason),
@@ -960,7 +977,11 @@ impl LeaseModel {
     /// With [`Config::ledger`]: the server receives `m` (a heartbeat, result or rejoin; target
     /// mutations go to the target) in `last` and writes its record into the ledger of `s`.
     fn receive(&self, last: &State, s: &mut State, m: &Message) {
-        if self.config.ledger > 0 && m.kind != MessageKind::TargetMutation {
+        // A revoked runner's message is from no runner: recorded nowhere (§7).
+        if self.config.ledger > 0
+            && m.kind != MessageKind::TargetMutation
+            && !Self::revoked_sender(last, m)
+        {
             s.ledger.insert(self.entry(last, m));
         }
     }
@@ -1418,6 +1439,36 @@ impl LeaseModel {
         }
     }
 
+    /// With [`Config::revocation`]: an operator revokes a runner of project 0 that holds an
+    /// active lease (mid-lease); a revoked runner that is not executing tries a claim while
+    /// the project has a queued job (refused `unknown_runner`, a step that changes nothing).
+    fn revocation_actions(
+        &self,
+        s: &State,
+        runner: RunnerId,
+        executing: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        let r = &s.runners[runner as usize];
+        if r.project != 0 {
+            return;
+        }
+        if r.revoked {
+            let queued = s
+                .jobs
+                .iter()
+                .any(|j| j.project == r.project && j.state == JobState::Queued);
+            if !executing && r.connected && queued {
+                actions.push(Action::Claim { runner });
+            }
+        } else if r
+            .held()
+            .any(|(_, a)| s.attempts[a as usize].state == AttemptState::Active)
+        {
+            actions.push(Action::RunnerRevoke { runner });
+        }
+    }
+
     fn all_actions(&self, s: &State, actions: &mut Vec<Action>) {
         let c = &self.config;
         let skews = 0..=c.max_skew;
@@ -1431,6 +1482,9 @@ impl LeaseModel {
             if !executing && r.connected && self.claimable_job(s, runner).is_some() {
                 actions.push(Action::Claim { runner });
                 self.batch_claim_actions(s, runner, actions);
+            }
+            if c.revocation {
+                self.revocation_actions(s, runner, executing, actions);
             }
             for held in r.held() {
                 self.conflict_actions(s, runner, held, actions);
@@ -1632,6 +1686,7 @@ impl Model for LeaseModel {
                 | Action::Replay { .. }
                 | Action::Heartbeat { .. }
                 | Action::SideEffect { .. }
+                | Action::Claim { .. }
                 | Action::Cancel { .. }
                 | Action::OutsiderCancel { .. }
                 | Action::OutsiderReconcile { .. } => self
@@ -1650,9 +1705,18 @@ impl Model for LeaseModel {
             Some(())
         };
         match action {
+            // A revoked runner's claim is refused and changes nothing.
+            Action::Claim { runner } if s.runners.get(runner as usize)?.revoked => {}
             Action::Claim { runner } => {
                 let job = self.claimable_job(&s, runner)?;
                 self.claim(&mut s, runner, job);
+            }
+            Action::RunnerRevoke { runner } => {
+                let r = s.runners.get_mut(runner as usize)?;
+                if r.revoked {
+                    return None;
+                }
+                r.revoked = true;
             }
             Action::ClaimBatch { runner, limit } => self.claim_batch(&mut s, runner, limit)?,
             // A heartbeat is a request the server answers at receipt: its verdict depends only on

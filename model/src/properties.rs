@@ -633,13 +633,31 @@ impl<'a> Ctx<'a> {
 
     /// The probes the server (not the target) receives, computed once per state; none when the
     /// probes of a state with the same [`probe_key`] were checked already and held.
+    ///
+    /// A revoked runner's messages ([`Config::revocation`]) are not among them: they are from no
+    /// runner (§6.1 check 1), which every property about a runner's message leaves aside;
+    /// [`Ctx::revoked_probes`] are checked on their own.
     fn server_probes(&self) -> impl Iterator<Item = &Probe> {
-        let probes: &[Probe] = if self.probes_known {
+        self.known_probes()
+            .iter()
+            .filter(|p| !LeaseModel::revoked_sender(self.s, &p.msg))
+    }
+
+    /// The probes sent by a runner an operator revoked ([`Config::revocation`]).
+    fn revoked_probes(&self) -> impl Iterator<Item = &Probe> {
+        self.known_probes()
+            .iter()
+            .filter(|p| LeaseModel::revoked_sender(self.s, &p.msg))
+    }
+
+    /// Every probe of the state; none when the probes of a state with the same [`probe_key`]
+    /// were checked already and held.
+    fn known_probes(&self) -> &[Probe] {
+        if self.probes_known {
             &[]
         } else {
             self.probes()
-        };
-        probes.iter()
+        }
     }
 
     /// Some probe of a runner of another project than its job's would be accepted: its effect
@@ -1360,23 +1378,28 @@ fn expired_is_uncertain(c: &Ctx<'_>) -> bool {
 /// record of another project's runner lands in this project's ledger.
 fn reports_attributed(c: &Ctx<'_>) -> bool {
     let (m, s) = (c.m, c.s);
-    c.server_probes().all(|p| {
-        let msg = &p.msg;
-        let Some(record) = p.record else {
-            return false;
-        };
-        let verdict = p.verdict;
-        let result = match msg.kind {
-            MessageKind::Result(o) => Some((o, msg.digest)),
-            _ => None,
-        };
-        record.attempt == true_attribution(s, msg).or_else(|| reissued_namesake(m, s, msg))
-            && record.sender == msg.sender
-            && record.job == msg.job
-            && record.named_attempt == msg.attempt
-            && (record.verdict, record.reason) == (verdict.verdict, verdict.reason)
-            && record.result == result
-    })
+    // A revoked runner's message is from no runner: refused `unknown_runner` and recorded
+    // nowhere (§6.1 check 1, §7).
+    let unknown = Expected::rejected(Reason::UnknownRunner);
+    c.revoked_probes()
+        .all(|p| p.record.is_none() && m.delivery_verdict(s, &p.msg) == unknown)
+        && c.server_probes().all(|p| {
+            let msg = &p.msg;
+            let Some(record) = p.record else {
+                return false;
+            };
+            let verdict = p.verdict;
+            let result = match msg.kind {
+                MessageKind::Result(o) => Some((o, msg.digest)),
+                _ => None,
+            };
+            record.attempt == true_attribution(s, msg).or_else(|| reissued_namesake(m, s, msg))
+                && record.sender == msg.sender
+                && record.job == msg.job
+                && record.named_attempt == msg.attempt
+                && (record.verdict, record.reason) == (verdict.verdict, verdict.reason)
+                && record.result == result
+        })
 }
 
 /// Every deliverable message gets the same verdict with runner time 0, +7 and 255, and an

@@ -113,6 +113,15 @@ pub struct Config {
     /// gate opens (docs/protocol.md §2 "Epochs"). `0` (the default): one server, one ttl.
     #[serde(default)]
     pub policy_ttl: u8,
+    /// An operator of project 0 may revoke a runner of project 0 while it holds a lease
+    /// (`Action::RunnerRevoke`, docs/protocol.md §6.1 check 1): from then on the server refuses
+    /// every message of that runner `unknown_runner` and records none of them (§7: a message
+    /// from no runner is recorded nowhere), and the runner claims nothing. Revocation changes no
+    /// job, attempt or lease: the revoked runner's lease runs out, the expiry sweep makes its job
+    /// `uncertain`, and only a reconciliation decides what follows. Off by default (a
+    /// configuration of the conformance suite turns it on).
+    #[serde(default)]
+    pub revocation: bool,
 }
 
 /// A fence or slot token carries its epoch: `epoch * EPOCH_BASE + generation`, compared as one
@@ -150,6 +159,7 @@ impl Default for Config {
             slots_in_turn: 0,
             duty_ignored: false,
             policy_ttl: 0,
+            revocation: false,
         }
     }
 }
@@ -491,6 +501,10 @@ pub struct Runner {
     /// claim of one job).
     #[serde(default)]
     pub batch: u8,
+    /// An operator revoked it ([`Config::revocation`]): its token authenticates nothing, so
+    /// the server knows no such runner (`unknown_runner`) whatever it sends. Never undone.
+    #[serde(default)]
+    pub revoked: bool,
 }
 
 impl Runner {
@@ -1045,6 +1059,10 @@ pub enum Action {
     /// With [`Config::replica_skew`]: from now on the server's steps are served by a replica
     /// whose clock reads `clock + offset` (docs/protocol.md §3.1).
     ReplicaClock { offset: i8 },
+    /// With [`Config::revocation`]: an operator of project 0 revokes `runner` while it holds a
+    /// lease (`runner_revoke`; `POST /v1/projects/{p}/runners/{runner}/revoke`). Only the
+    /// runner's authentication changes ([`Runner::revoked`]).
+    RunnerRevoke { runner: RunnerId },
 }
 
 /// How a replayed message is altered.
@@ -1086,6 +1104,7 @@ impl Action {
             Action::OutsiderReconcile { .. } => "outsider_reconcile",
             Action::Failover => "failover",
             Action::ReplicaClock { .. } => "replica_clock",
+            Action::RunnerRevoke { .. } => "runner_revoke",
         }
     }
 }
@@ -1215,9 +1234,17 @@ impl std::hash::Hash for State {
                 connected,
                 holding,
                 batch,
+                revoked,
             } = *runner;
             let [holding_tag, holding] = option(holding);
-            h.write_u64(pack([project, connected as u8, holding_tag, holding, batch]) as u64);
+            h.write_u64(pack([
+                project,
+                connected as u8,
+                holding_tag,
+                holding,
+                batch,
+                revoked as u8,
+            ]) as u64);
         }
         h.write_usize(in_flight.len());
         for m in in_flight {

@@ -404,6 +404,12 @@ pub fn step_request(
             &LeaseModel::replayed(before, message, *runner, *forge),
         ),
         Action::Tick => json!({"action": "tick"}),
+        // An operator of project 0 revokes one of its runners (docs/conformance.md): no
+        // verdict; from then on the implementation refuses the runner `unknown_runner` and
+        // records nothing it sends.
+        Action::RunnerRevoke { runner } => {
+            json!({"action": "runner_revoke", "project": 0, "runner": runner})
+        }
         // The model's sweep covers every job of both projects. A version 1 or 2 driver is sent
         // `project` 0 (its traces have no job of another project); version 3 says no project:
         // the sweep over every project of the trace, as the server's sweeper runs it.

@@ -22,7 +22,7 @@
 //! One model tick is the server's lease ttl divided by the model's `lease_ttl`: the driver reads
 //! the ttl once, when it connects, from the lease expiry a claim of a probe job answers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
@@ -884,6 +884,7 @@ impl Driver for HttpDriver {
             global,
             unknown_ids: UnknownIds::fresh(),
             unauthenticated: false,
+            revoked: BTreeSet::new(),
             names_unknown_job: false,
             batch_results: sends_batch_results(trace),
             batches: ResultBatches::new(trace_hash_bit(trace)),
@@ -948,6 +949,9 @@ pub struct HttpSession {
     /// authenticates nobody, it is refused `401` before any check and nothing is recorded
     /// ([`HttpSession::deliver_unauthenticated`]).
     unauthenticated: bool,
+    /// The model runners an operator revoked (`runner_revoke`): their token authenticates
+    /// nothing from then on, so what they send is refused `401` and recorded nowhere.
+    revoked: BTreeSet<u8>,
     /// A step has sent a message naming a job no one created: from then on the projects'
     /// security logs are read for its records.
     names_unknown_job: bool,
@@ -1104,8 +1108,15 @@ impl HttpSession {
             Some(client) => client.clone(),
             // The target's route takes no runner token: the same for any sender.
             None if m.kind == MessageKind::TargetMutation => self.nobody(m.sender),
-            None => return self.deliver_unauthenticated(m, &tuple).await,
+            None => {
+                let nobody = self.nobody(m.sender);
+                return self.deliver_unauthenticated(m, &tuple, nobody).await;
+            }
         };
+        if self.revoked.contains(&m.sender) && m.kind != MessageKind::TargetMutation {
+            // The runner's own token, revoked: refused as nobody's is.
+            return self.deliver_unauthenticated(m, &tuple, client).await;
+        }
         match m.kind {
             MessageKind::Heartbeat => {
                 let result: Result<HeartbeatRead, CallError> =
@@ -1233,21 +1244,22 @@ impl HttpSession {
         }
     }
 
-    /// `m` from the model's runner `m.sender`, whom no one created. Over HTTP the sender is its
-    /// bearer token, and a token that authenticates nobody is refused `401` before any check
-    /// (docs/protocol.md §6.1 check 1, docs/http.md "Conventions"): the model's `unknown_runner`.
-    /// Sent through the route a created runner's `m` takes, with the same body, under a
-    /// well-formed token of no runner ([`HttpSession::nobody`]); nothing may be recorded
+    /// `m` from the model's runner `m.sender`, whom no one created, or whom an operator
+    /// revoked. Over HTTP the sender is its bearer token, and a token that authenticates nobody
+    /// is refused `401` before any check (docs/protocol.md §6.1 check 1, docs/http.md
+    /// "Conventions"): the model's `unknown_runner`. Sent through the route a created runner's
+    /// `m` takes, with the same body, under `client`: a well-formed token of no runner
+    /// ([`HttpSession::nobody`]), or the revoked runner's own; nothing may be recorded
     /// ([`Session::project`] checks that the step recorded nothing).
     async fn deliver_unauthenticated(
         &mut self,
         m: &model::Message,
         tuple: &TupleBody,
+        client: RunnerClient,
     ) -> Result<Observed, DriverError> {
         use crate::side_effects::{payload_bytes, ARTIFACT_NAME, CACHE_KEY};
         use model::SideEffect as E;
         self.unauthenticated = true;
-        let client = self.nobody(m.sender);
         let tuple = *tuple;
         let sent: Result<(), CallError> = match m.kind {
             MessageKind::Heartbeat => client
@@ -1651,6 +1663,47 @@ impl Session for HttpSession {
                 return Err(unmappable(crate::select::FAILOVER))
             }
             Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
+            Action::RunnerRevoke { runner } => {
+                self.sync_clock().await?;
+                let id = *self
+                    .runners
+                    .get(*runner as usize)
+                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let revoked: Value = self
+                    .server
+                    .operator
+                    .http
+                    .post(
+                        &format!("/v1/projects/{}/runners/{id}/revoke", self.project),
+                        &json!({}),
+                    )
+                    .await
+                    .map_err(http_failed)?;
+                if revoked.get("revoked_at").is_none_or(Value::is_null) {
+                    return Err(DriverError::Implementation(format!(
+                        "revoking runner {runner} answered no `revoked_at`: {revoked}"
+                    )));
+                }
+                self.revoked.insert(*runner);
+                None
+            }
+            Action::Claim { runner } | Action::ClaimBatch { runner, .. }
+                if self.revoked.contains(runner) =>
+            {
+                // The revoked runner's own token: refused `401` before any check.
+                self.sync_clock().await?;
+                self.unauthenticated = true;
+                let client = self
+                    .clients
+                    .get(*runner as usize)
+                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let sent: Result<(), CallError> = client
+                    .http
+                    .post::<_, Value>("/v1/runner/claim", &json!({"capacity": 1}))
+                    .await
+                    .map(drop);
+                Some(refused(&sent)?)
+            }
             Action::Claim { runner } => {
                 self.sync_clock().await?;
                 let client = self

@@ -121,19 +121,22 @@ impl Driver for PgDriver {
             .await
             .map_err(failed)?;
         let mut runners = Vec::new();
+        let mut tokens = Vec::new();
         for r in 0..config.runners {
-            let (id, _token) = store
+            let (id, token) = store
                 .create_runner(project, &format!("runner-{r}"))
                 .await
                 .map_err(failed)?;
             runners.push(id);
+            tokens.push(token);
         }
         if let Some(_outsider) = model.outsider() {
-            let (id, _token) = store
+            let (id, token) = store
                 .create_runner(outsider_project, "outsider")
                 .await
                 .map_err(failed)?;
             runners.push(id);
+            tokens.push(token);
         }
         let kind = imp::TargetKind::from_code(config.target.as_str())
             .ok_or_else(|| unmappable(format!("target kind {}", config.target)))?;
@@ -174,6 +177,7 @@ impl Driver for PgDriver {
             project,
             outsider_project,
             runners,
+            tokens,
             jobs,
             attempts: Vec::new(),
             leases: BTreeMap::new(),
@@ -266,6 +270,8 @@ pub struct PgSession {
     outsider_project: imp::ProjectId,
     /// Model runner index → runner (the outsider last).
     runners: Vec<imp::RunnerId>,
+    /// Model runner index → its bearer token (authenticated before each of its messages).
+    tokens: Vec<String>,
     /// Model job index → job.
     jobs: Vec<imp::JobId>,
     /// Model attempt index → attempt.
@@ -318,6 +324,23 @@ impl PgSession {
         }
     }
 
+    /// Whether the created runner `runner`'s bearer token authenticates it, as the HTTP layer
+    /// asks before any check (docs/protocol.md §6.1 check 1): `false` once an operator revoked
+    /// it (`Store::revoke_runner`). A runner no one created (a probe's) is named by its id
+    /// alone, and the store's check 1 answers for it.
+    async fn authenticated(&self, runner: u8) -> Result<bool, DriverError> {
+        let Some(token) = self.tokens.get(usize::from(runner)) else {
+            return Ok(true);
+        };
+        let found = self.store.authenticate(token).await.map_err(failed)?;
+        match found {
+            Some(id) if Some(&id) != self.runners.get(usize::from(runner)) => Err(
+                DriverError::Implementation("a runner's token authenticates another runner".into()),
+            ),
+            found => Ok(found.is_some()),
+        }
+    }
+
     fn tuple(&self, m: &model::Message) -> Result<imp::Tuple, DriverError> {
         // An index the trace never created (a probe's unknown runner, job or attempt) is an id
         // no one created: the implementation must find nothing under it (§6.1 checks 1, 2, 4).
@@ -364,6 +387,10 @@ impl PgSession {
     }
 
     async fn deliver(&mut self, m: &model::Message) -> Result<Observed, DriverError> {
+        if m.kind != MessageKind::TargetMutation && !self.authenticated(m.sender).await? {
+            // Refused before any check, and recorded nowhere (docs/protocol.md §7).
+            return Ok(Expected::rejected(model::Reason::UnknownRunner));
+        }
         let tuple = self.tuple(m)?;
         let at = Some(runner_time(m.runner_time));
         self.sent_payload = payload_label(m);
@@ -494,6 +521,28 @@ impl Session for PgSession {
                 return Err(unmappable(crate::select::FAILOVER))
             }
             Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
+            Action::Claim { runner } | Action::ClaimBatch { runner, .. }
+                if !self.authenticated(*runner).await? =>
+            {
+                Some(Expected::rejected(model::Reason::UnknownRunner))
+            }
+            Action::RunnerRevoke { runner } => {
+                let id = *self
+                    .runners
+                    .get(*runner as usize)
+                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let revoked = self
+                    .store
+                    .revoke_runner(self.project, id)
+                    .await
+                    .map_err(failed)?;
+                if revoked.is_none_or(|r| r.revoked_at.is_none()) {
+                    return Err(DriverError::Implementation(format!(
+                        "revoking runner {runner} of its own project revoked nothing"
+                    )));
+                }
+                None
+            }
             Action::Claim { runner } => {
                 let id = *self
                     .runners
