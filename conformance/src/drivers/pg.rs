@@ -328,6 +328,14 @@ impl PgSession {
     /// asks before any check (docs/protocol.md §6.1 check 1): `false` once an operator revoked
     /// it (`Store::revoke_runner`). A runner no one created (a probe's) is named by its id
     /// alone, and the store's check 1 answers for it.
+    /// The implementation's id of the model's runner `runner`.
+    fn runner_id(&self, runner: u8) -> Result<imp::RunnerId, DriverError> {
+        self.runners
+            .get(usize::from(runner))
+            .copied()
+            .ok_or_else(|| unmappable(format!("runner {runner}")))
+    }
+
     async fn authenticated(&self, runner: u8) -> Result<bool, DriverError> {
         let Some(token) = self.tokens.get(usize::from(runner)) else {
             return Ok(true);
@@ -527,10 +535,7 @@ impl Session for PgSession {
                 Some(Expected::rejected(model::Reason::UnknownRunner))
             }
             Action::RunnerRevoke { runner } => {
-                let id = *self
-                    .runners
-                    .get(*runner as usize)
-                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let id = self.runner_id(*runner)?;
                 let revoked = self
                     .store
                     .revoke_runner(self.project, id)
@@ -544,10 +549,7 @@ impl Session for PgSession {
                 None
             }
             Action::Claim { runner } => {
-                let id = *self
-                    .runners
-                    .get(*runner as usize)
-                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let id = self.runner_id(*runner)?;
                 // A batch claim of two jobs whenever the model leaves no second job to take
                 // (then it takes what one claim takes): the batch's search runs every time.
                 let k = if self.model.claimable_job(after, *runner).is_none() {
@@ -578,10 +580,7 @@ impl Session for PgSession {
                 Some(observed(&verdict.without_value()))
             }
             Action::ClaimBatch { runner, limit } => {
-                let id = *self
-                    .runners
-                    .get(*runner as usize)
-                    .ok_or_else(|| unmappable(format!("runner {runner}")))?;
+                let id = self.runner_id(*runner)?;
                 let verdict = self
                     .store
                     .claim_batch(id, usize::from(*limit), None)
