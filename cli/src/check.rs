@@ -1038,10 +1038,14 @@ fn summary(c: &Config) -> String {
         ", side effects (R8)"
     } else {
         ""
-    } + if c.failover {
-        ", one failover (the last committed server transition lost, the epoch rises)"
+    } + &if c.failover {
+        let count = match c.failovers() {
+            1 => "one failover".to_string(),
+            n => format!("up to {n} failovers"),
+        };
+        format!(", {count} (each: the last committed server transition lost, the epoch rises)")
     } else {
-        ""
+        String::new()
     } + if c.reissued_ids {
         ", attempt and lease ids reissued after the failover (the fence carries the epoch)"
     } else {

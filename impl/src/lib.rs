@@ -23,7 +23,8 @@ pub use error::{DatabaseSaid, Error};
 pub use schema::DEFAULT_SCHEMA;
 pub use sql::statement_counts;
 pub use store::{
-    PrunePolicy, PruneReport, ResultObserver, Store, StoreConfig, DEFAULT_TOKEN_RECHECK,
+    record_lease_policy_on, PrunePolicy, PruneReport, ResultObserver, Store, StoreConfig,
+    DEFAULT_TOKEN_RECHECK,
 };
 pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};
 pub use types::*;

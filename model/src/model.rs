@@ -1267,9 +1267,11 @@ impl LeaseModel {
         s.epoch_wait = if self.config.variant == Variant::FailoverWithoutWait {
             0
         } else {
-            // The first claim of the new epoch records `began_at` at its replica's `now`; claims
-            // wait until `began_at + lease_ttl + 2 × replica_skew` (§2 "Epochs", §3.1), with the
-            // largest ttl the lease policy records.
+            // Claims wait until `began_at + lease_ttl + 2 × replica_skew` (§2 "Epochs", §3.1),
+            // with the largest ttl the lease policy records. The specification's `began_at` is
+            // the first claim of the new epoch, which takes nothing; the model takes the failover
+            // itself, the earliest that claim can come: its wait is never the longer one, so
+            // what holds here holds with the specification's (docs/model.md "Failover").
             Self::now(s) + self.recorded_ttl(s) + self.skew_margin()
         };
         Some(())

@@ -216,13 +216,7 @@ impl Store {
         // The database keeps the largest lease ttl any store granted leases with: after an epoch
         // change claims wait that long, so that every lease the forgotten commits granted has
         // expired (docs/protocol.md §2, "Epochs").
-        let ttl_micros = lease_ttl
-            .num_microseconds()
-            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
-        sqlx::query(crate::sql::LEASE_POLICY_RECORD.issue())
-            .bind(ttl_micros)
-            .execute(&pool)
-            .await?;
+        record_lease_policy_on(&mut *pool.acquire().await?, config.lease_ttl, None).await?;
         Ok(Store {
             pool,
             clock,
@@ -268,40 +262,21 @@ impl Store {
     /// largest lease ttl + 2δ (migration 0016). A store that never records one works with one
     /// clock (δ = 0): tests, replays, a single server. `serve` records its `--max-clock-skew`.
     pub async fn record_max_clock_skew(&self, max_clock_skew: Duration) -> Result<(), Error> {
-        let skew = chrono::Duration::from_std(max_clock_skew)
-            .ok()
-            .and_then(|skew| skew.num_microseconds())
-            .ok_or(Error::InvalidArgument("max_clock_skew is too large"))?;
-        let ttl = self
-            .lease_ttl
-            .num_microseconds()
-            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
-        sqlx::query(crate::sql::LEASE_POLICY_RECORD_CLOCK_SKEW.issue())
-            .bind(ttl)
-            .bind(skew)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.record_lease_policy(Some(max_clock_skew)).await
     }
 
     /// Records this store's lease policy again (issue 39, item 3): its lease ttl and, when given,
     /// its `max_clock_skew`, each kept as the largest any store recorded. A failover or restore
     /// can lose the `lease_policy` row with the commits it forgets, and the wait after the next
-    /// epoch change reads it: a server records its policy again on every connection to a new
-    /// primary, before it serves (server/src/app/database.rs).
+    /// epoch change reads it: a server records its policy on every new connection, before the
+    /// connection serves anything ([`record_lease_policy_on`], server/src/app/database.rs).
     pub async fn record_lease_policy(&self, max_clock_skew: Option<Duration>) -> Result<(), Error> {
+        let mut connection = self.pool.acquire().await?;
         let ttl = self
             .lease_ttl
-            .num_microseconds()
-            .ok_or(Error::InvalidArgument("lease_ttl is too large"))?;
-        sqlx::query(crate::sql::LEASE_POLICY_RECORD.issue())
-            .bind(ttl)
-            .execute(&self.pool)
-            .await?;
-        if let Some(skew) = max_clock_skew {
-            self.record_max_clock_skew(skew).await?;
-        }
-        Ok(())
+            .to_std()
+            .map_err(|_| Error::InvalidArgument("lease_ttl is too large"))?;
+        record_lease_policy_on(&mut connection, ttl, max_clock_skew).await
     }
 
     /// The same store with a per-attempt quota: a `log append`, `artifact put` or `cache put`
@@ -400,4 +375,34 @@ impl Store {
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
         Ok(self.pool.begin().await?)
     }
+}
+
+/// Records a lease policy on `connection` (docs/protocol.md §2 "Epochs", §3.1): `lease_ttl` and,
+/// when given, `max_clock_skew`, each kept as the largest any store of the database recorded
+/// (a statement writes only when its value is larger). A failover or a restore can lose the
+/// `lease_policy` row with the commits it forgets, and the wait after the next epoch change
+/// reads it: a server runs this on every new connection of its pool before the connection
+/// serves anything, so no request reaches a primary (a new one behind the same address
+/// included) that has not recorded this server's policy.
+pub async fn record_lease_policy_on(
+    connection: &mut sqlx::PgConnection,
+    lease_ttl: Duration,
+    max_clock_skew: Option<Duration>,
+) -> Result<(), Error> {
+    let micros = |value: Duration, what: &'static str| {
+        i64::try_from(value.as_micros()).map_err(|_| Error::InvalidArgument(what))
+    };
+    let ttl = micros(lease_ttl, "lease_ttl is too large")?;
+    sqlx::query(crate::sql::LEASE_POLICY_RECORD.issue())
+        .bind(ttl)
+        .execute(&mut *connection)
+        .await?;
+    if let Some(skew) = max_clock_skew {
+        sqlx::query(crate::sql::LEASE_POLICY_RECORD_CLOCK_SKEW.issue())
+            .bind(ttl)
+            .bind(micros(skew, "max_clock_skew is too large")?)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(())
 }

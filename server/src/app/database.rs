@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use leasewright_impl::hosts::{self, DatabaseUrl, ReplicationState, TargetSessionAttrs};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions as _, PgConnection};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
@@ -67,10 +68,17 @@ pub(super) struct Database {
 /// The store's pool on the primary among `database_url`'s hosts, and the [`Database`] that
 /// follows it. Refuses a URL whose hosts hold no primary (a standby alone, every host down) with
 /// the reason per host.
+///
+/// Once the returned flag is set (the store recorded the policy itself), every new connection
+/// of the pool records `policy` (this server's lease ttl and, off a manual
+/// clock, its `max_clock_skew`) before it serves anything: a failover can forget the
+/// `lease_policy` row, and one behind the same address may pass between two of the watcher's
+/// checks, but it cannot keep a connection of the old primary open (docs/protocol.md §2).
 pub(super) async fn connect(
     database_url: &str,
     config: &ServerConfig,
-) -> anyhow::Result<(Arc<Database>, PgPool)> {
+    policy: (Duration, Option<Duration>),
+) -> anyhow::Result<(Arc<Database>, PgPool, Arc<AtomicBool>)> {
     let url = DatabaseUrl::parse(database_url)
         .map_err(|error| anyhow::anyhow!("the database URL: {error}"))?;
     let wanted = url
@@ -81,23 +89,37 @@ pub(super) async fn connect(
         .await
         .map_err(|error| anyhow::anyhow!("{error}"))?;
     let options = session_options(resolved.options.clone(), &config.schema)?;
+    let policy_recorded = Arc::new(AtomicBool::new(false));
+    let after_connect_ready = policy_recorded.clone();
     let pool = PgPoolOptions::new()
         .max_connections(config.max_connections)
         .acquire_timeout(leasewright_impl::StoreConfig::default().acquire_timeout)
         .after_connect(move |connection, _| {
+            let ready = after_connect_ready.clone();
             Box::pin(async move {
                 // A new session on a standby (the host was demoted and restarted) is refused:
                 // the watcher finds the primary.
                 let state = hosts::replication_state(&mut *connection)
                     .await
                     .map_err(|error| sqlx::Error::Protocol(error.to_string()))?;
-                if wanted.accepts(&state) {
-                    Ok(())
-                } else {
-                    Err(sqlx::Error::Protocol(
+                if !wanted.accepts(&state) {
+                    return Err(sqlx::Error::Protocol(
                         "the database host is a standby or read-only now".into(),
-                    ))
+                    ));
                 }
+                // Until the store has recorded the policy itself (the first connections, before
+                // the schema may exist) there is nothing to record on.
+                if !ready.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                let (lease_ttl, max_clock_skew) = policy;
+                leasewright_impl::record_lease_policy_on(connection, lease_ttl, max_clock_skew)
+                    .await
+                    .map_err(|error| {
+                        sqlx::Error::Protocol(format!(
+                            "recording the lease policy on a new connection: {error}"
+                        ))
+                    })
             })
         })
         .connect_with(options)
@@ -133,7 +155,7 @@ pub(super) async fn connect(
         check_interval: config.database_check_interval,
         connect_timeout: config.database_connect_timeout,
     });
-    Ok((database, pool))
+    Ok((database, pool, policy_recorded))
 }
 
 impl Database {
@@ -171,8 +193,9 @@ impl Database {
         }
     }
 
-    /// Try the hosts in order until one is a primary; point the pool at it, record this server's
-    /// lease policy there, and open the gate.
+    /// Try the hosts in order until one is a primary, point the pool at it and open the gate
+    /// (each new connection of the pool records this server's lease policy before it serves:
+    /// [`connect`]).
     async fn follow(&self, state: &AppState) {
         let lost = self.current.lock().map(|c| c.clone()).ok();
         let started = Instant::now();
@@ -188,20 +211,6 @@ impl Database {
                     };
                     self.pool.set_connect_options(options);
                     *self.watcher.lock().await = Some(connection);
-                    // Before serving: the new primary may have lost the lease policy with the
-                    // commits the failover forgot (issue 39, item 3); record this server's again.
-                    if let Err(error) = state.record_lease_policy().await {
-                        if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                            last_warning = Some(Instant::now());
-                            tracing::warn!(
-                                %error,
-                                "cannot record the lease policy on the new primary yet"
-                            );
-                        }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                        continue;
-                    }
                     let moved = lost
                         .as_ref()
                         .is_some_and(|lost| lost.address != resolved.address);

@@ -369,14 +369,6 @@ impl AppState {
             .remove(&digest32(token.as_bytes()));
     }
 
-    /// Record this server's lease policy (its lease ttl and, off a manual clock, its
-    /// `max_clock_skew`) in the database, keeping the largest of each: at start and on every
-    /// connection to a new primary, before serving (app/database.rs).
-    pub(crate) async fn record_lease_policy(&self) -> Result<(), leasewright_impl::Error> {
-        let skew = self.0.clock_check.as_ref().map(|c| c.max_clock_skew());
-        self.0.store.record_lease_policy(skew).await
-    }
-
     /// The store.
     pub fn store(&self) -> &Store {
         &self.0.store
@@ -717,7 +709,14 @@ pub async fn start(
         None => Arc::new(leasewright_impl::SystemClock),
     };
     // The primary among the URL's hosts (a standby alone is refused), every session durable.
-    let (database, pool) = database::connect(database_url, &config).await?;
+    // Every new connection records this server's lease policy before serving, once the store
+    // has recorded it (`policy_recorded`).
+    let policy = (
+        lease_ttl,
+        manual_clock.is_none().then_some(config.max_clock_skew),
+    );
+    let (database, pool, policy_recorded) =
+        database::connect(database_url, &config, policy).await?;
     let store_config = leasewright_impl::StoreConfig {
         lease_ttl,
         max_connections: config.max_connections,
@@ -756,6 +755,7 @@ pub async fn start(
     } else {
         None
     };
+    policy_recorded.store(true, std::sync::atomic::Ordering::Release);
     let operator_token = match &config.operator_token {
         Some(token) => token.clone(),
         None => random_token("lwop_")?,
