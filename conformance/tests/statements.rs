@@ -195,3 +195,26 @@ async fn a_cache_keeping_the_first_storer_is_caught() {
     });
     caught(model, walks, Mutant::CacheKeepsFirstStorer).await;
 }
+
+/// Issue 39 item 7: a runner revoked mid-lease whose heartbeat, result or claim comes after the
+/// revocation (refused `unknown_runner` and recorded nowhere by the model); authentication that
+/// still reads a revoked runner's token hash judges it as if it were never revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_runner_still_authenticating_is_caught() {
+    use leasewright_conformance::select::revocation_config;
+    let model = LeaseModel::new(revocation_config(&Config::one_job()));
+    let walks = walks_with(&model, 12, |before, a, _| {
+        let revoked = |runner: u8| {
+            before
+                .runners
+                .get(usize::from(runner))
+                .is_some_and(|r| r.revoked)
+        };
+        match a {
+            Action::Deliver { message } => revoked(message.sender),
+            Action::Claim { runner } => revoked(*runner),
+            _ => false,
+        }
+    });
+    caught(model, walks, Mutant::RevokedRunnerAuthenticates).await;
+}

@@ -75,11 +75,15 @@ pub enum Mutant {
     /// `cache put` over an existing entry keeps the first storer's attempt (the upsert no longer
     /// sets `stored_by_attempt`).
     CacheKeepsFirstStorer,
+    /// Issue 39 item 7: authentication reads a revoked runner's token hash too (the statement's
+    /// `revoked_at IS NULL` dropped), so a revoked runner's heartbeat, result or claim is judged
+    /// as if it had never been revoked; `conform`'s revocation walks and probes kill it.
+    RevokedRunnerAuthenticates,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 24] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -104,6 +108,7 @@ impl Mutant {
         Mutant::BatchResultsReverseOrder,
         Mutant::BatchResultCancelledWhileRunning,
         Mutant::CacheKeepsFirstStorer,
+        Mutant::RevokedRunnerAuthenticates,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -178,6 +183,11 @@ impl Mutant {
                 "cache_entry_put",
                 "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
                 "",
+            ),
+            Mutant::RevokedRunnerAuthenticates => (
+                "runner_select_token_hash",
+                "WHERE id = $1 AND revoked_at IS NULL",
+                "WHERE id = $1",
             ),
             _ => return None,
         })
