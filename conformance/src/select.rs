@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use leasewright_model::{Action, Config, LeaseModel, State, TargetKind};
+use leasewright_model::{Action, Config, JobState, LeaseModel, State, TargetKind};
 
 use crate::coverage::Coverage;
 use crate::generate::{
@@ -217,6 +217,62 @@ pub fn batch_claim_configs(base: &Config) -> [(&'static str, Config); 2] {
             },
         ),
     ]
+}
+
+/// How many walks in which a batch claim reaches past a job waiting on a busy slot every random
+/// suite replays beside its share of steps (`random-batch-past-busy-*`), and the steps of the
+/// walks they are chosen from.
+pub const PAST_BUSY_WALKS: usize = 6;
+const PAST_BUSY_POOL_STEPS: usize = 50_000;
+
+/// Whether the step `action` (from `before` to `after`) is a batch claim that took a job beyond
+/// the `limit` earliest queued jobs of project 0: some of those wait on a busy slot, and the rule
+/// takes the K earliest *claimable* jobs (docs/protocol.md R1, "Batch claim").
+pub fn batch_reaches_past_busy_slot(before: &State, action: &Action, after: &State) -> bool {
+    let Action::ClaimBatch { limit, .. } = action else {
+        return false;
+    };
+    let queued =
+        |s: &State, j: usize| s.jobs[j].project == 0 && s.jobs[j].state == JobState::Queued;
+    let earliest: Vec<usize> = (0..before.jobs.len())
+        .filter(|&j| queued(before, j))
+        .take(usize::from(*limit))
+        .collect();
+    (0..before.jobs.len()).any(|j| {
+        queued(before, j) && after.jobs[j].state != JobState::Queued && !earliest.contains(&j)
+    })
+}
+
+/// Up to [`PAST_BUSY_WALKS`] random walks of `model` (seeded by the selection) with a step that
+/// [`batch_reaches_past_busy_slot`].
+fn walks_reaching_past_busy_slots(
+    model: &LeaseModel,
+    selection: &Selection,
+) -> Vec<Generated<LeaseModel>> {
+    random_walks(
+        model,
+        selection.seed ^ 0x9a57_b05e,
+        PAST_BUSY_POOL_STEPS,
+        selection.walk_len,
+    )
+    .into_iter()
+    .filter(|w| has_step(w, batch_reaches_past_busy_slot))
+    .take(PAST_BUSY_WALKS)
+    .collect()
+}
+
+/// Whether some step of `trace` satisfies `wanted` (of the state before it, the step and the
+/// state after it).
+pub fn has_step(
+    trace: &Generated<LeaseModel>,
+    wanted: impl Fn(&State, &Action, &State) -> bool,
+) -> bool {
+    let mut before = &trace.init;
+    trace.steps.iter().any(|(a, after)| {
+        let hit = wanted(before, a, after);
+        before = after;
+        hit
+    })
 }
 
 /// A named configuration's model and its random walks.
@@ -516,6 +572,17 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                     renamed(walks, &format!("random-{name}")),
                 ));
             }
+            // Issue 39 item 7: in every run, batches that reach past jobs waiting on a busy slot
+            // (rare in uniform walks), chosen from walks of this configuration.
+            if *name == "batch-claims" {
+                let past_busy = walks_reaching_past_busy_slots(m.as_ref(), selection);
+                if !past_busy.is_empty() {
+                    batches.push(Batch::new(
+                        Arc::clone(m),
+                        renamed(past_busy, "random-batch-past-busy"),
+                    ));
+                }
+            }
         }
     }
     // No driver can replay a failover (it would roll the database back to an earlier commit):
@@ -719,6 +786,43 @@ pub fn find<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 39 item 7: every random suite replays batches that reach past a job waiting on a
+    /// busy slot (a slip there, `BatchStopsAtBusySlot`, is caught by such walks:
+    /// conformance/tests/statements.rs), whatever the seed, with few steps or many.
+    #[test]
+    fn every_random_suite_walks_a_batch_past_a_busy_slot() {
+        for (seed, steps) in [(1, 15_000), (2, 2_000), (3, 300), (4, 15_000)] {
+            let selection = Selection {
+                suite: Suite::Random,
+                config: Config::one_job(),
+                seed,
+                steps,
+                walk_len: 40,
+                cases: 1,
+                shard: Shard::ALL,
+                cover_full: false,
+            };
+            let batches = generate(&selection).expect("a selection");
+            let past_busy: Vec<_> = batches
+                .iter()
+                .flat_map(|b| &b.traces)
+                .filter(|t| t.name.starts_with("random-batch-past-busy-"))
+                .collect();
+            assert_eq!(
+                past_busy.len(),
+                PAST_BUSY_WALKS,
+                "seed {seed}, {steps} steps"
+            );
+            for walk in past_busy {
+                assert!(
+                    has_step(walk, batch_reaches_past_busy_slot),
+                    "{} reaches past no busy slot",
+                    walk.name
+                );
+            }
+        }
+    }
 
     /// A walk with a failover step is not replayable (no driver can roll a database back); the
     /// default suites' configurations have no failover, so their walks are all replayable.

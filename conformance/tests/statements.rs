@@ -11,7 +11,7 @@ use std::sync::Arc;
 use leasewright_conformance::drivers::pg::{sends_batch_results, sweeps_globally, PgDriver};
 use leasewright_conformance::generate::{random_walks, Generated};
 use leasewright_conformance::probe;
-use leasewright_conformance::select::side_effect_config;
+use leasewright_conformance::select::{has_step, side_effect_config};
 use leasewright_conformance::suite::{self, RunOptions};
 use leasewright_impl::database::TestDatabase;
 use leasewright_impl::mutants::Mutant;
@@ -97,14 +97,7 @@ fn walks_with(
 ) -> Vec<Generated<LeaseModel>> {
     random_walks(model, 7, 200_000, 40)
         .into_iter()
-        .filter(|w| {
-            let mut before = &w.init;
-            w.steps.iter().any(|(a, after)| {
-                let hit = wanted(before, a, after);
-                before = after;
-                hit
-            })
-        })
+        .filter(|w| has_step(w, &wanted))
         .take(limit)
         .collect()
 }
@@ -217,4 +210,16 @@ async fn a_revoked_runner_still_authenticating_is_caught() {
         }
     });
     caught(model, walks, Mutant::RevokedRunnerAuthenticates).await;
+}
+
+/// Issue 39 item 7: a batch claim whose jobs reach past the K earliest queued ones, because some
+/// of those wait on a busy slot (R1 "Batch claim": the K earliest *claimable* jobs); a claim that
+/// stops at busy slots takes fewer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stopping_at_busy_slots_is_caught() {
+    use leasewright_conformance::select::{batch_claim_configs, batch_reaches_past_busy_slot};
+    let [(_, config), _] = batch_claim_configs(&Config::one_job());
+    let model = LeaseModel::new(config);
+    let walks = walks_with(&model, 12, batch_reaches_past_busy_slot);
+    caught(model, walks, Mutant::BatchStopsAtBusySlot).await;
 }

@@ -79,11 +79,15 @@ pub enum Mutant {
     /// `revoked_at IS NULL` dropped), so a revoked runner's heartbeat, result or claim is judged
     /// as if it had never been revoked; `conform`'s revocation walks and probes kill it.
     RevokedRunnerAuthenticates,
+    /// Issue 39 item 7: the batch claim stops at busy slots: of the K earliest queued jobs it
+    /// takes those whose slot is free, and never reaches past them (the claim's `beyond` step
+    /// dropped), so a batch takes fewer jobs than the rule's K earliest claimable.
+    BatchStopsAtBusySlot,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 25] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -109,6 +113,7 @@ impl Mutant {
         Mutant::BatchResultCancelledWhileRunning,
         Mutant::CacheKeepsFirstStorer,
         Mutant::RevokedRunnerAuthenticates,
+        Mutant::BatchStopsAtBusySlot,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -183,6 +188,11 @@ impl Mutant {
                 "cache_entry_put",
                 "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
                 "",
+            ),
+            Mutant::BatchStopsAtBusySlot => (
+                "claim",
+                "WHERE (SELECT count(*) FROM head_free) < $2",
+                "WHERE false",
             ),
             Mutant::RevokedRunnerAuthenticates => (
                 "runner_select_token_hash",
