@@ -315,8 +315,8 @@ pub fn profile(profile: Profile) -> Vec<Named> {
                     },
                 },
                 // Batches executed by two runners (issue 39 item 2): four jobs on two slots in
-                // turn, every lease a batch gives executed, heartbeated and reported; a batch may
-                // start on either slot. The whole space exceeds two million states: checked
+                // turn, two attempts each (a swept job retried), every lease a batch gives
+                // executed, heartbeated and reported; a batch may start on either slot. The whole space exceeds two million states: checked
                 // along every path of up to 10 states, past `batch-one-slot-token`'s 8-step
                 // counterexample.
                 Named {
