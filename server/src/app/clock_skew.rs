@@ -56,8 +56,8 @@ pub async fn recorded_policy(pool: &PgPool) -> Result<Option<RecordedPolicy>, sq
 /// The operator's step to change the `max_clock_skew` the database records
 /// (`leasewright migrate --set-max-clock-skew-ms`): the database keeps the largest δ any server
 /// recorded, so lowering it takes this. Every server of the database must be restarted with a
-/// `--max-clock-skew-ms` no larger first, or it records its own again (at its next start or
-/// failover). Returns the value before (`None`: no row; then nothing is written: the next server
+/// `--max-clock-skew-ms` no larger first, or it records its own again (at its next start, or on
+/// its next new database connection). Returns the value before (`None`: no row; then nothing is written: the next server
 /// records its own).
 pub async fn set_recorded_max_clock_skew(
     pool: &PgPool,
