@@ -31,8 +31,8 @@ pub struct MigrateArgs {
     /// After the migrations, set the max_clock_skew the database records (the largest any
     /// server recorded; the expiry sweep acts twice it past a lease) to this many milliseconds,
     /// from 1 to 60000. To lower it, first restart every server of the database with
-    /// `--max-clock-skew-ms` no larger: a server records its own again when it starts and after
-    /// a failover.
+    /// `--max-clock-skew-ms` no larger: a server records its own again when it starts and on
+    /// every new database connection.
     #[arg(long, value_name = "MS", conflicts_with = "status")]
     set_max_clock_skew_ms: Option<u64>,
 }
