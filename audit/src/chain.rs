@@ -8,7 +8,6 @@
 
 use crate::witness::{self, Tombstone, Witness};
 use chrono::{DateTime, TimeZone as _, Utc};
-use futures_util::StreamExt as _;
 use leasewright_impl::epoch::epoch_of;
 use sha2::{Digest as _, Sha256};
 use sqlx::{PgConnection, Row};
@@ -313,9 +312,10 @@ fn digest_entry(h: &mut Sha256, job: Uuid, seq: i64, head: &[u8]) {
 /// same pass checks every job's stored side effects against its accepted side-effect messages and
 /// notes every claim's slot token (what needs every job in every run, full or `--since`).
 ///
-/// The batches are read over `conn` and the `readers` (connections sharing its snapshot:
-/// `read::readers`), one batch in flight on each, and taken in job order, so the result does
-/// not depend on how many there are. With `replay` (a full run), the rows read are also the
+/// Each table is read by one sequential scan in job order (`scan`), its cursors spread over
+/// `conn` and the `readers` (connections sharing its snapshot: `read::readers`), and cut into
+/// batches of `batch` jobs taken in job order, so the result does not depend on how many
+/// connections there are. With `replay` (a full run), the rows read are also the
 /// replay's: each batch's jobs (of the project, if one is named) are fed to it, and the ledger
 /// is read once.
 #[allow(clippy::too_many_arguments)]
@@ -441,26 +441,16 @@ pub(crate) async fn check_all(
         true => crate::read::held_slots(conn).await?,
         false => HashMap::new(),
     };
-    let in_flight = 1 + readers.len();
-    let pool = std::sync::Mutex::new(
-        std::iter::once(&mut *conn)
-            .chain(readers.iter_mut())
-            .collect::<Vec<_>>(),
-    );
-    // Owned chunks: a future borrowing a chunk of `ids` is not `Send` for every lifetime.
-    let chunks: Vec<Vec<Uuid>> = ids.chunks(batch.max(1)).map(<[Uuid]>::to_vec).collect();
-    let pool = &pool;
-    let mut batches = futures_util::stream::iter(chunks)
-        .map(|chunk| async move {
-            // At most one batch in flight per connection: one is free.
-            let conn = pool.lock().expect("no panic").pop().expect("a free reader");
-            let read = read_batch(&mut *conn, &chunk, replaying).await;
-            pool.lock().expect("no panic").push(conn);
-            read
-        })
-        .buffered(in_flight);
-    while let Some(read) = batches.next().await {
-        let (jobs, mut read, stored, replayed) = read?;
+    // Every table read in job order by one sequential scan (`scan`), its cursors over `conn`
+    // and the readers, and cut into the batches of `ids`.
+    let mut conns: Vec<&mut PgConnection> = std::iter::once(&mut *conn)
+        .chain(readers.iter_mut())
+        .collect();
+    let mut scan = crate::scan::Scan::declare(&mut conns).await?;
+    for chunk in ids.chunks(batch.max(1)) {
+        let rows = scan.batch(&mut conns, chunk).await?;
+        let (jobs, mut read, stored, replayed) =
+            read_batch(&mut *conns[0], chunk, rows, replaying).await?;
         jobs_sent += jobs.len();
         records_sent += jobs.len() + read.records.values().map(Vec::len).sum::<usize>();
         if let (Some((replayer, project)), Some(rows)) = (&mut replay, replayed) {
@@ -485,7 +475,7 @@ pub(crate) async fn check_all(
         }
         progress(jobs_sent, ids.len(), records_sent);
     }
-    drop(batches);
+    scan.close(&mut conns).await?;
     drop(send);
     let (mut report, mut entries, unfinished, at) = worker
         .join()
@@ -726,40 +716,67 @@ type Replayed = Vec<(crate::read::JobRow, (i64, Time))>;
 async fn read_batch(
     conn: &mut PgConnection,
     ids: &[Uuid],
+    rows: crate::scan::Rows,
     replay: bool,
 ) -> Result<(Vec<JobHead>, Read, StoredRows, Option<Replayed>), sqlx::Error> {
-    let (jobs, rows) = read_jobs(conn, ids, replay).await?;
-    let read = read_records(conn, ids, replay).await?;
+    let current = current_attempts(conn, &rows).await?;
+    let (jobs, replayed) = read_jobs(&rows.jobs, &current, replay)?;
+    let read = read_records(&rows, replay)?;
     let stored = crate::stored::rows(conn, ids).await?;
-    Ok((jobs, read, stored, replay.then_some(rows)))
+    Ok((jobs, read, stored, replay.then_some(replayed)))
 }
 
 type StoredRows = HashMap<Uuid, Vec<crate::stored::StoredRow>>;
 
-/// The jobs `ids` (in id order), and with `replay` each one's row as the replay takes it with
-/// its submission.
-async fn read_jobs(
+/// The chain position and head an attempt holds for its job (migration 0017).
+type AttemptHead = (Option<i32>, Option<Vec<u8>>);
+
+/// The chain position and head each job's current attempt holds: from the batch's attempts
+/// rows, and for a current attempt that is not one of its job's (a ledger edited by hand) by
+/// its id.
+async fn current_attempts(
     conn: &mut PgConnection,
-    ids: &[Uuid],
+    rows: &crate::scan::Rows,
+) -> Result<HashMap<Uuid, AttemptHead>, sqlx::Error> {
+    let mut heads = HashMap::new();
+    for r in &rows.attempts {
+        heads.insert(
+            r.try_get::<Uuid, _>("id")?,
+            (r.try_get("job_chain_seq")?, r.try_get("job_chain_head")?),
+        );
+    }
+    let mut elsewhere = Vec::new();
+    for r in &rows.jobs {
+        if let Some(a) = r.try_get::<Option<Uuid>, _>("current_attempt_id")? {
+            if !heads.contains_key(&a) {
+                elsewhere.push(a);
+            }
+        }
+    }
+    if !elsewhere.is_empty() {
+        let found = sqlx::query(
+            "SELECT id, job_chain_seq, job_chain_head FROM attempts WHERE id = ANY($1)",
+        )
+        .bind(&elsewhere)
+        .fetch_all(&mut *conn)
+        .await?;
+        for r in &found {
+            heads.insert(
+                r.try_get("id")?,
+                (r.try_get("job_chain_seq")?, r.try_get("job_chain_head")?),
+            );
+        }
+    }
+    Ok(heads)
+}
+
+/// The jobs of `rows` (in id order), and with `replay` each one's row as the replay takes it
+/// with its submission.
+fn read_jobs(
+    rows: &[sqlx::postgres::PgRow],
+    current: &HashMap<Uuid, AttemptHead>,
     replay: bool,
-) -> Result<(Vec<JobHead>, Vec<(crate::read::JobRow, (i64, Time))>), sqlx::Error> {
-    // The job's stored head: the later of its row's and its current attempt's (the accepted
-    // heartbeats advance the attempt's, migration 0017).
-    let rows = sqlx::query(
-        "SELECT j.id, j.project_id, j.ledger_seq, j.submitted_at, j.source_revision, \
-                j.source_digest, j.command, j.target, j.target_kind, j.state, j.fence, \
-                j.current_attempt_id, j.cancel_requested, j.outcome, j.result_digest, \
-                j.finished_at, j.submitted_seq, \
-                CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_seq \
-                     ELSE j.chain_seq END AS chain_seq, \
-                CASE WHEN a.job_chain_seq > j.chain_seq THEN a.job_chain_head \
-                     ELSE j.chain_head END AS chain_head \
-         FROM jobs AS j LEFT JOIN attempts AS a ON a.id = j.current_attempt_id \
-         WHERE j.id = ANY($1) ORDER BY j.id",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
+) -> Result<(Vec<JobHead>, Replayed), sqlx::Error> {
     let replayed = match replay {
         true => rows
             .iter()
@@ -788,6 +805,13 @@ async fn read_jobs(
                 .text(Some(r.try_get("target")?))
                 .text(Some(r.try_get("target_kind")?));
             let state: String = r.try_get("state")?;
+            // The job's stored head: the later of its row's and its current attempt's (the
+            // accepted heartbeats advance the attempt's, migration 0017).
+            let (chain_seq, chain_head) = later_head(
+                (r.try_get("chain_seq")?, r.try_get("chain_head")?),
+                r.try_get::<Option<Uuid>, _>("current_attempt_id")?
+                    .and_then(|a| current.get(&a)),
+            );
             let mut row_state = Encoder::default();
             row_state
                 .text(Some("job"))
@@ -808,13 +832,22 @@ async fn read_jobs(
                 project: r.try_get("project_id")?,
                 target: r.try_get("target")?,
                 ledger_seq,
-                chain_seq: r.try_get("chain_seq")?,
-                chain_head: r.try_get("chain_head")?,
+                chain_seq,
+                chain_head,
                 submission: e.0,
             })
         })
         .collect::<Result<_, sqlx::Error>>()?;
     Ok((heads, replayed))
+}
+
+/// The job's head or its current attempt's, the later (by chain position): what `CASE WHEN
+/// a.job_chain_seq > j.chain_seq THEN a.… ELSE j.… END` gives (a missing position: the job's).
+fn later_head(job: AttemptHead, attempt: Option<&AttemptHead>) -> AttemptHead {
+    match (attempt, job.0) {
+        (Some((Some(a), head)), Some(j)) if *a > j => (Some(*a), head.clone()),
+        _ => job,
+    }
 }
 
 /// One batch as read: its jobs, their records, their stored side-effect rows.
@@ -841,24 +874,11 @@ struct Read {
     parts: crate::read::Parts,
 }
 
-/// Every chained record of the jobs `ids`, by job.
-async fn read_records(
-    conn: &mut PgConnection,
-    ids: &[Uuid],
-    replay: bool,
-) -> Result<Read, sqlx::Error> {
+/// Every chained record of a batch's rows, by job.
+fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Error> {
     let mut read = Read::default();
     let out = &mut read.records;
-    let rows = sqlx::query(
-        "SELECT id, job_id, project_id, ledger_seq, runner_id, lease_id, fence, slot_token, \
-                claimed_at, claim_lease_expiry, chain_seq, chain_hash, state, lease_expiry, \
-                outcome, result_digest, ended_at \
-         FROM attempts WHERE job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in &rows {
+    for r in &rows.attempts {
         if replay {
             read.parts.add(crate::read::Table::Attempts, r)?;
         }
@@ -928,16 +948,7 @@ async fn read_records(
             e,
         )?);
     }
-    let rows = sqlx::query(
-        "SELECT id, named_job_id, ledger_seq, sender_runner_id, kind, named_attempt_id, \
-                named_lease_id, named_fence, attempt_id, received_at, runner_time, verdict, \
-                reason, outcome, payload_sha256, lease_expiry, chain_seq, chain_hash \
-         FROM observations WHERE named_job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in &rows {
+    for r in &rows.observations {
         if replay {
             read.parts.add(crate::read::Table::Observations, r)?;
         }
@@ -993,15 +1004,7 @@ async fn read_records(
             e,
         )?);
     }
-    let rows = sqlx::query(
-        "SELECT id, job_id, ledger_seq, project_id, attempt_id, finding, decision, verdict, \
-                reason, decided_at, chain_seq, chain_hash \
-         FROM reconciliations WHERE job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in &rows {
+    for r in &rows.reconciliations {
         if replay {
             read.parts.add(crate::read::Table::Reconciliations, r)?;
         }
@@ -1027,15 +1030,7 @@ async fn read_records(
             e,
         )?);
     }
-    let rows = sqlx::query(
-        "SELECT id, job_id, ledger_seq, project_id, attempt_id, verdict, reason, requested_at, \
-                chain_seq, chain_hash \
-         FROM cancels WHERE job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in &rows {
+    for r in &rows.cancels {
         if replay {
             read.parts.add(crate::read::Table::Cancels, r)?;
         }
@@ -1059,14 +1054,7 @@ async fn read_records(
             e,
         )?);
     }
-    let rows = sqlx::query(
-        "SELECT id, job_id, ledger_seq, attempt_id, swept_at, chain_seq, chain_hash \
-         FROM expiry_sweeps WHERE job_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for r in &rows {
+    for r in &rows.sweeps {
         if replay {
             read.parts.add(crate::read::Table::Sweeps, r)?;
         }
@@ -1297,6 +1285,21 @@ pub fn refusal(w: &Watermark, here: &DatabaseIdentity, epoch: i64) -> Option<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The job's stored head is the later of its row's and its current attempt's, as the SQL
+    /// `CASE WHEN a.job_chain_seq > j.chain_seq` the batch reads used to compute it: a tie, or a
+    /// position missing on either side, is the row's.
+    #[test]
+    fn the_stored_head_is_the_later_of_the_row_and_the_current_attempt() {
+        let row = (Some(2), Some(vec![2]));
+        let at = |seq: Option<i32>| (seq, Some(vec![9]));
+        assert_eq!(later_head(row.clone(), Some(&at(Some(5)))), at(Some(5)));
+        assert_eq!(later_head(row.clone(), Some(&at(Some(2)))), row);
+        assert_eq!(later_head(row.clone(), Some(&at(Some(1)))), row);
+        assert_eq!(later_head(row.clone(), Some(&at(None))), row);
+        assert_eq!(later_head(row.clone(), None), row);
+        assert_eq!(later_head((None, None), Some(&at(Some(5)))), (None, None));
+    }
 
     #[test]
     fn a_watermark_reads_back_as_itself() {

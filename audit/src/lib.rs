@@ -13,6 +13,7 @@ pub mod order;
 pub mod read;
 pub mod replay;
 mod replayer;
+mod scan;
 pub mod settle;
 mod slots;
 mod stored;
