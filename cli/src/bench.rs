@@ -342,6 +342,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<i32> {
         std::env::set_var("DATABASE_URL", url);
     }
     fixture::set_schema(&args.schema);
+    // With `RUST_LOG` set, the log of the control planes a benchmark starts in this process
+    // (`bench peers`' HTTP rows, `bench lifecycle`) goes to stderr: a 500 they answer names its
+    // cause only there. Unset, nothing is logged, as before.
+    if std::env::var_os("RUST_LOG").is_some() {
+        leasewright_server::serve::init_logging(false);
+    }
     if fixture::uses_database_url() {
         if let Ok(url) = std::env::var("DATABASE_URL") {
             if let Err(error) = crate::db::probe_blocking(&url, crate::db::Access::Writes) {

@@ -16,6 +16,7 @@ pub mod schema;
 mod sql;
 mod store;
 pub mod target;
+mod transaction;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -27,4 +28,5 @@ pub use store::{
     DEFAULT_TOKEN_RECHECK,
 };
 pub use target::{DemoTarget, TargetAdapter, TargetMutation, TargetState};
+pub use transaction::begin as begin_transaction;
 pub use types::*;

@@ -117,7 +117,7 @@ impl DemoTarget {
 
     /// What the target holds now.
     pub async fn state(&self) -> Result<TargetState, Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::transaction::begin(&self.pool, None).await?;
         let state = self.lock(&mut tx).await?;
         tx.commit().await?;
         Ok(state)
@@ -140,7 +140,7 @@ impl DemoTarget {
 
     async fn apply(&self, mutation: &TargetMutation) -> Result<Verdict<()>, Error> {
         let now = self.clock.now().trunc_subsecs(6);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = crate::transaction::begin(&self.pool, None).await?;
         self.lock(&mut tx).await?;
         let verdict = match self.kind {
             TargetKind::Fenced => {

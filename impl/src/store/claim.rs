@@ -108,7 +108,7 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Verdict<Vec<Lease>>, Error> {
         // One round trip: the transaction and its plan setting (see CLAIM_BEGIN).
-        let mut tx = self.pool().begin_with(CLAIM_BEGIN).await?;
+        let mut tx = crate::transaction::begin(self.pool(), Some(CLAIM_BEGIN)).await?;
         let Some(project) = self.runner_project(&mut tx, runner).await? else {
             return Ok(Verdict::Rejected(Reason::UnknownRunner));
         };

@@ -373,7 +373,7 @@ impl Store {
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
-        Ok(self.pool.begin().await?)
+        Ok(crate::transaction::begin(&self.pool, None).await?)
     }
 }
 

@@ -97,7 +97,9 @@ pub(super) async fn submit_job(
     .map_err(|e| ApiError::invalid_source(&e))?;
     // One transaction: the blob, the job, its spec and its idempotency key are stored together
     // or not at all, so a claim never sees a job without its source and a crash leaves no half.
-    let mut tx = state.0.store.pool().begin().await.map_err(db_error)?;
+    let mut tx = leasewright_impl::begin_transaction(state.0.store.pool(), None)
+        .await
+        .map_err(db_error)?;
     if let Some(key) = &idempotency_key {
         // Submissions of one key wait for each other; the first one's job is every one's answer.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
