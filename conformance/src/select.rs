@@ -220,8 +220,8 @@ pub fn batch_claim_configs(base: &Config) -> [(&'static str, Config); 2] {
 }
 
 /// How many walks in which a batch claim reaches past a job waiting on a busy slot every random
-/// suite replays beside its share of steps (`random-batch-past-busy-*`), and the steps of the
-/// walks they are chosen from.
+/// suite replays (`random-batch-past-busy-*`, their steps taken from the main configuration's
+/// share of `--steps`), and the steps of the walks they are chosen from.
 pub const PAST_BUSY_WALKS: usize = 6;
 const PAST_BUSY_POOL_STEPS: usize = 50_000;
 
@@ -244,7 +244,7 @@ pub fn batch_reaches_past_busy_slot(before: &State, action: &Action, after: &Sta
 }
 
 /// Up to [`PAST_BUSY_WALKS`] random walks of `model` (seeded by the selection) with a step that
-/// [`batch_reaches_past_busy_slot`].
+/// [`batch_reaches_past_busy_slot`], each cut after the first such step.
 fn walks_reaching_past_busy_slots(
     model: &LeaseModel,
     selection: &Selection,
@@ -256,7 +256,17 @@ fn walks_reaching_past_busy_slots(
         selection.walk_len,
     )
     .into_iter()
-    .filter(|w| has_step(w, batch_reaches_past_busy_slot))
+    .filter_map(|mut w| {
+        // Cut after the step that reaches past a busy slot: what the walk is kept for.
+        let mut before = &w.init;
+        let hit = w.steps.iter().position(|(a, after)| {
+            let hit = batch_reaches_past_busy_slot(before, a, after);
+            before = after;
+            hit
+        })?;
+        w.steps.truncate(hit + 1);
+        Some(w)
+    })
     .take(PAST_BUSY_WALKS)
     .collect()
 }
@@ -457,10 +467,27 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     if !model.config.revocation {
         shared_configs.push(("revocation", revocation_config(&model.config), batch_steps));
     }
-    let main_steps = selection.steps
-        - two_job_steps
-        - 2 * other_target_steps
-        - shared_configs.iter().map(|(_, _, n)| n).sum::<usize>();
+    // Issue 39 item 7: in every run, batches that reach past jobs waiting on a busy slot (rare in
+    // uniform walks), chosen from walks of `batch-claims`; their steps count in `--steps`.
+    let past_busy = match shared_configs.iter().find(|(n, _, _)| *n == "batch-claims") {
+        Some((_, config, _)) if selection.wants(Suite::Random) => {
+            let m = Arc::new(LeaseModel::new(config.clone()));
+            let walks = walks_reaching_past_busy_slots(m.as_ref(), selection);
+            Some((m, renamed(walks, "random-batch-past-busy")))
+        }
+        _ => None,
+    };
+    let past_busy_steps: usize = past_busy
+        .iter()
+        .flat_map(|(_, walks)| walks)
+        .map(|w| w.steps.len())
+        .sum();
+    let main_steps = selection
+        .steps
+        .saturating_sub(two_job_steps)
+        .saturating_sub(2 * other_target_steps)
+        .saturating_sub(shared_configs.iter().map(|(_, _, n)| n).sum::<usize>())
+        .saturating_sub(past_busy_steps);
     // Issue 13: walks of each shared-slot configuration (replayed by the random suite, their
     // states probed by the probe suite).
     let shared_walks: Vec<Walks> = shared_configs
@@ -537,6 +564,9 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             selection.walk_len,
         );
         batches.push(Batch::new(Arc::clone(&model), traces));
+        if let Some((m, walks)) = past_busy.filter(|(_, walks)| !walks.is_empty()) {
+            batches.push(Batch::new(m, walks));
+        }
         if two_job_steps > 0 {
             let walks = random_walks(
                 two_jobs.as_ref(),
@@ -571,17 +601,6 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
                     Arc::clone(m),
                     renamed(walks, &format!("random-{name}")),
                 ));
-            }
-            // Issue 39 item 7: in every run, batches that reach past jobs waiting on a busy slot
-            // (rare in uniform walks), chosen from walks of this configuration.
-            if *name == "batch-claims" {
-                let past_busy = walks_reaching_past_busy_slots(m.as_ref(), selection);
-                if !past_busy.is_empty() {
-                    batches.push(Batch::new(
-                        Arc::clone(m),
-                        renamed(past_busy, "random-batch-past-busy"),
-                    ));
-                }
             }
         }
     }
