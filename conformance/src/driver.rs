@@ -493,7 +493,8 @@ pub fn project_model(
                 .attempts
                 .iter()
                 .enumerate()
-                .filter(|(_, a)| a.job as usize == j)
+                // An attempt whose claim a failover lost is in no database's ledger.
+                .filter(|(_, a)| a.job as usize == j && !a.lost)
                 .map(|(i, a)| AttemptProjection {
                     attempt: i as u8,
                     runner: a.runner,
@@ -998,6 +999,17 @@ pub trait Driver: Send + Sync {
         model: &LeaseModel,
         trace: &str,
     ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send;
+
+    /// A fresh namespace for `trace` of `model`: [`Driver::open`] with its name, unless the
+    /// driver needs the whole trace to choose (the in-process driver gives a trace with a failover
+    /// step a schema of its own: `drivers::failover`).
+    fn open_trace(
+        &self,
+        model: &LeaseModel,
+        trace: &crate::generate::Generated<LeaseModel>,
+    ) -> impl Future<Output = Result<Self::Session, DriverError>> + Send {
+        self.open(model, &trace.name)
+    }
 }
 
 /// One trace's view of the implementation.

@@ -141,6 +141,9 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
     let mut generators: BTreeMap<&str, Counts> = BTreeMap::new();
     let mut configs: BTreeMap<String, Value> = BTreeMap::new();
     let mut traces = 0u64;
+    // A failover has no request of the driver protocol (`suite::LeftOut::Failover`): such traces
+    // are not in the replay form, and the manifest says how many were left out.
+    let mut left_out_failovers = 0u64;
     for suite in suites {
         let hash = model_hash(&suite.model.config);
         configs.insert(
@@ -148,6 +151,10 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
             serde_json::to_value(&suite.model.config).expect("a configuration serializes"),
         );
         for trace in suite.traces {
+            if crate::drivers::failover::has_failover(trace) {
+                left_out_failovers += 1;
+                continue;
+            }
             let record = replay_record(suite.model, trace)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             serde_json::to_writer(&mut out, &record)?;
@@ -178,6 +185,10 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
         "traces": traces,
         "steps": steps,
         "suites": generators,
+        "left_out": {
+            "failovers": left_out_failovers,
+            "why": crate::suite::FAILOVER_LEFT_OUT,
+        },
     });
     std::fs::write(
         dir.join("manifest.json"),

@@ -48,7 +48,7 @@ async fn diverges<D: Driver>(
     driver: &D,
     trace: &Generated<LeaseModel>,
 ) -> Option<Divergence> {
-    match driver.open(model, &trace.name).await {
+    match driver.open_trace(model, trace).await {
         Ok(mut session) => replay(model, &mut session, trace).await.err(),
         Err(_) => None,
     }

@@ -208,7 +208,7 @@ pub async fn replay_fresh<D: Driver>(
     model: &LeaseModel,
     trace: &Generated<LeaseModel>,
 ) -> Result<Tally, Divergence> {
-    match driver.open(model, &trace.name).await {
+    match driver.open_trace(model, trace).await {
         Ok(mut session) => replay(model, &mut session, trace).await,
         Err(error) => Err(Divergence {
             trace: trace.name.clone(),

@@ -271,6 +271,64 @@ fn walks_reaching_past_busy_slots(
     .collect()
 }
 
+/// The failover configuration of the default suite (issue 39 item 6): the configuration with
+/// the model's failover (`Action::Failover`: the database loses the server's last committed
+/// transition, the epoch rises, claims wait for the earlier epoch's leases). Ids are fresh after
+/// it (`reissued_ids` off): the implementation's ids are random UUIDs, which a database that
+/// lost a claim does not issue again.
+pub fn failover_config(base: &Config) -> Config {
+    Config {
+        failover: true,
+        reissued_ids: false,
+        ..base.clone()
+    }
+}
+
+/// How many walks with a failover every random suite replays at most (`random-failover-*`, their
+/// steps taken from the main configuration's share of `--steps`, at most [`FAILOVER_SHARE`]
+/// percent of it), and the steps of the walks they are chosen from. Only the in-process driver
+/// replays them (`suite::LeftOut::Failover`).
+pub const FAILOVER_WALKS: usize = 12;
+/// The largest share (in percent) of `--steps` the failover walks take.
+pub const FAILOVER_SHARE: usize = 5;
+const FAILOVER_POOL_STEPS: usize = 20_000;
+
+/// Walks of the failover configuration `model` that fail over and then claim a job in the new
+/// epoch (after the wait: what the epoch's fences and the wait are for), chosen with the run's
+/// seed and cut after that claim.
+fn walks_with_a_failover(model: &LeaseModel, selection: &Selection) -> Vec<Generated<LeaseModel>> {
+    random_walks(
+        model,
+        selection.seed ^ 0xfa11_0e4e,
+        FAILOVER_POOL_STEPS,
+        selection.walk_len,
+    )
+    .into_iter()
+    .filter_map(|mut w| {
+        let failover = w.steps.iter().position(|(a, _)| *a == Action::Failover)?;
+        let claim = (failover + 1..w.steps.len()).find(|&i| {
+            let before = &w.steps[i - 1].1;
+            claims_in_new_epoch(before, &w.steps[i].0, &w.steps[i].1)
+        })?;
+        w.steps.truncate(claim + 1);
+        Some(w)
+    })
+    .scan(0usize, |steps, w| {
+        *steps += w.steps.len();
+        (*steps <= selection.steps * FAILOVER_SHARE / 100).then_some(w)
+    })
+    .take(FAILOVER_WALKS)
+    .collect()
+}
+
+/// Whether the step `action` (from `before` to `after`) is a claim that took a job in an epoch
+/// after the first.
+pub fn claims_in_new_epoch(before: &State, action: &Action, after: &State) -> bool {
+    matches!(action, Action::Claim { .. } | Action::ClaimBatch { .. })
+        && after.epoch > 0
+        && after.attempts.len() > before.attempts.len()
+}
+
 /// Whether some step of `trace` satisfies `wanted` (of the state before it, the step and the
 /// state after it).
 pub fn has_step(
@@ -477,8 +535,17 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         }
         _ => None,
     };
+    // Issue 39 item 6: in every run, walks through a failover; their steps count in `--steps`.
+    let failovers = if selection.wants(Suite::Random) && !model.config.failover {
+        let m = Arc::new(LeaseModel::new(failover_config(&model.config)));
+        let walks = walks_with_a_failover(m.as_ref(), selection);
+        Some((m, renamed(walks, "random-failover")))
+    } else {
+        None
+    };
     let past_busy_steps: usize = past_busy
         .iter()
+        .chain(&failovers)
         .flat_map(|(_, walks)| walks)
         .map(|w| w.steps.len())
         .sum();
@@ -564,8 +631,10 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             selection.walk_len,
         );
         batches.push(Batch::new(Arc::clone(&model), traces));
-        if let Some((m, walks)) = past_busy.filter(|(_, walks)| !walks.is_empty()) {
-            batches.push(Batch::new(m, walks));
+        for (m, walks) in past_busy.into_iter().chain(failovers) {
+            if !walks.is_empty() {
+                batches.push(Batch::new(m, walks));
+            }
         }
         if two_job_steps > 0 {
             let walks = random_walks(
@@ -604,21 +673,6 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             }
         }
     }
-    // No driver can replay a failover (it would roll the database back to an earlier commit):
-    // a trace with one is left out, and counted. The suites' configurations have no failover
-    // (`Config::failover` lives only in `leasewright check`), so this leaves out none of them.
-    for batch in &mut batches {
-        let before = batch.traces.len();
-        batch.traces.retain(replayable);
-        let left_out = before - batch.traces.len();
-        if left_out > 0 {
-            let note = format!("{left_out} traces with a failover step left out: {FAILOVER}");
-            batch.note = Some(match batch.note.take() {
-                Some(n) => format!("{n}; {note}"),
-                None => note,
-            });
-        }
-    }
     // Shard by position in the whole, stable list.
     let mut position = 0usize;
     for batch in &mut batches {
@@ -632,19 +686,17 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     Ok(batches)
 }
 
-/// Why a trace with a failover step is not replayed.
+/// Why a driver cannot replay a failover step ([`crate::suite::LeftOut::Failover`] leaves such
+/// traces out of every driver but the in-process one), or a second server's start (no suite
+/// replays servers that differ in lease ttl, `Config::policy_ttl`).
 pub const FAILOVER: &str =
-    "a failover step (no driver can roll its database back to an earlier commit)";
+    "a failover step or a second server's start (this driver cannot roll its implementation's \
+     database back to an earlier commit)";
 
 /// Why a trace that switches between replicas' clocks is not replayed: the suites never generate
 /// one (no configuration they replay has `replica_skew > 0`); the drivers run one clock.
 pub const REPLICA_CLOCK: &str =
     "a replica_clock step (replica_skew > 0: the drivers replay one server clock)";
-
-/// Whether a driver can replay `trace`: it has no failover step ([`FAILOVER`]).
-pub fn replayable(trace: &Generated<LeaseModel>) -> bool {
-    !trace.steps.iter().any(|(a, _)| *a == Action::Failover)
-}
 
 /// A recorded path of [`state_paths`]: its encoding, the initial state and the steps.
 pub type CoverPath = (String, State, Vec<(Action, State)>);
@@ -843,27 +895,43 @@ mod tests {
         }
     }
 
-    /// A walk with a failover step is not replayable (no driver can roll a database back); the
-    /// default suites' configurations have no failover, so their walks are all replayable.
+    /// Every random suite replays walks through a failover (issue 39 item 6), of the failover
+    /// configuration, with fresh ids; their steps count in `--steps`.
     #[test]
-    fn traces_with_a_failover_step_are_left_out_and_the_suites_have_none() {
-        let failover = LeaseModel::new(Config {
-            failover: true,
-            ..Config::one_job()
-        });
-        let walks = random_walks(&failover, 7, 2_000, 20);
-        let with = walks
+    fn every_random_suite_walks_through_a_failover() {
+        let selection = Selection {
+            suite: Suite::Random,
+            config: Config::one_job(),
+            seed: 3,
+            steps: 20_000,
+            walk_len: 20,
+            cases: 0,
+            shard: Shard::ALL,
+            cover_full: false,
+        };
+        let batches = generate(&selection).expect("generates");
+        let failovers: Vec<_> = batches
             .iter()
-            .filter(|w| w.steps.iter().any(|(a, _)| *a == Action::Failover))
-            .count();
-        assert!(with > 0, "the walks never fail over");
-        assert_eq!(
-            walks.iter().filter(|w| replayable(w)).count(),
-            walks.len() - with
-        );
+            .flat_map(|b| b.traces.iter().map(move |t| (b, t)))
+            .filter(|(_, t)| t.name.starts_with("random-failover"))
+            .collect();
+        assert_eq!(failovers.len(), FAILOVER_WALKS);
+        for (batch, trace) in &failovers {
+            assert!(
+                crate::drivers::failover::has_failover(trace),
+                "{}",
+                trace.name
+            );
+            assert!(has_step(trace, claims_in_new_epoch), "{}", trace.name);
+            assert!(batch.model.config.failover && !batch.model.config.reissued_ids);
+        }
+        let steps: usize = batches
+            .iter()
+            .flat_map(|b| &b.traces)
+            .map(|t| t.steps.len())
+            .sum();
+        assert_eq!(steps, selection.steps);
         assert!(!Config::one_job().failover && !Config::default().failover);
-        let suite = LeaseModel::new(cover_config(&Config::one_job()));
-        assert!(random_walks(&suite, 7, 2_000, 20).iter().all(replayable));
     }
 
     #[test]

@@ -201,8 +201,14 @@ impl SuiteDriver for HttpDriver {
     fn not_compared(&self) -> Vec<crate::driver::Part> {
         self.unread().to_vec()
     }
-    // Leaves nothing out: shared slots, the outsider project's jobs, the side effects of R8 and
-    // identities no one created are all replayed over HTTP (an unknown runner as a token that
+    fn leaves_out(&self, _: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+        failover_left_out(trace)
+    }
+    fn why_left_out(&self, _: LeftOut) -> &'static str {
+        FAILOVER_LEFT_OUT
+    }
+    // Leaves out only the failovers: shared slots, the outsider project's jobs, the side effects
+    // of R8 and identities no one created are all replayed over HTTP (an unknown runner as a token that
     // authenticates nobody, refused 401: `drivers::http`).
 }
 
@@ -221,15 +227,20 @@ pub enum LeftOut {
     /// A probe naming a runner, job or attempt no one created: versions 1 and 2 of the
     /// `--driver-cmd` protocol name only created identities.
     UnknownIdentity,
+    /// The model's failover (the database loses its last commit, the epoch rises): only the
+    /// in-process driver can make its database lose a commit (`drivers::failover`); no step of
+    /// the HTTP API or of the `--driver-cmd` protocol says it.
+    Failover,
 }
 
 impl LeftOut {
     /// Every reason, in the order a trace is classified by (its first reason counts).
-    pub const ALL: [LeftOut; 4] = [
+    pub const ALL: [LeftOut; 5] = [
         LeftOut::SharedSlot,
         LeftOut::OutsiderJobs,
         LeftOut::SideEffects,
         LeftOut::UnknownIdentity,
+        LeftOut::Failover,
     ];
 
     /// What the traces left out for this reason are (the driver says why:
@@ -240,6 +251,7 @@ impl LeftOut {
             LeftOut::OutsiderJobs => "with the outsider project's jobs",
             LeftOut::SideEffects => "with the side effects of R8",
             LeftOut::UnknownIdentity => "naming a runner, job or attempt no one created",
+            LeftOut::Failover => "with a failover",
         }
     }
 }
@@ -283,15 +295,29 @@ pub fn classes(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Vec<LeftOut
     if names_unknown_identity(trace) {
         classes.push(LeftOut::UnknownIdentity);
     }
+    if crate::drivers::failover::has_failover(trace) {
+        classes.push(LeftOut::Failover);
+    }
     classes
 }
 
 /// Why a version 1 or 2 `--driver-cmd` driver leaves `trace` (of `model`) out, if it does: what
 /// those versions of its JSON-lines protocol (docs/conformance-driver/) cannot say, the first
-/// class of [`classes`]. A version 3 driver replays every trace.
+/// class of [`classes`]. A version 3 driver replays every trace but a failover's.
 pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     classes(model, trace).into_iter().next()
 }
+
+/// Why the HTTP driver, or a `--driver-cmd` driver of any version, leaves `trace` out: a failover
+/// ([`LeftOut::Failover`]), which neither can make its implementation's database go through.
+pub fn failover_left_out(trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+    crate::drivers::failover::has_failover(trace).then_some(LeftOut::Failover)
+}
+
+/// What the HTTP and `--driver-cmd` drivers say of the failover traces they leave out.
+pub const FAILOVER_LEFT_OUT: &str =
+    "a failover makes the implementation's database lose its last commit: only the in-process \
+     driver can do that to its database (no HTTP request or driver-protocol step says it)";
 
 /// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`
 /// is called with the number of traces done over all batches.

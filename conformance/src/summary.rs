@@ -510,8 +510,8 @@ pub const UNREACHED: &[(&str, &str)] = &[
     ),
     (
         "epoch_advance",
-        "a failover: the traces with the model's failover are left out in-process (a database \
-         cannot be rolled back to an earlier commit); impl/tests/epochs.rs runs it",
+        "a failover: run by the random suite's failover walks (random-failover-*), which only the \
+         in-process driver replays; impl/tests/epochs.rs runs it too",
     ),
     (
         "audit_watermark_record",

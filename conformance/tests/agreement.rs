@@ -165,3 +165,46 @@ async fn result_batches_with_items_for_several_jobs_agree_with_the_model() {
     let b = outcome.tally.batch_results;
     assert!(b.sent > 0 && b.several_jobs > 0, "{}", b.describe());
 }
+
+/// Issue 39 item 6: walks through the model's failover agree with PostgreSQL when its database
+/// really loses what the failover loses (a schema of the trace's own, restored from the snapshot
+/// taken before the lost transition; the epoch advanced as after a restore). Every walk claims a
+/// job in the new epoch, after the wait, with the new epoch's fence; each trace's schemas are
+/// gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_replayed_agree_with_the_model_and_leave_no_schema() {
+    use leasewright_conformance::drivers::failover::has_failover;
+    use leasewright_conformance::select::{claims_in_new_epoch, failover_config, has_step};
+    let (db, driver) = driver().await;
+    let model = Arc::new(LeaseModel::new(failover_config(&Config::one_job())));
+    let traces: Vec<_> = random_walks(model.as_ref(), 5, 40_000, 30)
+        .into_iter()
+        .filter(|w| has_failover(w) && has_step(w, claims_in_new_epoch))
+        .take(6)
+        .collect();
+    assert_eq!(traces.len(), 6, "walks through a failover");
+    let outcome = suite::run(
+        Arc::clone(&driver),
+        model,
+        traces,
+        &RunOptions {
+            parallel: 2,
+            stop_at_first: false,
+        },
+        |_| {},
+    )
+    .await;
+    if let Some(first) = outcome.divergences.first() {
+        panic!("{}", first.render());
+    }
+    assert!(outcome.tally.actions.get("failover").copied().unwrap_or(0) >= 6);
+    drop(driver);
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let left: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'lw\\_failover\\_%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("counts schemas");
+    assert_eq!(left, 0, "the failover traces' schemas are dropped");
+}

@@ -223,3 +223,18 @@ async fn a_batch_stopping_at_busy_slots_is_caught() {
     let walks = walks_with(&model, 12, batch_reaches_past_busy_slot);
     caught(model, walks, Mutant::BatchStopsAtBusySlot).await;
 }
+
+/// Issue 39 item 6: walks through a failover that claim a job in the new epoch, replayed with
+/// the database losing what the model's failover loses (the in-process driver's own schema per
+/// trace, snapshot and restore, then the epoch advanced as after a restore); a claim that issues
+/// its fences and slot tokens without the epoch issues the lost claim's again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_without_the_epoch_is_caught_by_failovers_replayed() {
+    use leasewright_conformance::select::{claims_in_new_epoch, failover_config};
+    let model = LeaseModel::new(failover_config(&Config::one_job()));
+    let walks = walks_with(&model, 8, claims_in_new_epoch);
+    assert!(walks
+        .iter()
+        .all(leasewright_conformance::drivers::failover::has_failover));
+    caught(model, walks, Mutant::ClaimIgnoresEpoch).await;
+}

@@ -478,25 +478,34 @@ impl Drop for TestDatabase {
         let Some(server_url) = self.drop_through.take() else {
             return;
         };
-        let name = self.name.clone();
-        // Drop may run inside a runtime: use a thread with its own.
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let mut admin = PgConnection::connect(&server_url).await.ok()?;
-                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                admin.execute(sql.as_str()).await.ok()?;
-                admin.close().await.ok()
-            })
-        })
-        .join();
-        if !matches!(dropped, Ok(Some(()))) {
+        let Ok(options) = server_url.parse() else {
+            tracing::warn!(database = %self.name, "could not drop the test database");
+            return;
+        };
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if !execute_from_drop(options, sql) {
             tracing::warn!(database = %self.name, "could not drop the test database");
         }
     }
+}
+
+/// Runs `sql` on a new connection made with `options`, from a `Drop` that may run inside a
+/// runtime (a thread with a runtime of its own, joined): whether it ran. For a harness's cleanup
+/// (a test database, a conformance trace's schema).
+pub fn execute_from_drop(options: sqlx::postgres::PgConnectOptions, sql: String) -> bool {
+    let ran = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime.block_on(async {
+            let mut connection = PgConnection::connect_with(&options).await.ok()?;
+            connection.execute(sql.as_str()).await.ok()?;
+            connection.close().await.ok()
+        })
+    })
+    .join();
+    matches!(ran, Ok(Some(())))
 }
 
 /// `url` with `search_path` set to `schema` on every connection (sqlx's `options[...]`).

@@ -83,11 +83,16 @@ pub enum Mutant {
     /// takes those whose slot is free, and never reaches past them (the claim's `beyond` step
     /// dropped), so a batch takes fewer jobs than the rule's K earliest claimable.
     BatchStopsAtBusySlot,
+    /// Issue 39 item 6: the claim issues its fences and slot tokens without the epoch (the
+    /// epoch base multiplied by 0: the wait after an epoch change is kept), so the claim again of
+    /// a job whose claim a failover lost issues the lost claim's fence and token again;
+    /// `conform`'s failover walks kill it.
+    ClaimIgnoresEpoch,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 26] = [
+    pub const ALL: [Mutant; 27] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -114,6 +119,7 @@ impl Mutant {
         Mutant::CacheKeepsFirstStorer,
         Mutant::RevokedRunnerAuthenticates,
         Mutant::BatchStopsAtBusySlot,
+        Mutant::ClaimIgnoresEpoch,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -188,6 +194,11 @@ impl Mutant {
                 "cache_entry_put",
                 "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
                 "",
+            ),
+            Mutant::ClaimIgnoresEpoch => (
+                "claim",
+                "SELECT claim_epoch($3) * 4294967296 AS base",
+                "SELECT claim_epoch($3) * 0 AS base",
             ),
             Mutant::BatchStopsAtBusySlot => (
                 "claim",

@@ -63,6 +63,8 @@ pub enum SkipClass {
     SideEffects,
     /// Probes naming a runner, job or attempt no one created.
     UnknownIds,
+    /// The model's failover (only the in-process driver replays it).
+    Failovers,
 }
 
 impl SkipClass {
@@ -73,6 +75,7 @@ impl SkipClass {
             SkipClass::OutsiderJobs => LeftOut::OutsiderJobs,
             SkipClass::SideEffects => LeftOut::SideEffects,
             SkipClass::UnknownIds => LeftOut::UnknownIdentity,
+            SkipClass::Failovers => LeftOut::Failover,
         }
     }
 
@@ -83,6 +86,7 @@ impl SkipClass {
             SkipClass::OutsiderJobs,
             SkipClass::SideEffects,
             SkipClass::UnknownIds,
+            SkipClass::Failovers,
         ]
         .into_iter()
         .find(|class| class.reason() == reason)

@@ -357,7 +357,8 @@ pub fn step_request(
         }
     };
     let step = match action {
-        // Left out before replay (`select::replayable`): no driver can roll a database back.
+        // Left out before replay (`suite::LeftOut::Failover`): this driver cannot roll a
+        // database back.
         // A second server starts only where a failover comes (`Config::policy_ttl`).
         Action::Failover | Action::ServerStarts => {
             return Err(DriverError::Unmappable(crate::select::FAILOVER.into()))
@@ -703,14 +704,15 @@ impl crate::suite::SuiteDriver for CmdDriver {
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Option<crate::suite::LeftOut> {
         if self.version >= VERSION_WITH_EVERY_TRACE {
-            None
+            crate::suite::failover_left_out(trace)
         } else {
             crate::suite::driver_cmd_leaves_out(model, trace)
         }
     }
     fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
         use crate::suite::LeftOut;
-        // Only a version 1 or 2 driver leaves traces out (version 3 says all of them).
+        // Only a version 1 or 2 driver leaves traces out (version 3 says all of them but the
+        // failovers).
         match why {
             LeftOut::SharedSlot => {
                 "driver protocol versions 1 and 2 name slot j for job j (version 3 names slots \
@@ -726,6 +728,7 @@ impl crate::suite::SuiteDriver for CmdDriver {
                 "driver protocol versions 1 and 2 name only ids a trace created (version 3 names \
                  the others too)"
             }
+            LeftOut::Failover => crate::suite::FAILOVER_LEFT_OUT,
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {

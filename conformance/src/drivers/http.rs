@@ -1657,7 +1657,7 @@ impl Session for HttpSession {
             matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
             // A database cannot be rolled back to an earlier commit from here: such traces are
-            // left out before replay (`select::replayable`).
+            // left out before replay (`suite::LeftOut::Failover`).
             // A second server starts only where a failover comes (`Config::policy_ttl`).
             Action::Failover | Action::ServerStarts => {
                 return Err(unmappable(crate::select::FAILOVER))

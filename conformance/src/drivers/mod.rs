@@ -5,7 +5,10 @@
 //! - [`http`]: a running `leasewright serve --manual-clock`, over HTTP.
 //! - [`cmd`]: any implementation in any language behind a child process speaking the JSON-lines
 //!   driver protocol (docs/conformance.md).
+//! - [`failover`]: how the in-process driver replays the model's failover (a schema of the
+//!   trace's own, snapshot and restore).
 
 pub mod cmd;
+pub mod failover;
 pub mod http;
 pub mod pg;

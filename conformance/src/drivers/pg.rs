@@ -2,7 +2,8 @@
 //!
 //! Every trace gets its own namespace: two fresh projects (the model's project 0 and the
 //! outsider's project 1), fresh runners and jobs, and a manual clock of its own, so traces run in
-//! parallel on one database with no reset between them.
+//! parallel on one database with no reset between them. A trace with a failover step gets a
+//! schema of its own instead, whose database can lose a commit ([`super::failover`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +23,9 @@ use crate::driver::{
     Session, TargetProjection, FORGED_LEASE, TICK,
 };
 use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored, UnknownIds};
+use crate::generate::Generated;
+
+use super::failover::{self, TraceSchema};
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = UnknownIds::RUNNER;
@@ -36,6 +40,9 @@ pub struct PgDriver {
     /// Held by a trace that sweeps over every project ([`sweeps_globally`]) for its whole
     /// replay: such traces run one at a time.
     global_lane: Arc<tokio::sync::Mutex<()>>,
+    /// The database's epoch when the driver started: the epoch of every fence and slot token a
+    /// trace on the shared schema issues (no trace there changes it).
+    epoch: i64,
     #[cfg(feature = "mutants")]
     mutant: Option<imp::mutants::Mutant>,
 }
@@ -49,9 +56,11 @@ impl PgDriver {
             imp::StoreConfig::default(),
         )
         .await?;
+        let epoch = imp::epoch::current_epoch(store.pool()).await?;
         Ok(Self {
             store,
             global_lane: Arc::new(tokio::sync::Mutex::new(())),
+            epoch,
             #[cfg(feature = "mutants")]
             mutant: None,
         })
@@ -83,7 +92,6 @@ impl Driver for PgDriver {
     }
 
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<PgSession, DriverError> {
-        let config = &model.config;
         // A trace that sweeps over every project runs alone among such traces, in a time of its
         // own long before every other trace's (see `sweeps_globally`).
         let global = if sweeps_globally(trace) {
@@ -97,11 +105,104 @@ impl Driver for PgDriver {
             trace_epoch()
         };
         let clock = Arc::new(imp::ManualClock::new(start));
-        let lease_ttl = TICK * i32::from(config.lease_ttl);
         let store = self
             .store
-            .with_clock(clock.clone(), lease_ttl.to_std().map_err(unmappable)?)
+            .with_clock(clock.clone(), lease_ttl(model)?)
             .map_err(failed)?;
+        self.populate(model, trace, store, clock, global, self.epoch, None)
+            .await
+    }
+
+    async fn open_trace(
+        &self,
+        model: &LeaseModel,
+        trace: &Generated<LeaseModel>,
+    ) -> Result<PgSession, DriverError> {
+        if failover::has_failover(trace) {
+            self.open_own_schema(model, trace).await
+        } else {
+            self.open(model, &trace.name).await
+        }
+    }
+}
+
+/// The lease ttl of `model`'s traces.
+fn lease_ttl(model: &LeaseModel) -> Result<std::time::Duration, DriverError> {
+    (TICK * i32::from(model.config.lease_ttl))
+        .to_std()
+        .map_err(unmappable)
+}
+
+impl PgDriver {
+    /// A trace with a failover step, in a schema of its own made by the implementation's
+    /// migrations ([`super::failover`]): its epoch, lease policy and epochs' starts are its own,
+    /// and its database can lose a commit without another trace's.
+    async fn open_own_schema(
+        &self,
+        model: &LeaseModel,
+        trace: &Generated<LeaseModel>,
+    ) -> Result<PgSession, DriverError> {
+        let snapshot_before = failover::snapshot_steps(trace).ok_or_else(|| {
+            unmappable(
+                "a failover whose state to go back to is not the state before one of the \
+                 trace's steps",
+            )
+        })?;
+        let options = self.store.pool().connect_options().as_ref().clone();
+        let schema = TraceSchema::new(options.clone());
+        imp::schema::create_schema(self.store.pool(), &schema.name)
+            .await
+            .map_err(failed)?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(imp::schema::select_schema(options, &schema.name).map_err(failed)?)
+            .await
+            .map_err(|e| DriverError::Implementation(e.to_string()))?;
+        let clock = Arc::new(imp::ManualClock::new(trace_epoch()));
+        let store = imp::Store::from_pool(
+            pool,
+            clock.clone(),
+            imp::StoreConfig {
+                lease_ttl: lease_ttl(model)?,
+                schema: schema.name.clone(),
+                ..imp::StoreConfig::default()
+            },
+        )
+        .await
+        .map_err(failed)?;
+        let epoch = imp::epoch::current_epoch(store.pool())
+            .await
+            .map_err(failed)?;
+        let failover = OwnSchema {
+            schema,
+            snapshot_before,
+            step: 0,
+        };
+        self.populate(
+            model,
+            &trace.name,
+            store,
+            clock,
+            None,
+            epoch,
+            Some(failover),
+        )
+        .await
+    }
+
+    /// The trace's projects, runners, jobs and slots, on `store`.
+    #[allow(clippy::too_many_arguments)]
+    async fn populate(
+        &self,
+        model: &LeaseModel,
+        trace: &str,
+        store: imp::Store,
+        clock: Arc<imp::ManualClock>,
+        global: Option<tokio::sync::OwnedMutexGuard<()>>,
+        epoch: i64,
+        own_schema: Option<OwnSchema>,
+    ) -> Result<PgSession, DriverError> {
+        let config = &model.config;
         // The per-attempt quota the server runs with by default (`serve`), never reached by a
         // trace's few bytes: its check is a statement the server runs on every store.
         let store =
@@ -195,8 +296,19 @@ impl Driver for PgDriver {
             echo_after: None,
             differences: Vec::new(),
             global,
+            epoch,
+            own_schema,
         })
     }
+}
+
+/// A trace's own schema and when to take its snapshot ([`super::failover`]).
+struct OwnSchema {
+    schema: TraceSchema,
+    /// The 0-based steps before which the snapshot is taken.
+    snapshot_before: std::collections::BTreeSet<usize>,
+    /// The next step's index.
+    step: usize,
 }
 
 /// Whether the trace named `trace` sends its results through the batch result's statement
@@ -306,9 +418,34 @@ pub struct PgSession {
     differences: Vec<String>,
     /// The lane of traces that sweep over every project, held while this one does.
     global: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The epoch of the trace's first fences and slot tokens: a model token `e * EPOCH_BASE + g`
+    /// is the implementation's `(epoch + e) * 2^32 + g` ([`PgSession::to_model`]).
+    epoch: i64,
+    /// A trace with a failover: its own schema (dropped with the session).
+    own_schema: Option<OwnSchema>,
 }
 
 impl PgSession {
+    /// The model's fence or slot token of the implementation's `token`: its epoch counted from
+    /// the trace's first ([`model::EPOCH_BASE`] a step), plus its generation.
+    fn to_model(&self, token: i64) -> Result<u8, DriverError> {
+        let epochs = imp::epoch::epoch_of(token) - self.epoch;
+        let generation = imp::epoch::generation_of(token);
+        epochs
+            .checked_mul(i64::from(model::EPOCH_BASE))
+            .and_then(|e| e.checked_add(generation))
+            .and_then(|t| u8::try_from(t).ok())
+            .ok_or_else(|| {
+                DriverError::Implementation(format!("fence or slot token {token} out of range"))
+            })
+    }
+
+    /// The implementation's fence or slot token of the model's `token` ([`PgSession::to_model`]).
+    fn to_impl(&self, token: u8) -> i64 {
+        let base = i64::from(model::EPOCH_BASE);
+        ((self.epoch + i64::from(token) / base) << 32) + i64::from(token) % base
+    }
+
     /// The project whose operator takes an operator step: the job's own project's, or (the
     /// model's `outsider_*` actions) the other project's.
     fn operator_project(&self, action: &Action, job: u8) -> imp::ProjectId {
@@ -370,7 +507,7 @@ impl PgSession {
                     .get(&m.lease)
                     .ok_or_else(|| unmappable(format!("lease {}", m.lease)))?
             },
-            fence: i64::from(m.fence),
+            fence: self.to_impl(m.fence),
         })
     }
 
@@ -495,7 +632,7 @@ impl PgSession {
                 let mutation = imp::TargetMutation {
                     job: tuple.job,
                     attempt: tuple.attempt,
-                    slot_token: i64::from(m.token),
+                    slot_token: self.to_impl(m.token),
                     deployment_id: tuple.job.to_string(),
                 };
                 let slot = self.model.config.slot_of(m.job);
@@ -519,15 +656,24 @@ impl Session for PgSession {
         self.answer = None;
         self.sent_payload = None;
         self.batches.clear();
+        // Before the step a failover will lose: the snapshot it goes back to.
+        if let Some(own) = self.own_schema.as_mut() {
+            let i = own.step;
+            own.step += 1;
+            if own.snapshot_before.contains(&i) {
+                own.schema.snapshot(self.store.pool()).await?;
+            }
+        }
         self.echo_after =
             matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
-            // A database cannot be rolled back to an earlier commit from here: such traces are
-            // left out before replay (`select::replayable`).
-            // A second server starts only where a failover comes (`Config::policy_ttl`).
-            Action::Failover | Action::ServerStarts => {
-                return Err(unmappable(crate::select::FAILOVER))
+            Action::Failover => {
+                self.fail_over().await?;
+                None
             }
+            // A second server starts only where servers differ in lease ttl
+            // (`Config::policy_ttl`), which no suite replays.
+            Action::ServerStarts => return Err(unmappable(crate::select::FAILOVER)),
             Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
             Action::Claim { runner } | Action::ClaimBatch { runner, .. }
                 if !self.authenticated(*runner).await? =>
@@ -573,8 +719,12 @@ impl Session for PgSession {
                     self.leases.insert(created.lease, lease.tuple.lease_id);
                     let job = Self::index_of(&self.jobs, &lease.tuple.job, "job")?;
                     let ticks = self.ticks_from_now(lease.lease_expiry);
-                    let claimed =
-                        ClaimedJob::of_lease(job, lease.tuple.fence, ticks, lease.slot_token)?;
+                    let claimed = ClaimedJob::of_lease(
+                        job,
+                        i64::from(self.to_model(lease.tuple.fence)?),
+                        ticks,
+                        i64::from(self.to_model(lease.slot_token)?),
+                    )?;
                     self.answer = Some(claimed.answer());
                 }
                 Some(observed(&verdict.without_value()))
@@ -608,9 +758,9 @@ impl Session for PgSession {
                     for (job, lease) in taken {
                         answer.push(ClaimedJob::of_lease(
                             job,
-                            lease.tuple.fence,
+                            i64::from(self.to_model(lease.tuple.fence)?),
                             self.ticks_from_now(lease.lease_expiry),
-                            lease.slot_token,
+                            i64::from(self.to_model(lease.slot_token)?),
                         )?);
                     }
                     self.answer = Some(Answer::ClaimBatch { leases: answer });
@@ -763,9 +913,7 @@ impl Session for PgSession {
                 ledger.push(AttemptProjection {
                     attempt: Self::index_of(&self.attempts, &a.id, "attempt")?,
                     runner: Self::index_of(&self.runners, &a.runner, "runner")?,
-                    fence: u8::try_from(a.fence).map_err(|_| {
-                        DriverError::Implementation(format!("fence {} out of range", a.fence))
-                    })?,
+                    fence: self.to_model(a.fence)?,
                     state: code(a.state.as_str())?,
                 });
             }
@@ -784,9 +932,7 @@ impl Session for PgSession {
             jobs.push(JobProjection {
                 state,
                 current_attempt,
-                fence: u8::try_from(view.fence).map_err(|_| {
-                    DriverError::Implementation(format!("fence {} out of range", view.fence))
-                })?,
+                fence: self.to_model(view.fence)?,
                 lease_holder,
                 cancel_requested: view.cancel_requested,
                 target_reserved: self
@@ -804,7 +950,11 @@ impl Session for PgSession {
             let cap = i64::from(crate::driver::applied_cap(self.target_kind));
             targets.push(TargetProjection {
                 applied: state.applied_count.clamp(0, cap) as u8,
-                highest_fence: state.highest_slot_token.unwrap_or(0).clamp(0, 255) as u8,
+                // A token no claim issued (a forged one) shows as the model's largest.
+                highest_fence: match state.highest_slot_token {
+                    None => 0,
+                    Some(token) => self.to_model(token).unwrap_or(u8::MAX),
+                },
             });
         }
         let observation = match self.recorded.as_slice() {
@@ -851,6 +1001,45 @@ impl Session for PgSession {
 }
 
 impl PgSession {
+    /// The model's failover ([`super::failover`]): the database goes back to the snapshot taken
+    /// before the transition the failover loses, the epoch advances as after a restore
+    /// (`migrate --advance-epoch`), the server records its lease policy on its new connection,
+    /// and the new epoch's first claim (which takes nothing) starts the wait.
+    async fn fail_over(&mut self) -> Result<(), DriverError> {
+        let Some(own) = self.own_schema.as_ref() else {
+            return Err(unmappable(
+                "a failover in a trace opened without a schema of its own",
+            ));
+        };
+        own.schema.restore(self.store.pool()).await?;
+        imp::epoch::advance_epoch(self.store.pool())
+            .await
+            .map_err(failed)?;
+        self.store.record_lease_policy(None).await.map_err(failed)?;
+        let first = self
+            .runners
+            .first()
+            .copied()
+            .ok_or_else(|| unmappable("a failover in a trace with no runner"))?;
+        match self
+            .store
+            .claim_batch(first, 1, None)
+            .await
+            .map_err(failed)?
+        {
+            imp::Verdict::Rejected(imp::Reason::NoQueuedJob) => {}
+            other => {
+                return Err(DriverError::Implementation(format!(
+                    "the first claim of the epoch after a failover was answered {:?}, not \
+                     no_queued_job (it must wait)",
+                    other.without_value()
+                )))
+            }
+        }
+        // What the restored database recorded last is where the next step's records begin.
+        self.mark().await
+    }
+
     /// Rule R8 through the Store's side-effect API: the model's bounded payloads as the bytes of
     /// [`crate::side_effects`]; an accepted get's content is the step's answer.
     async fn side_effect(
@@ -963,9 +1152,7 @@ impl PgSession {
         };
         Ok(ObservationDetails {
             lease,
-            fence: u8::try_from(o.named.fence).map_err(|_| {
-                DriverError::Implementation(format!("fence {} out of range", o.named.fence))
-            })?,
+            fence: self.to_model(o.named.fence)?,
             outcome: match o.outcome {
                 Some(outcome) => Some(code(outcome.as_str())?),
                 None => None,
