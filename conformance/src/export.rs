@@ -141,9 +141,11 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
     let mut generators: BTreeMap<&str, Counts> = BTreeMap::new();
     let mut configs: BTreeMap<String, Value> = BTreeMap::new();
     let mut traces = 0u64;
-    // A failover has no request of the driver protocol (`suite::LeftOut::Failover`): such traces
-    // are not in the replay form, and the manifest says how many were left out.
+    // A failover and a replica's clock have no request of the driver protocol
+    // (`suite::in_process_only`): such traces are not in the replay form, and the manifest says
+    // how many were left out.
     let mut left_out_failovers = 0u64;
+    let mut left_out_replica_clocks = 0u64;
     for suite in suites {
         let hash = model_hash(&suite.model.config);
         configs.insert(
@@ -151,9 +153,16 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
             serde_json::to_value(&suite.model.config).expect("a configuration serializes"),
         );
         for trace in suite.traces {
-            if crate::drivers::failover::has_failover(trace) {
-                left_out_failovers += 1;
-                continue;
+            match crate::suite::in_process_only(suite.model, trace) {
+                Some(crate::suite::LeftOut::ReplicaClocks) => {
+                    left_out_replica_clocks += 1;
+                    continue;
+                }
+                Some(_) => {
+                    left_out_failovers += 1;
+                    continue;
+                }
+                None => {}
             }
             let record = replay_record(suite.model, trace)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
@@ -187,7 +196,8 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
         "suites": generators,
         "left_out": {
             "failovers": left_out_failovers,
-            "why": crate::suite::FAILOVER_LEFT_OUT,
+            "replica_clocks": left_out_replica_clocks,
+            "why": "only the in-process driver replays a failover or replica clocks",
         },
     });
     std::fs::write(

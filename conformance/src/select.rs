@@ -296,7 +296,11 @@ const FAILOVER_POOL_STEPS: usize = 20_000;
 /// Walks of the failover configuration `model` that fail over and then claim a job in the new
 /// epoch (after the wait: what the epoch's fences and the wait are for), chosen with the run's
 /// seed and cut after that claim.
-fn walks_with_a_failover(model: &LeaseModel, selection: &Selection) -> Vec<Generated<LeaseModel>> {
+fn walks_with_a_failover(
+    model: &LeaseModel,
+    selection: &Selection,
+    budget: usize,
+) -> Vec<Generated<LeaseModel>> {
     random_walks(
         model,
         selection.seed ^ 0xfa11_0e4e,
@@ -315,10 +319,81 @@ fn walks_with_a_failover(model: &LeaseModel, selection: &Selection) -> Vec<Gener
     })
     .scan(0usize, |steps, w| {
         *steps += w.steps.len();
-        (*steps <= selection.steps * FAILOVER_SHARE / 100).then_some(w)
+        (*steps <= budget).then_some(w)
     })
     .take(FAILOVER_WALKS)
     .collect()
+}
+
+/// The replica-clock configuration of the default suite (issue 39 item 7): the suite's
+/// configuration with replicas whose clocks are within one tick of the true one
+/// (`replica_skew` 1: each server step judged at `clock + d`, `d` in -1..=1, the expiry sweep
+/// acting two ticks past a lease). Only the in-process driver replays it
+/// (`suite::LeftOut::ReplicaClocks`), each trace in a schema of its own whose recorded δ is one
+/// tick.
+pub fn replica_clock_config(base: &Config) -> Config {
+    Config {
+        replica_skew: 1,
+        ..base.clone()
+    }
+}
+
+/// The share (in percent) of `--steps` walked with replica clocks.
+pub const REPLICA_CLOCK_SHARE: usize = 5;
+
+/// How many sweeps every probe suite sends where a lease of the replica-clock walks has expired
+/// by less than the sweep's margin (issue 39 item 7): the model's walks sweep only where a sweep
+/// acts, so a sweep that acts too early (at δ, not 2δ, past the lease) is seen only here.
+pub const REPLICA_SWEEP_PROBES: usize = 12;
+const REPLICA_SWEEP_POOL_STEPS: usize = 4_000;
+
+/// Whether some leased job's current attempt in `s` has expired, by the clock serving `s`, by at
+/// least one tick but less than the sweep's margin (2δ): a sweep there must take nothing.
+pub fn expired_within_sweep_margin(model: &LeaseModel, s: &State) -> bool {
+    let now = u16::from(LeaseModel::now(s));
+    let margin = u16::from(model.sweep_margin());
+    s.jobs.iter().any(|job| {
+        job.state.is_leased()
+            && job.current.is_some_and(|a| {
+                let a = &s.attempts[a as usize];
+                let expiry = u16::from(a.lease_expiry);
+                a.state == leasewright_model::AttemptState::Active
+                    && now > expiry
+                    && now < expiry + margin
+            })
+    })
+}
+
+/// Probes of the replica-clock `walks` (of `model`): each walk cut at its first state where a
+/// lease expired within the sweep's margin, then an expiry sweep (the model's verdict: accepted,
+/// nothing swept). At most [`REPLICA_SWEEP_PROBES`].
+pub fn replica_sweep_probes(
+    model: &LeaseModel,
+    walks: &[Generated<LeaseModel>],
+) -> Vec<Generated<LeaseModel>> {
+    use stateright::Model as _;
+    let mut probes = Vec::new();
+    for walk in walks {
+        let Some(at) = walk
+            .steps
+            .iter()
+            .position(|(_, after)| expired_within_sweep_margin(model, after))
+        else {
+            continue;
+        };
+        let mut probe = walk.clone();
+        probe.steps.truncate(at + 1);
+        let Some(swept) = model.next_state(&probe.steps[at].1, Action::ExpirySweep) else {
+            continue;
+        };
+        probe.steps.push((Action::ExpirySweep, swept));
+        probe.name = format!("probe-replica-sweep-{}", probes.len());
+        probes.push(probe);
+        if probes.len() == REPLICA_SWEEP_PROBES {
+            break;
+        }
+    }
+    probes
 }
 
 /// Whether the step `action` (from `before` to `after`) is a claim that took a job in an epoch
@@ -536,25 +611,45 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         _ => None,
     };
     // Issue 39 item 6: in every run, walks through a failover; their steps count in `--steps`.
-    let failovers = if selection.wants(Suite::Random) && !model.config.failover {
-        let m = Arc::new(LeaseModel::new(failover_config(&model.config)));
-        let walks = walks_with_a_failover(m.as_ref(), selection);
-        Some((m, renamed(walks, "random-failover")))
-    } else {
-        None
+    let walked = |walks: &Option<(Arc<LeaseModel>, Vec<Generated<LeaseModel>>)>| -> usize {
+        walks
+            .iter()
+            .flat_map(|(_, walks)| walks)
+            .map(|w| w.steps.len())
+            .sum()
     };
-    let past_busy_steps: usize = past_busy
-        .iter()
-        .chain(&failovers)
-        .flat_map(|(_, walks)| walks)
-        .map(|w| w.steps.len())
-        .sum();
-    let main_steps = selection
+    // What is left of `--steps` for the walks below and the main configuration's.
+    let mut left = selection
         .steps
         .saturating_sub(two_job_steps)
         .saturating_sub(2 * other_target_steps)
         .saturating_sub(shared_configs.iter().map(|(_, _, n)| n).sum::<usize>())
-        .saturating_sub(past_busy_steps);
+        .saturating_sub(walked(&past_busy));
+    // Issue 39 item 6: walks through a failover, at most FAILOVER_SHARE% of `--steps` and half
+    // of what is left (the main configuration keeps the rest).
+    let failovers = if selection.wants(Suite::Random) && !model.config.failover {
+        let m = Arc::new(LeaseModel::new(failover_config(&model.config)));
+        let budget = (selection.steps * FAILOVER_SHARE / 100).min(left / 2);
+        let walks = walks_with_a_failover(m.as_ref(), selection, budget);
+        Some((m, renamed(walks, "random-failover")))
+    } else {
+        None
+    };
+    left = left.saturating_sub(walked(&failovers));
+    // Issue 39 item 7: walks with replica clocks apart within the bound, in every run.
+    let replica_clocks = if selection.wants(Suite::Random) && model.config.replica_skew == 0 {
+        let m = Arc::new(LeaseModel::new(replica_clock_config(&model.config)));
+        let walks = random_walks(
+            m.as_ref(),
+            selection.seed,
+            (selection.steps * REPLICA_CLOCK_SHARE / 100).min(left / 2),
+            selection.walk_len,
+        );
+        Some((m, renamed(walks, "random-replica-clocks")))
+    } else {
+        None
+    };
+    let main_steps = left.saturating_sub(walked(&replica_clocks));
     // Issue 13: walks of each shared-slot configuration (replayed by the random suite, their
     // states probed by the probe suite).
     let shared_walks: Vec<Walks> = shared_configs
@@ -583,6 +678,19 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         ),
         "random2",
     );
+    if selection.wants(Suite::Probes) && model.config.replica_skew == 0 {
+        let m = Arc::new(LeaseModel::new(replica_clock_config(&model.config)));
+        let walks = random_walks(
+            m.as_ref(),
+            selection.seed ^ 0x5e1f_c10c,
+            REPLICA_SWEEP_POOL_STEPS,
+            selection.walk_len,
+        );
+        let probes = replica_sweep_probes(m.as_ref(), &walks);
+        if !probes.is_empty() {
+            batches.push(Batch::new(m, probes));
+        }
+    }
     if selection.wants(Suite::Probes) {
         let paths: Vec<Path> = cover_paths
             .iter()
@@ -631,7 +739,7 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             selection.walk_len,
         );
         batches.push(Batch::new(Arc::clone(&model), traces));
-        for (m, walks) in past_busy.into_iter().chain(failovers) {
+        for (m, walks) in past_busy.into_iter().chain(failovers).chain(replica_clocks) {
             if !walks.is_empty() {
                 batches.push(Batch::new(m, walks));
             }
@@ -693,8 +801,10 @@ pub const FAILOVER: &str =
     "a failover step or a second server's start (this driver cannot roll its implementation's \
      database back to an earlier commit)";
 
-/// Why a trace that switches between replicas' clocks is not replayed: the suites never generate
-/// one (no configuration they replay has `replica_skew > 0`); the drivers run one clock.
+/// Why a driver cannot replay a step that switches between replicas' clocks: the HTTP and
+/// `--driver-cmd` drivers run one clock and leave such traces out
+/// ([`crate::suite::LeftOut::ReplicaClocks`]); the in-process driver replays them in a schema
+/// of the trace's own.
 pub const REPLICA_CLOCK: &str =
     "a replica_clock step (replica_skew > 0: the drivers replay one server clock)";
 
@@ -932,6 +1042,39 @@ mod tests {
             .sum();
         assert_eq!(steps, selection.steps);
         assert!(!Config::one_job().failover && !Config::default().failover);
+        // And walks with replica clocks, their share of the steps.
+        let replica: Vec<_> = batches
+            .iter()
+            .filter(|b| b.model.config.replica_skew > 0)
+            .flat_map(|b| &b.traces)
+            .collect();
+        assert!(replica
+            .iter()
+            .all(|t| t.name.starts_with("random-replica-clocks")));
+        let replica_steps: usize = replica.iter().map(|t| t.steps.len()).sum();
+        assert_eq!(replica_steps, selection.steps * REPLICA_CLOCK_SHARE / 100);
+        let probes = generate(&Selection {
+            suite: Suite::Probes,
+            ..selection.clone()
+        })
+        .expect("generates");
+        let sweeps: Vec<_> = probes
+            .iter()
+            .flat_map(|b| b.traces.iter().map(move |t| (b, t)))
+            .filter(|(_, t)| t.name.starts_with("probe-replica-sweep-"))
+            .collect();
+        assert_eq!(sweeps.len(), REPLICA_SWEEP_PROBES);
+        for (batch, trace) in sweeps {
+            let [.., (_, before), (last, _)] = trace.steps.as_slice() else {
+                panic!("{} is too short", trace.name);
+            };
+            assert_eq!(*last, Action::ExpirySweep);
+            assert!(expired_within_sweep_margin(&batch.model, before));
+        }
+        assert!(replica.iter().any(|t| has_step(t, |_, a, _| matches!(
+            a,
+            Action::ReplicaClock { offset } if *offset != 0
+        ))));
     }
 
     #[test]

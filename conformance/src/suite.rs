@@ -201,13 +201,13 @@ impl SuiteDriver for HttpDriver {
     fn not_compared(&self) -> Vec<crate::driver::Part> {
         self.unread().to_vec()
     }
-    fn leaves_out(&self, _: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-        failover_left_out(trace)
+    fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+        in_process_only(model, trace)
     }
-    fn why_left_out(&self, _: LeftOut) -> &'static str {
-        FAILOVER_LEFT_OUT
+    fn why_left_out(&self, why: LeftOut) -> &'static str {
+        in_process_only_why(why)
     }
-    // Leaves out only the failovers: shared slots, the outsider project's jobs, the side effects
+    // Leaves out only the failovers and replica clocks: shared slots, the outsider project's jobs, the side effects
     // of R8 and identities no one created are all replayed over HTTP (an unknown runner as a token that
     // authenticates nobody, refused 401: `drivers::http`).
 }
@@ -231,16 +231,21 @@ pub enum LeftOut {
     /// in-process driver can make its database lose a commit (`drivers::failover`); no step of
     /// the HTTP API or of the `--driver-cmd` protocol says it.
     Failover,
+    /// Replica clocks (`Config::replica_skew`: each server step judged by one of several
+    /// replicas' clocks, the sweep and the wait acting 2δ late): only the in-process driver runs
+    /// a trace in a database of its own whose recorded δ is the trace's (`drivers::failover`).
+    ReplicaClocks,
 }
 
 impl LeftOut {
     /// Every reason, in the order a trace is classified by (its first reason counts).
-    pub const ALL: [LeftOut; 5] = [
+    pub const ALL: [LeftOut; 6] = [
         LeftOut::SharedSlot,
         LeftOut::OutsiderJobs,
         LeftOut::SideEffects,
         LeftOut::UnknownIdentity,
         LeftOut::Failover,
+        LeftOut::ReplicaClocks,
     ];
 
     /// What the traces left out for this reason are (the driver says why:
@@ -252,6 +257,7 @@ impl LeftOut {
             LeftOut::SideEffects => "with the side effects of R8",
             LeftOut::UnknownIdentity => "naming a runner, job or attempt no one created",
             LeftOut::Failover => "with a failover",
+            LeftOut::ReplicaClocks => "with replica clocks",
         }
     }
 }
@@ -295,9 +301,7 @@ pub fn classes(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Vec<LeftOut
     if names_unknown_identity(trace) {
         classes.push(LeftOut::UnknownIdentity);
     }
-    if crate::drivers::failover::has_failover(trace) {
-        classes.push(LeftOut::Failover);
-    }
+    classes.extend(in_process_only(model, trace));
     classes
 }
 
@@ -308,16 +312,35 @@ pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) 
     classes(model, trace).into_iter().next()
 }
 
-/// Why the HTTP driver, or a `--driver-cmd` driver of any version, leaves `trace` out: a failover
-/// ([`LeftOut::Failover`]), which neither can make its implementation's database go through.
-pub fn failover_left_out(trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-    crate::drivers::failover::has_failover(trace).then_some(LeftOut::Failover)
+/// Why the HTTP driver, or a `--driver-cmd` driver of any version, leaves `trace` (of `model`)
+/// out: a failover ([`LeftOut::Failover`]) or replica clocks ([`LeftOut::ReplicaClocks`]), which
+/// only the in-process driver replays, each trace in a database of its own.
+pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
+    if crate::drivers::failover::has_failover(trace) {
+        Some(LeftOut::Failover)
+    } else if model.config.replica_skew > 0 {
+        Some(LeftOut::ReplicaClocks)
+    } else {
+        None
+    }
 }
 
-/// What the HTTP and `--driver-cmd` drivers say of the failover traces they leave out.
-pub const FAILOVER_LEFT_OUT: &str =
-    "a failover makes the implementation's database lose its last commit: only the in-process \
-     driver can do that to its database (no HTTP request or driver-protocol step says it)";
+/// What the HTTP and `--driver-cmd` drivers say of the traces only the in-process driver
+/// replays ([`in_process_only`]).
+pub fn in_process_only_why(why: LeftOut) -> &'static str {
+    match why {
+        LeftOut::ReplicaClocks => {
+            "replica clocks need the trace's δ recorded in a database of the trace's own and each \
+             step judged by another replica's clock: only the in-process driver does that (no \
+             HTTP request or driver-protocol step says it)"
+        }
+        _ => {
+            "a failover makes the implementation's database lose its last commit: only the \
+             in-process driver can do that to its database (no HTTP request or driver-protocol \
+             step says it)"
+        }
+    }
+}
 
 /// Replays every batch on `driver`, `parallel` traces at once (as the driver allows); `progress`
 /// is called with the number of traces done over all batches.

@@ -476,9 +476,9 @@ pub const UNREACHED: &[(&str, &str)] = &[
     ),
     (
         "lease_policy_record_clock_skew",
-        "runs when `serve` starts on a real clock (it records its --max-clock-skew-ms); replays \
-         run one manual clock, so the sweep's margin stays 0 as the model's default \
-         (docs/protocol.md §3.1); impl/tests/clock_skew.rs runs it",
+        "records a server's δ: run by the random suite's replica-clock walks and the probe \
+         suite's sweeps within the margin (in-process only: each in a schema of its own); \
+         impl/tests/clock_skew.rs runs it too",
     ),
     (
         "runner_select_token_hash",

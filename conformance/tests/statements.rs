@@ -238,3 +238,16 @@ async fn a_claim_without_the_epoch_is_caught_by_failovers_replayed() {
         .all(leasewright_conformance::drivers::failover::has_failover));
     caught(model, walks, Mutant::ClaimIgnoresEpoch).await;
 }
+
+/// Issue 39 item 7: replica clocks one tick apart (δ recorded in the trace's own schema). A sweep
+/// sent where a lease has expired by less than 2δ must take nothing; a sweep that acts δ past a
+/// lease takes the job there (the probes of `select::replica_sweep_probes`, as every probe suite
+/// sends them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_at_one_skew_is_caught_by_replica_clocks() {
+    use leasewright_conformance::select::{replica_clock_config, replica_sweep_probes};
+    let model = LeaseModel::new(replica_clock_config(&Config::one_job()));
+    let walks = random_walks(&model, 7, 4_000, 40);
+    let probes = replica_sweep_probes(&model, &walks);
+    caught(model, probes, Mutant::SweepAtOneSkew).await;
+}

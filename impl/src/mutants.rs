@@ -88,11 +88,15 @@ pub enum Mutant {
     /// a job whose claim a failover lost issues the lost claim's fence and token again;
     /// `conform`'s failover walks kill it.
     ClaimIgnoresEpoch,
+    /// Issue 39 item 7: the expiry sweep acts δ past a lease instead of 2δ (its margin's factor 2
+    /// dropped), so with replicas' clocks apart it can make a job uncertain while another
+    /// replica still renews its lease; `conform`'s replica-clock walks kill it.
+    SweepAtOneSkew,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 27] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -120,6 +124,7 @@ impl Mutant {
         Mutant::RevokedRunnerAuthenticates,
         Mutant::BatchStopsAtBusySlot,
         Mutant::ClaimIgnoresEpoch,
+        Mutant::SweepAtOneSkew,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -194,6 +199,11 @@ impl Mutant {
                 "cache_entry_put",
                 "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
                 "",
+            ),
+            Mutant::SweepAtOneSkew => (
+                "job_make_uncertain_if_lease_expired",
+                "AND a.lease_expiry <= $1 - 2 * coalesce(",
+                "AND a.lease_expiry <= $1 - coalesce(",
             ),
             Mutant::ClaimIgnoresEpoch => (
                 "claim",

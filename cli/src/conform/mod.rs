@@ -65,6 +65,8 @@ pub enum SkipClass {
     UnknownIds,
     /// The model's failover (only the in-process driver replays it).
     Failovers,
+    /// Replica clocks (only the in-process driver replays them).
+    ReplicaClocks,
 }
 
 impl SkipClass {
@@ -76,6 +78,7 @@ impl SkipClass {
             SkipClass::SideEffects => LeftOut::SideEffects,
             SkipClass::UnknownIds => LeftOut::UnknownIdentity,
             SkipClass::Failovers => LeftOut::Failover,
+            SkipClass::ReplicaClocks => LeftOut::ReplicaClocks,
         }
     }
 
@@ -87,6 +90,7 @@ impl SkipClass {
             SkipClass::SideEffects,
             SkipClass::UnknownIds,
             SkipClass::Failovers,
+            SkipClass::ReplicaClocks,
         ]
         .into_iter()
         .find(|class| class.reason() == reason)

@@ -704,7 +704,7 @@ impl crate::suite::SuiteDriver for CmdDriver {
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Option<crate::suite::LeftOut> {
         if self.version >= VERSION_WITH_EVERY_TRACE {
-            crate::suite::failover_left_out(trace)
+            crate::suite::in_process_only(model, trace)
         } else {
             crate::suite::driver_cmd_leaves_out(model, trace)
         }
@@ -712,7 +712,7 @@ impl crate::suite::SuiteDriver for CmdDriver {
     fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
         use crate::suite::LeftOut;
         // Only a version 1 or 2 driver leaves traces out (version 3 says all of them but the
-        // failovers).
+        // failovers and replica clocks).
         match why {
             LeftOut::SharedSlot => {
                 "driver protocol versions 1 and 2 name slot j for job j (version 3 names slots \
@@ -728,7 +728,7 @@ impl crate::suite::SuiteDriver for CmdDriver {
                 "driver protocol versions 1 and 2 name only ids a trace created (version 3 names \
                  the others too)"
             }
-            LeftOut::Failover => crate::suite::FAILOVER_LEFT_OUT,
+            LeftOut::Failover | LeftOut::ReplicaClocks => crate::suite::in_process_only_why(why),
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {

@@ -118,7 +118,7 @@ impl Driver for PgDriver {
         model: &LeaseModel,
         trace: &Generated<LeaseModel>,
     ) -> Result<PgSession, DriverError> {
-        if failover::has_failover(trace) {
+        if failover::has_failover(trace) || model.config.replica_skew > 0 {
             self.open_own_schema(model, trace).await
         } else {
             self.open(model, &trace.name).await
@@ -170,6 +170,17 @@ impl PgDriver {
         )
         .await
         .map_err(failed)?;
+        // Replica clocks: the trace's δ, recorded as every server records its own
+        // (`serve --max-clock-skew-ms`): the sweep and the wait act 2δ late.
+        if model.config.replica_skew > 0 {
+            let skew = (TICK * i32::from(model.config.replica_skew))
+                .to_std()
+                .map_err(unmappable)?;
+            store
+                .record_lease_policy(Some(skew))
+                .await
+                .map_err(failed)?;
+        }
         let epoch = imp::epoch::current_epoch(store.pool())
             .await
             .map_err(failed)?;
@@ -298,11 +309,13 @@ impl PgDriver {
             global,
             epoch,
             own_schema,
+            replica: 0,
         })
     }
 }
 
-/// A trace's own schema and when to take its snapshot ([`super::failover`]).
+/// A trace's own schema and when to take its snapshot ([`super::failover`]); a trace with
+/// replica clocks takes none.
 struct OwnSchema {
     schema: TraceSchema,
     /// The 0-based steps before which the snapshot is taken.
@@ -421,8 +434,10 @@ pub struct PgSession {
     /// The epoch of the trace's first fences and slot tokens: a model token `e * EPOCH_BASE + g`
     /// is the implementation's `(epoch + e) * 2^32 + g` ([`PgSession::to_model`]).
     epoch: i64,
-    /// A trace with a failover: its own schema (dropped with the session).
+    /// A trace with a failover or replica clocks: its own schema (dropped with the session).
     own_schema: Option<OwnSchema>,
+    /// The offset (ticks) of the replica clock serving the steps (`Action::ReplicaClock`).
+    replica: i8,
 }
 
 impl PgSession {
@@ -674,6 +689,14 @@ impl Session for PgSession {
             // A second server starts only where servers differ in lease ttl
             // (`Config::policy_ttl`), which no suite replays.
             Action::ServerStarts => return Err(unmappable(crate::select::FAILOVER)),
+            // The next steps are served by a replica whose clock reads `offset` ticks off the
+            // true one: the store's clock moves by the difference (only `tick` moves true time).
+            Action::ReplicaClock { offset } if self.own_schema.is_some() => {
+                let by = i32::from(*offset) - i32::from(self.replica);
+                self.clock.advance(TICK * by);
+                self.replica = *offset;
+                None
+            }
             Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
             Action::Claim { runner } | Action::ClaimBatch { runner, .. }
                 if !self.authenticated(*runner).await? =>
