@@ -482,7 +482,8 @@ impl Drop for TestDatabase {
             tracing::warn!(database = %self.name, "could not drop the test database");
             return;
         };
-        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let name = &self.name;
+        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
         if !execute_from_drop(options, sql) {
             tracing::warn!(database = %self.name, "could not drop the test database");
         }
