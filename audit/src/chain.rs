@@ -53,10 +53,36 @@ impl Encoder {
 }
 
 /// One chained record as read: where it is, its place in the chain as stored, and its encoding.
+/// A record's name in a report, e.g. `observation #12 (ledger 40)`: kept as its parts and written
+/// only when a report names it (a million records are read, a handful named).
+#[derive(Clone, Copy, Debug)]
+enum Name {
+    /// `claim of attempt {id} (ledger {seq})`.
+    ClaimOf(Uuid, i64),
+    /// `attempt {id} (claim, ledger {seq})`.
+    AttemptClaim(Uuid, i64),
+    Observation(i64, i64),
+    Reconciliation(i64, i64),
+    Cancel(i64, i64),
+    ExpirySweep(i64, i64),
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Name::ClaimOf(id, seq) => write!(f, "claim of attempt {id} (ledger {seq})"),
+            Name::AttemptClaim(id, seq) => write!(f, "attempt {id} (claim, ledger {seq})"),
+            Name::Observation(id, seq) => write!(f, "observation #{id} (ledger {seq})"),
+            Name::Reconciliation(id, seq) => write!(f, "reconciliation #{id} (ledger {seq})"),
+            Name::Cancel(id, seq) => write!(f, "cancel #{id} (ledger {seq})"),
+            Name::ExpirySweep(id, seq) => write!(f, "expiry sweep #{id} (ledger {seq})"),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Record {
-    /// e.g. `observation #12 (ledger 40)`.
-    name: String,
+    name: Name,
     ledger_seq: i64,
     chain_seq: Option<i32>,
     chain_hash: Option<Vec<u8>>,
@@ -71,7 +97,7 @@ impl Record {
     fn of_row(
         r: &sqlx::postgres::PgRow,
         kind: &'static str,
-        name: String,
+        name: Name,
         ledger_seq: i64,
         rest: Encoder,
     ) -> Result<Record, sqlx::Error> {
@@ -85,12 +111,20 @@ impl Record {
         })
     }
 
-    fn encoding(&self, seq: i64) -> Vec<u8> {
-        let mut e = Encoder::default();
-        e.text(Some(self.kind)).int(Some(seq));
-        let mut out = e.0;
-        out.extend_from_slice(&self.rest);
-        out
+    /// The record's link: sha256 of the previous head and the record's encoding at chain seq
+    /// `seq` (its kind, the seq, then `rest`), fed to the hash in place of a copy of it.
+    fn link(&self, prev: &[u8], seq: i64) -> Vec<u8> {
+        let mut h = Sha256::new();
+        h.update(prev);
+        let kind = self.kind.as_bytes();
+        h.update([1]);
+        h.update((kind.len() as u32).to_be_bytes());
+        h.update(kind);
+        h.update([1]);
+        h.update(8u32.to_be_bytes());
+        h.update(seq.to_be_bytes());
+        h.update(&self.rest);
+        h.finalize().to_vec()
     }
 }
 
@@ -196,7 +230,7 @@ struct Checked {
 fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
     let chained = job.chain_seq.is_some();
     let mut broken: Option<(String, String)> = None;
-    let mut note = |r: &str, d: String| {
+    let mut note = |r: &dyn std::fmt::Display, d: String| {
         if broken.is_none() {
             broken = Some((r.to_string(), d));
         }
@@ -216,7 +250,7 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
         .map(|&p| (job.ledger_seq <= p).then(|| (1, head.clone())))
         .collect();
     if chained && job.chain_seq == Some(1) && job.chain_head.is_none() {
-        note("the job's row", "its chain head is missing".into());
+        note(&"the job's row", "its chain head is missing".into());
     }
     for r in &records {
         let expected_seq = seq + 1;
@@ -247,7 +281,7 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
                 Some(_) => {}
             }
         }
-        head = sha(Some(&head), &r.encoding(expected_seq));
+        head = r.link(&head, expected_seq);
         if chained && r.chain_hash.as_deref() != Some(&head[..]) && r.chain_seq.is_some() {
             note(
                 &r.name,
@@ -278,7 +312,7 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
     if chained {
         if job.chain_seq.map(i64::from) != Some(seq) {
             note(
-                "the job's row",
+                &"the job's row",
                 format!(
                     "its chain ends at seq {} but the job's row says {} (a record deleted or \
                      added at the end)",
@@ -288,13 +322,13 @@ fn check_job(job: &JobHead, mut records: Vec<Record>, at: &[i64]) -> Checked {
             );
         } else if job.chain_head.as_deref() != Some(&head[..]) {
             note(
-                "the job's row",
+                &"the job's row",
                 "its chain head is not the hash of its last record".into(),
             );
         }
     } else if records.iter().any(|r| r.chain_seq.is_some()) {
         note(
-            "the job's row",
+            &"the job's row",
             "its records are chained but the job's row has no chain (its head was removed)".into(),
         );
     }
@@ -607,7 +641,7 @@ async fn policy_history(conn: &mut PgConnection) -> Result<Vec<witness::PolicyRo
 /// ever recorded (that one the replay reports, `lease_ttl`).
 fn above_policy(
     job: &JobHead,
-    claim: String,
+    claim: Name,
     at: i64,
     ttl: chrono::Duration,
     policy: &[(i64, chrono::Duration)],
@@ -622,7 +656,7 @@ fn above_policy(
         kind: crate::Kind::LeaseTtl,
         job: job.id,
         project: job.project,
-        record: claim,
+        record: claim.to_string(),
         detail: format!(
             "the claim granted a lease ttl of {} s, above the policy in force at its ledger \
              position ({} s, recorded at ledger {since}, lease_policy_history): a ttl raised \
@@ -678,7 +712,7 @@ async fn holdings(conn: &mut PgConnection) -> Result<HashMap<Uuid, Vec<Vec<u8>>>
 /// receipt times (`audit::time::TOLERANCE`): a revoked runner authenticates nothing.
 fn after_revocation(
     job: &JobHead,
-    record: &str,
+    record: &Name,
     runner: Uuid,
     at: Time,
     runners: &BTreeMap<Uuid, (Uuid, Option<Time>)>,
@@ -865,11 +899,11 @@ struct Read {
     /// Each attempt's state held in its row, encoded.
     attempt_states: HashMap<Uuid, Vec<(Uuid, Vec<u8>)>>,
     /// The claims and the accepted messages: the record's name, the runner, the receipt time.
-    accepted: HashMap<Uuid, Vec<(String, Uuid, Time)>>,
+    accepted: HashMap<Uuid, Vec<(Name, Uuid, Time)>>,
     claims_per_epoch: BTreeMap<i64, usize>,
     still_leased: Vec<crate::AcrossEpoch>,
     /// Each claim's name, ledger position and lease ttl (claim expiry − claim time).
-    claim_ttls: HashMap<Uuid, Vec<(String, i64, chrono::Duration)>>,
+    claim_ttls: HashMap<Uuid, Vec<(Name, i64, chrono::Duration)>>,
     /// With a replay: the same rows as the replay takes them.
     parts: crate::read::Parts,
 }
@@ -891,13 +925,13 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         }
         let claimed_at: Time = r.try_get("claimed_at")?;
         read.accepted.entry(job).or_default().push((
-            format!("claim of attempt {id} (ledger {ledger_seq})"),
+            Name::ClaimOf(id, ledger_seq),
             r.try_get("runner_id")?,
             claimed_at,
         ));
         if let Some(expiry) = r.try_get::<Option<Time>, _>("claim_lease_expiry")? {
             read.claim_ttls.entry(job).or_default().push((
-                format!("attempt {id} (claim, ledger {ledger_seq})"),
+                Name::AttemptClaim(id, ledger_seq),
                 ledger_seq,
                 expiry - claimed_at,
             ));
@@ -943,7 +977,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         out.entry(job).or_default().push(Record::of_row(
             r,
             "claim",
-            format!("claim of attempt {id} (ledger {ledger_seq})"),
+            Name::ClaimOf(id, ledger_seq),
             ledger_seq,
             e,
         )?);
@@ -963,7 +997,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         let sender: Uuid = r.try_get("sender_runner_id")?;
         if verdict == "accepted" {
             read.accepted.entry(job).or_default().push((
-                format!("observation #{id} (ledger {ledger_seq})"),
+                Name::Observation(id, ledger_seq),
                 sender,
                 received_at,
             ));
@@ -999,7 +1033,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         out.entry(job).or_default().push(Record::of_row(
             r,
             "observation",
-            format!("observation #{id} (ledger {ledger_seq})"),
+            Name::Observation(id, ledger_seq),
             ledger_seq,
             e,
         )?);
@@ -1025,7 +1059,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         out.entry(job).or_default().push(Record::of_row(
             r,
             "reconciliation",
-            format!("reconciliation #{id} (ledger {ledger_seq})"),
+            Name::Reconciliation(id, ledger_seq),
             ledger_seq,
             e,
         )?);
@@ -1049,7 +1083,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         out.entry(job).or_default().push(Record::of_row(
             r,
             "cancel",
-            format!("cancel #{id} (ledger {ledger_seq})"),
+            Name::Cancel(id, ledger_seq),
             ledger_seq,
             e,
         )?);
@@ -1070,7 +1104,7 @@ fn read_records(rows: &crate::scan::Rows, replay: bool) -> Result<Read, sqlx::Er
         out.entry(job).or_default().push(Record::of_row(
             r,
             "sweep",
-            format!("expiry sweep #{id} (ledger {ledger_seq})"),
+            Name::ExpirySweep(id, ledger_seq),
             ledger_seq,
             e,
         )?);
@@ -1299,6 +1333,29 @@ mod tests {
         assert_eq!(later_head(row.clone(), Some(&at(None))), row);
         assert_eq!(later_head(row.clone(), None), row);
         assert_eq!(later_head((None, None), Some(&at(Some(5)))), (None, None));
+    }
+
+    /// A record's link hashes the previous head followed by the canonical encoding of its kind,
+    /// its seq and its fields: the bytes `Encoder` writes, fed to the hash without a copy.
+    #[test]
+    fn a_link_is_the_hash_of_the_previous_head_and_the_canonical_encoding() {
+        let mut rest = Encoder::default();
+        rest.int(Some(7)).text(Some("accepted")).text(None);
+        let record = Record {
+            name: Name::Observation(7, 40),
+            ledger_seq: 40,
+            chain_seq: Some(3),
+            chain_hash: None,
+            kind: "observation",
+            rest: rest.0.clone(),
+        };
+        let mut whole = Encoder::default();
+        whole.text(Some("observation")).int(Some(3));
+        whole.0.extend_from_slice(&rest.0);
+        let prev = sha(None, b"submission");
+        assert_eq!(record.link(&prev, 3), sha(Some(&prev), whole.bytes()));
+        assert_ne!(record.link(&prev, 4), sha(Some(&prev), whole.bytes()));
+        assert_eq!(record.name.to_string(), "observation #7 (ledger 40)");
     }
 
     #[test]
