@@ -748,6 +748,10 @@ struct LogSink {
 /// and the log says so.
 const MAX_QUEUED_LOG_BYTES: usize = 64 * 1024 * 1024;
 
+/// How long a log chunk waits for more output before it is sent: what a follower of the log
+/// waits at most beyond the upload itself.
+const LOG_FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
 impl LogSink {
     fn send(&self, chunk: Vec<u8>) {
         if self.queued.load(Ordering::SeqCst) + chunk.len() > MAX_QUEUED_LOG_BYTES {
@@ -785,11 +789,18 @@ async fn upload_logs(
 ) {
     let mut seq: i64 = 0;
     while let Some(mut chunk) = rx.recv().await {
-        // Coalesce what is already queued, up to 256 KiB.
+        // Coalesce what comes within LOG_FLUSH_INTERVAL of the first chunk, up to 256 KiB; the
+        // job's end (the sink dropped) sends what is queued at once. A short job's whole log is
+        // then one append, not one per line its runner wrote (docs/benchmarks.md).
+        let window = ctx.clock.sleep(LOG_FLUSH_INTERVAL);
+        tokio::pin!(window);
         while chunk.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(more) => chunk.extend_from_slice(&more),
-                Err(_) => break,
+            tokio::select! {
+                more = rx.recv() => match more {
+                    Some(more) => chunk.extend_from_slice(&more),
+                    None => break,
+                },
+                () = &mut window => break,
             }
         }
         queued.fetch_sub(chunk.len(), Ordering::SeqCst);
