@@ -24,7 +24,8 @@ pub struct RunnerArgs {
     /// How many jobs at once (1 or more).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     capacity: u32,
-    /// Where the per-lease workspaces are created (default: a directory under the temp dir).
+    /// Where the per-lease workspaces, and the verified source archives it keeps (`sources/`),
+    /// are created (default: a directory under the temp dir).
     #[arg(long)]
     workdir: Option<PathBuf>,
     /// The base URL of the deployment targets given to commands (default: --server).

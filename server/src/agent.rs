@@ -988,9 +988,19 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut reader: R, tx: mpsc::Unbounde
     }
 }
 
+/// How many verified source archives a runner keeps (`<workdir>/sources`, by blob digest), the
+/// least recently used removed first.
+const CACHED_SOURCES: usize = 16;
+
 /// Fetch and verify the source into `src`. Nothing is executed when this fails.
+///
+/// An archive this runner already fetched for the same blob digest is reused from
+/// `<workdir>/sources` instead of fetched again (docs/protocol.md §7.2): it is verified exactly as
+/// a download is (its SHA-256 against the lease's blob digest, then the bounded extraction and the
+/// manifest digest), and a copy whose digest no longer matches is removed and fetched afresh.
 async fn prepare_source(
     ctx: &JobContext,
+    workdir: &Path,
     job_dir: &Path,
     src: &Path,
     limits: Limits,
@@ -1000,6 +1010,44 @@ async fn prepare_source(
         .source_blob_sha256
         .clone()
         .ok_or("the lease names no source blob")?;
+    let expected_manifest = ctx.lease.source_digest.clone();
+    // Only a digest's own characters name a file.
+    let cached = (expected_blob.len() == 64
+        && expected_blob.bytes().all(|b| b.is_ascii_hexdigit()))
+    .then(|| {
+        workdir
+            .join("sources")
+            .join(format!("{expected_blob}.tar.gz"))
+    });
+    if let Some(cached) = cached.clone().filter(|c| c.is_file()) {
+        let (blob, manifest, dest) = (
+            expected_blob.clone(),
+            expected_manifest.clone(),
+            src.to_owned(),
+        );
+        let reused = tokio::task::spawn_blocking(move || {
+            let result = source::verify_and_extract(&cached, &blob, &manifest, &dest, limits);
+            match result {
+                Err(source::SourceError::BlobDigestMismatch { .. }) => {
+                    let _ = std::fs::remove_file(&cached);
+                    None
+                }
+                other => {
+                    // Touched: the least recently used copy goes first.
+                    let _ = std::fs::File::options()
+                        .append(true)
+                        .open(&cached)
+                        .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                    Some(other)
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        if let Some(result) = reused {
+            return result.map_err(|e| e.to_string());
+        }
+    }
     let archive = job_dir.join("source.tar.gz");
     let max_bytes = limits.max_total_bytes.saturating_mul(2);
     let download = ctx
@@ -1012,17 +1060,44 @@ async fn prepare_source(
     if download.source_digest.as_deref() != Some(ctx.lease.source_digest.as_str()) {
         return Err("the served source identity is not the leased one".into());
     }
-    let expected_manifest = ctx.lease.source_digest.clone();
     let src = src.to_owned();
     tokio::task::spawn_blocking(move || {
         let result =
             source::verify_and_extract(&archive, &expected_blob, &expected_manifest, &src, limits);
-        let _ = std::fs::remove_file(&archive);
+        match (&result, cached) {
+            (Ok(()), Some(cached)) => keep_source(&archive, &cached),
+            _ => {
+                let _ = std::fs::remove_file(&archive);
+            }
+        }
         result
     })
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| e.to_string())
+}
+
+/// Keep a verified archive as `cached` (a rename: a concurrent job's copy of the same digest has
+/// the same bytes), and remove the least recently used beyond [`CACHED_SOURCES`].
+fn keep_source(archive: &Path, cached: &Path) {
+    let Some(dir) = cached.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() || std::fs::rename(archive, cached).is_err() {
+        let _ = std::fs::remove_file(archive);
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut kept: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    if kept.len() > CACHED_SOURCES {
+        kept.sort();
+        for (_, path) in &kept[..kept.len() - CACHED_SOURCES] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 fn deploy_json(lease: &LeaseBody) -> String {
@@ -1104,7 +1179,7 @@ async fn run_job(
     ));
     let mut exit_code: Option<i32> = None;
     let prepared = match std::fs::create_dir_all(&job_dir) {
-        Ok(()) => prepare_source(&ctx, &job_dir, &src, config.limits).await,
+        Ok(()) => prepare_source(&ctx, &config.workdir, &job_dir, &src, config.limits).await,
         Err(error) => Err(format!("cannot create the workspace: {error}")),
     };
     match prepared {

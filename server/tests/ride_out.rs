@@ -407,3 +407,48 @@ async fn a_runner_cut_off_past_its_lease_stops_the_work_before_the_control_plane
     );
     server.stop().await.unwrap();
 }
+
+/// A runner keeps the archives it verified (`<workdir>/sources`, by blob digest): a second job
+/// with the same source is extracted from its copy, with no source fetch, and a copy whose bytes
+/// no longer match the digest is removed and fetched afresh (docs/protocol.md §7.2). Every job
+/// ran its command and passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_reuses_a_verified_source_and_fetches_again_when_its_copy_changed() {
+    let (_db, server) = start(false).await;
+    let f = fixture(&server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let fetches = |job: Uuid| {
+        let f = &f;
+        async move {
+            observations(f, job)
+                .await
+                .iter()
+                .filter(|o| o.kind == "source_fetch" && o.verdict == "accepted")
+                .count()
+        }
+    };
+    let mut fetched = Vec::new();
+    for round in 0..3 {
+        if round == 2 {
+            let cached: Vec<_> = std::fs::read_dir(work.join("sources"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert_eq!(cached.len(), 1, "one copy for one source: {cached:?}");
+            std::fs::write(&cached[0], b"not the archive").unwrap();
+        }
+        let job = submit(&f, "true\n").await;
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            spawn_runner(&server.url(), &f, &work),
+        )
+        .await
+        .expect("the runner finishes its job")
+        .unwrap()
+        .unwrap();
+        assert_eq!(job_state(&f, job).await, "passed", "round {round}");
+        fetched.push(fetches(job).await);
+    }
+    assert_eq!(fetched, [1, 0, 1], "source fetches of the three jobs");
+}
