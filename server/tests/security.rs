@@ -342,10 +342,23 @@ async fn no_token_appears_in_the_logs_at_trace_level() {
         f.operator.job(f.project, job).await.unwrap().state,
         "passed"
     );
-    // The job's workspace (its extracted source, run.sh) went with the job.
+    // The job's workspace (its extracted source, run.sh) went with the job. What stays is the
+    // archive the runner verified, kept under its blob digest for the next lease naming it.
+    let snapshot =
+        leasewright_server::source::build_snapshot(vec![leasewright_server::source::SourceFile {
+            path: "run.sh".into(),
+            mode: 0o755,
+            content: b"echo hi\n".to_vec(),
+        }])
+        .unwrap();
+    let kept = workdir
+        .path()
+        .join("sources")
+        .join(format!("{}.tar.gz", snapshot.blob_sha256));
+    assert_eq!(std::fs::read(&kept).unwrap(), snapshot.archive);
     let left: Vec<_> = walk(workdir.path());
     assert!(
-        left.iter().all(|p| p.is_dir()),
+        left.iter().all(|p| p.is_dir() || *p == kept),
         "files left in the workspace: {left:?}"
     );
     // Operator reads and a metrics scrape.
