@@ -52,7 +52,6 @@ impl Encoder {
     }
 }
 
-/// One chained record as read: where it is, its place in the chain as stored, and its encoding.
 /// A record's name in a report, e.g. `observation #12 (ledger 40)`: kept as its parts and written
 /// only when a report names it (a million records are read, a handful named).
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +79,7 @@ impl std::fmt::Display for Name {
     }
 }
 
+/// One chained record as read: where it is, its place in the chain as stored, and its encoding.
 #[derive(Clone, Debug)]
 struct Record {
     name: Name,

@@ -1019,14 +1019,22 @@ async fn prepare_source(
             .join("sources")
             .join(format!("{expected_blob}.tar.gz"))
     });
-    if let Some(cached) = cached.clone().filter(|c| c.is_file()) {
-        let (blob, manifest, dest) = (
+    let archive = job_dir.join("source.tar.gz");
+    // A hard link, not the kept path: a concurrent job's eviction or replacement of the kept copy
+    // does not change the file this job verifies and then extracts (two opens).
+    if let Some(cached) = cached
+        .clone()
+        .filter(|c| std::fs::hard_link(c, &archive).is_ok())
+    {
+        let (linked, blob, manifest, dest) = (
+            archive.clone(),
             expected_blob.clone(),
             expected_manifest.clone(),
             src.to_owned(),
         );
         let reused = tokio::task::spawn_blocking(move || {
-            let result = source::verify_and_extract(&cached, &blob, &manifest, &dest, limits);
+            let result = source::verify_and_extract(&linked, &blob, &manifest, &dest, limits);
+            let _ = std::fs::remove_file(&linked);
             match result {
                 Err(source::SourceError::BlobDigestMismatch { .. }) => {
                     let _ = std::fs::remove_file(&cached);
@@ -1048,7 +1056,6 @@ async fn prepare_source(
             return result.map_err(|e| e.to_string());
         }
     }
-    let archive = job_dir.join("source.tar.gz");
     let max_bytes = limits.max_total_bytes.saturating_mul(2);
     let download = ctx
         .deliver("source fetch", |tuple| {
