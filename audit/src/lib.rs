@@ -22,6 +22,7 @@ pub mod witness;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::Connection as _;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -461,10 +462,17 @@ pub enum AuditError {
     Watermark(String),
 }
 
-/// A connection to the database at `database_url`, which must hold the ledger, and whether its
+/// The connection options of `database_url`.
+fn options_of(database_url: &str) -> Result<PgConnectOptions, AuditError> {
+    database_url
+        .parse::<PgConnectOptions>()
+        .map_err(AuditError::Connect)
+}
+
+/// A connection to the database `options` reach, which must hold the ledger, and whether its
 /// schema has the chain (migration 0015).
-async fn connect(database_url: &str) -> Result<(sqlx::PgConnection, bool), AuditError> {
-    let mut conn = sqlx::PgConnection::connect(database_url)
+async fn connect(options: &PgConnectOptions) -> Result<(sqlx::PgConnection, bool), AuditError> {
+    let mut conn = sqlx::PgConnection::connect_with(options)
         .await
         .map_err(AuditError::Connect)?;
     if !read::has_ledger(&mut conn).await? {
@@ -480,7 +488,7 @@ async fn connect(database_url: &str) -> Result<(sqlx::PgConnection, bool), Audit
 /// schema without the chain (before migration 0015). Either way the position must be one the
 /// ledger has reached (not above its sequence's last value). Its position.
 pub async fn verify_watermark(database_url: &str, w: &chain::Since) -> Result<i64, AuditError> {
-    let (mut conn, chained) = connect(database_url).await?;
+    let (mut conn, chained) = connect(&options_of(database_url)?).await?;
     match w {
         chain::Since::Token(w) => {
             if !chained {
@@ -521,10 +529,21 @@ pub async fn verify_watermark(database_url: &str, w: &chain::Since) -> Result<i6
 pub async fn audit(
     database_url: &str,
     options: &AuditOptions,
+    progress: impl FnMut(Progress),
+) -> Result<(AuditReport, HashMap<Uuid, String>), AuditError> {
+    audit_connecting(&options_of(database_url)?, options, progress).await
+}
+
+/// [`audit`] of the database (and schema, by its `search_path`) that `connect` reaches: what a
+/// caller holding a pool's options rather than a URL runs (the conformance suite's audits of a
+/// trace's own schema).
+pub async fn audit_connecting(
+    connect_to: &PgConnectOptions,
+    options: &AuditOptions,
     mut progress: impl FnMut(Progress),
 ) -> Result<(AuditReport, HashMap<Uuid, String>), AuditError> {
     let started = Instant::now();
-    let (mut conn, chained) = connect(database_url).await?;
+    let (mut conn, chained) = connect(connect_to).await?;
     // The watermark's position, settled before the snapshot (no record in flight below it).
     let settled = settle::settle(
         &mut conn,
@@ -539,7 +558,7 @@ pub async fn audit(
         n => n,
     };
     let mut readers = if chained {
-        read::readers(database_url, &mut conn, connections).await?
+        read::readers(connect_to, &mut conn, connections).await?
     } else {
         Vec::new()
     };

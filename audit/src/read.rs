@@ -133,13 +133,13 @@ pub async fn begin(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// `n - 1` more connections to `database_url` reading in the snapshot of `conn`'s transaction
+/// `n - 1` more connections to the database `options` reach, reading in the snapshot of `conn`'s transaction
 /// (begun by `begin`, nothing read in it yet): its snapshot exported (`pg_export_snapshot`, which
 /// a hot standby answers too) and set in a `REPEATABLE READ READ ONLY` transaction on each, so
 /// that every read of the audit, on any of them, sees the same ledger. `conn`'s transaction must
 /// stay open while they read.
 pub async fn readers(
-    database_url: &str,
+    options: &sqlx::postgres::PgConnectOptions,
     conn: &mut PgConnection,
     n: usize,
 ) -> Result<Vec<PgConnection>, sqlx::Error> {
@@ -151,7 +151,7 @@ pub async fn readers(
         .await?;
     let mut out = Vec::with_capacity(n - 1);
     for _ in 1..n {
-        let mut reader = <PgConnection as sqlx::Connection>::connect(database_url).await?;
+        let mut reader = <PgConnection as sqlx::Connection>::connect_with(options).await?;
         begin(&mut reader).await?;
         // The identifier is the server's own (hex digits and dashes), never the caller's.
         sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))

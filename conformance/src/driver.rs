@@ -42,6 +42,10 @@ pub struct Projection {
     /// ([`blank`]), and the summary says so ([`crate::suite::SuiteDriver::not_compared`]).
     #[serde(skip)]
     pub unread: Vec<Part>,
+    /// The model jobs the implementation has pruned ([`crate::drivers::prune`]): their rows, and
+    /// what their attempts stored, are compared on neither side ([`blank_pruned`]).
+    #[serde(skip)]
+    pub pruned: Vec<u8>,
 }
 
 /// A part of the projection that a driver may be unable to read (an implementation that does not
@@ -97,12 +101,7 @@ pub fn blank(p: &mut Projection, unread: &[Part]) {
         match part {
             Part::Jobs => {
                 for j in &mut p.jobs {
-                    j.state = JobState::Queued;
-                    j.current_attempt = None;
-                    j.fence = 0;
-                    j.cancel_requested = false;
-                    j.target_reserved = false;
-                    j.lease_holder = None;
+                    *j = JobProjection::blank(std::mem::take(&mut j.ledger));
                 }
             }
             Part::Ledger => {
@@ -129,6 +128,31 @@ pub fn blank(p: &mut Projection, unread: &[Part]) {
                 }
             }
             Part::Stored => p.stored = None,
+        }
+    }
+}
+
+/// `want` and `got` with the jobs in `pruned` blanked on both sides, so that they compare equal
+/// whatever each side holds of them: a pruned job's row and attempts, and the log chunks and
+/// artifacts of its attempts (the attempts the model's ledger of the job names). A project's cache
+/// entry outlives the attempt that stored it and stays compared.
+pub fn blank_pruned(want: &mut Projection, got: &mut Projection, pruned: &[u8]) {
+    let mut attempts = std::collections::BTreeSet::new();
+    for &j in pruned {
+        for p in [&*want, &*got] {
+            if let Some(job) = p.jobs.get(usize::from(j)) {
+                attempts.extend(job.ledger.iter().map(|a| a.attempt));
+            }
+        }
+    }
+    for p in [want, got] {
+        for &j in pruned {
+            if let Some(job) = p.jobs.get_mut(usize::from(j)) {
+                *job = JobProjection::blank(Vec::new());
+            }
+        }
+        if let Some(stored) = &mut p.stored {
+            stored.attempts.retain(|a| !attempts.contains(&a.attempt));
         }
     }
 }
@@ -416,6 +440,21 @@ pub struct JobProjection {
     pub ledger: Vec<AttemptProjection>,
 }
 
+impl JobProjection {
+    /// A job projection that says nothing: what a part compared on neither side is set to.
+    pub fn blank(ledger: Vec<AttemptProjection>) -> Self {
+        JobProjection {
+            state: JobState::Queued,
+            current_attempt: None,
+            fence: 0,
+            lease_holder: None,
+            cancel_requested: false,
+            target_reserved: false,
+            ledger,
+        }
+    }
+}
+
 /// One entry of the attempt ledger.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AttemptProjection {
@@ -536,6 +575,7 @@ pub fn project_model(
         details,
         stored: model.config.side_effects.then(|| model_stored(state)),
         unread: Vec::new(),
+        pruned: Vec::new(),
         observation: match action {
             Action::Deliver { message } if recorded_by_server(message.kind) => {
                 Some(model.observation(before, message))
@@ -670,6 +710,8 @@ impl BatchResults {
 #[derive(Debug, Default)]
 pub struct ResultBatches {
     conflicting: bool,
+    /// Send no other job's earlier result ([`ResultBatches::without_other_jobs`]).
+    own_job_only: bool,
     /// The latest result delivered for each job of the trace.
     delivered: std::collections::BTreeMap<u8, leasewright_model::Message>,
     /// The extra items of the current step, in the order sent.
@@ -687,6 +729,12 @@ impl ResultBatches {
             conflicting,
             ..Self::default()
         }
+    }
+
+    /// These batches without the item of another job's earlier result (the echo is still sent).
+    pub fn without_other_jobs(mut self) -> Self {
+        self.own_job_only = true;
+        self
     }
 
     /// Whether the echo is a conflicting result.
@@ -727,7 +775,7 @@ impl ResultBatches {
         let other = self
             .delivered
             .iter()
-            .filter(|(job, _)| **job != m.job)
+            .filter(|(job, _)| **job != m.job && !self.own_job_only)
             .map(|(_, earlier)| leasewright_model::Message {
                 sender: m.sender,
                 runner_time: m.runner_time,

@@ -301,7 +301,7 @@ fn walks_with_a_failover(
     selection: &Selection,
     budget: usize,
 ) -> Vec<Generated<LeaseModel>> {
-    random_walks(
+    let walks = random_walks(
         model,
         selection.seed ^ 0xfa11_0e4e,
         FAILOVER_POOL_STEPS,
@@ -316,13 +316,23 @@ fn walks_with_a_failover(
         })?;
         w.steps.truncate(claim + 1);
         Some(w)
-    })
-    .scan(0usize, |steps, w| {
-        *steps += w.steps.len();
-        (*steps <= budget).then_some(w)
-    })
-    .take(FAILOVER_WALKS)
-    .collect()
+    });
+    within_budget(walks, budget, FAILOVER_WALKS)
+}
+
+/// The first of `walks`, at most `limit`, while their steps in all are at most `budget`.
+fn within_budget(
+    walks: impl Iterator<Item = Generated<LeaseModel>>,
+    budget: usize,
+    limit: usize,
+) -> Vec<Generated<LeaseModel>> {
+    walks
+        .scan(0usize, |steps, w| {
+            *steps += w.steps.len();
+            (*steps <= budget).then_some(w)
+        })
+        .take(limit)
+        .collect()
 }
 
 /// The replica-clock configuration of the default suite (issue 39 item 7): the suite's
@@ -425,6 +435,57 @@ type Walks = (
     Vec<Generated<LeaseModel>>,
     usize,
 );
+
+/// The configuration of the walks the in-process driver prunes between (issue 39 item 7,
+/// [`crate::drivers::prune`]): three jobs, so that one can still be queued or running when
+/// others are pruned, with the side effects of R8, so that a project's cache entry can outlive
+/// the attempt that stored it.
+pub fn prune_config(base: &Config) -> Config {
+    Config {
+        jobs: 3,
+        side_effects: true,
+        ..base.clone()
+    }
+}
+
+/// How many walks pruned between their jobs every random suite replays at most
+/// (`random-prune-*`, their steps taken from the main configuration's share of `--steps`, at most
+/// [`PRUNE_SHARE`] percent of it), and the steps of the walks they are chosen from. Only the
+/// in-process driver prunes; the other drivers replay them as the walks they are.
+pub const PRUNE_WALKS: usize = 12;
+/// The largest share (in percent) of `--steps` the pruned walks take.
+pub const PRUNE_SHARE: usize = 5;
+const PRUNE_POOL_STEPS: usize = 60_000;
+
+/// Walks of the prune configuration `model` that have a plan ([`crate::drivers::prune::plan`]):
+/// a job finished and untouched between the audit and the prune, another finished after the
+/// audit, none of them touched after the prune (each walk cut before the first step that would:
+/// [`crate::drivers::prune::steps_to_keep`]). Chosen with the run's seed, named
+/// `random-prune-*`.
+fn walks_with_a_prune(
+    model: &LeaseModel,
+    selection: &Selection,
+    budget: usize,
+) -> Vec<Generated<LeaseModel>> {
+    let mut planned: Vec<(Generated<LeaseModel>, usize)> = random_walks(
+        model,
+        selection.seed ^ 0x9e0e_5eed,
+        PRUNE_POOL_STEPS,
+        selection.walk_len,
+    )
+    .into_iter()
+    .filter_map(|mut w| {
+        w.steps.truncate(crate::drivers::prune::steps_to_keep(&w)?);
+        let rank = crate::drivers::prune::rank(&crate::drivers::prune::plan(&w)?, &w);
+        Some((w, rank))
+    })
+    .collect();
+    // Those that prune the attempt that stored a project's cache entry, with a job still
+    // unfinished at the prune, first (a stable sort: in the order walked among equals).
+    planned.sort_by_key(|(_, rank)| std::cmp::Reverse(*rank));
+    let walks = within_budget(planned.into_iter().map(|(w, _)| w), budget, PRUNE_WALKS);
+    renamed(walks, crate::drivers::prune::PREFIX)
+}
 
 /// The two-job configuration of the default suite (class 6): the configuration with two jobs.
 pub fn two_job_config(base: &Config) -> Config {
@@ -649,7 +710,18 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
     } else {
         None
     };
-    let main_steps = left.saturating_sub(walked(&replica_clocks));
+    left = left.saturating_sub(walked(&replica_clocks));
+    // Issue 39 item 7: walks pruned between their jobs (the in-process driver audits, prunes and
+    // audits `--since` between two of their steps), in every run.
+    let prunes = if selection.wants(Suite::Random) {
+        let m = Arc::new(LeaseModel::new(prune_config(&model.config)));
+        let budget = (selection.steps * PRUNE_SHARE / 100).min(left / 2);
+        let walks = walks_with_a_prune(m.as_ref(), selection, budget);
+        Some((m, walks))
+    } else {
+        None
+    };
+    let main_steps = left.saturating_sub(walked(&prunes));
     // Issue 13: walks of each shared-slot configuration (replayed by the random suite, their
     // states probed by the probe suite).
     let shared_walks: Vec<Walks> = shared_configs
@@ -739,7 +811,12 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             selection.walk_len,
         );
         batches.push(Batch::new(Arc::clone(&model), traces));
-        for (m, walks) in past_busy.into_iter().chain(failovers).chain(replica_clocks) {
+        for (m, walks) in past_busy
+            .into_iter()
+            .chain(failovers)
+            .chain(replica_clocks)
+            .chain(prunes)
+        {
             if !walks.is_empty() {
                 batches.push(Batch::new(m, walks));
             }
@@ -1007,6 +1084,66 @@ mod tests {
 
     /// Every random suite replays walks through a failover (issue 39 item 6), of the failover
     /// configuration, with fresh ids; their steps count in `--steps`.
+    #[test]
+    fn every_random_suite_prunes_between_jobs() {
+        let selection = Selection {
+            suite: Suite::Random,
+            config: Config::one_job(),
+            seed: 3,
+            steps: 15_000,
+            walk_len: 40,
+            cases: 0,
+            shard: Shard::ALL,
+            cover_full: false,
+        };
+        let batches = generate(&selection).expect("generates");
+        let pruned: Vec<_> = batches
+            .iter()
+            .flat_map(|b| b.traces.iter().map(move |t| (b, t)))
+            .filter(|(_, t)| crate::drivers::prune::is_prune_walk(&t.name))
+            .collect();
+        assert_eq!(pruned.len(), PRUNE_WALKS);
+        let mut between_jobs = 0;
+        for (batch, trace) in &pruned {
+            assert_eq!(batch.model.config, prune_config(&selection.config));
+            let plan = crate::drivers::prune::plan(trace).expect("a plan");
+            assert!(plan.audit_before < plan.prune_before);
+            assert!(plan.prune_before < trace.steps.len());
+            assert!(!plan.must_prune.is_empty());
+            assert!(plan.must_prune.is_subset(&plan.may_prune));
+            assert!(plan.may_prune.len() > plan.must_prune.len());
+            between_jobs += usize::from(
+                plan.may_prune.len() < usize::from(prune_config(&selection.config).jobs),
+            );
+        }
+        // Most of them prune with a job still queued or running, which the walk goes on with;
+        // some (those first) the attempt that stored a project's cache entry, which is rarer.
+        assert!(
+            between_jobs * 2 > PRUNE_WALKS,
+            "{between_jobs} of {PRUNE_WALKS}"
+        );
+        let storers = pruned
+            .iter()
+            .filter(|(_, t)| {
+                crate::drivers::prune::plan(t)
+                    .expect("a plan")
+                    .prunes_cache_storer
+            })
+            .count();
+        assert!(storers >= 2, "{storers} of {PRUNE_WALKS}");
+        assert!(
+            crate::drivers::prune::plan(pruned[0].1)
+                .expect("a plan")
+                .prunes_cache_storer
+        );
+        let steps: usize = batches
+            .iter()
+            .flat_map(|b| &b.traces)
+            .map(|t| t.steps.len())
+            .sum();
+        assert_eq!(steps, selection.steps);
+    }
+
     #[test]
     fn every_random_suite_walks_through_a_failover() {
         let selection = Selection {

@@ -515,24 +515,33 @@ pub const UNREACHED: &[(&str, &str)] = &[
     ),
     (
         "audit_watermark_record",
-        "retention (pruning audited finished jobs) is no rule of the model; impl/tests/retention.rs \
-         runs it",
+        "retention: run by the random suite's walks pruned between their jobs \
+         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         it too",
     ),
     (
         "audit_watermark_select",
-        "retention is no rule of the model; impl/tests/retention.rs runs it",
+        "retention: run by the random suite's walks pruned between their jobs \
+         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         it too",
     ),
     (
         "job_lock_finished_before",
-        "retention is no rule of the model; impl/tests/retention.rs runs it",
+        "retention: run by the random suite's walks pruned between their jobs \
+         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         it too",
     ),
     (
         "job_delete_with_ledger",
-        "retention is no rule of the model; impl/tests/retention.rs runs it",
+        "retention: run by the random suite's walks pruned between their jobs \
+         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         it too",
     ),
     (
         "job_count_finished_before_unaudited",
-        "retention is no rule of the model; impl/tests/retention.rs runs it",
+        "retention: run by the random suite's walks pruned between their jobs \
+         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         it too",
     ),
     (
         "job_count_unfinished_by_project_and_state",

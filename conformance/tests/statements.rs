@@ -251,3 +251,44 @@ async fn a_sweep_at_one_skew_is_caught_by_replica_clocks() {
     let probes = replica_sweep_probes(&model, &walks);
     caught(model, probes, Mutant::SweepAtOneSkew).await;
 }
+
+/// Issue 39 item 7: walks pruned between their jobs (the in-process driver audits the trace's
+/// ledger, records the watermark, prunes every finished job and audits `--since` the watermark).
+/// A prune whose audited guard reads the job's own position prunes a job finished after the
+/// audit; the audit `--since` names it (`watermark_mismatch`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_guard_reading_the_jobs_own_position_is_caught_by_pruned_walks() {
+    let (model, walks) = pruned_walks();
+    caught(model, walks, Mutant::PruneGuardReadsOwnPosition).await;
+}
+
+/// Issue 39 item 7: after the prune of a job whose attempt stored the project's cache entry, the
+/// entry is still there and still names its storer; a read joining the storer's attempt loses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_read_losing_a_pruned_storer_is_caught_by_pruned_walks() {
+    let (model, walks) = pruned_walks();
+    caught(model, walks, Mutant::CacheReadLosesPrunedStorer).await;
+}
+
+/// The pruned walks a default suite replays (`select::prune_config`, `random-prune-*`).
+fn pruned_walks() -> (LeaseModel, Vec<Generated<LeaseModel>>) {
+    use leasewright_conformance::drivers::prune;
+    use leasewright_conformance::select::prune_config;
+    let model = LeaseModel::new(prune_config(&Config::one_job()));
+    let walks: Vec<_> = random_walks(&model, 7, 20_000, 40)
+        .into_iter()
+        .filter_map(|mut w| {
+            w.steps.truncate(prune::steps_to_keep(&w)?);
+            prune::plan(&w)
+                .is_some_and(|p| p.prunes_cache_storer)
+                .then_some(w)
+        })
+        .take(8)
+        .enumerate()
+        .map(|(i, mut w)| {
+            w.name = format!("{}-{i}", prune::PREFIX);
+            w
+        })
+        .collect();
+    (model, walks)
+}

@@ -92,11 +92,20 @@ pub enum Mutant {
     /// dropped), so with replicas' clocks apart it can make a job uncertain while another
     /// replica still renews its lease; `conform`'s replica-clock walks kill it.
     SweepAtOneSkew,
+    /// Issue 39 item 7: the prune's audited guard reads the job's own ledger position instead of
+    /// its last record's (`AND ledger.last_record <= …` dropped), so a finished job whose result
+    /// lies above the audit watermark is pruned without `--unaudited`; `conform`'s pruned walks
+    /// (the audit `--since` after the prune) kill it.
+    PruneGuardReadsOwnPosition,
+    /// Issue 39 item 7: the operator's read of a cache entry joins the attempt that stored it
+    /// (`JOIN` for `LEFT JOIN`), so an entry whose storer's job was pruned reads as missing;
+    /// `conform`'s pruned walks kill it.
+    CacheReadLosesPrunedStorer,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 30] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -125,6 +134,8 @@ impl Mutant {
         Mutant::BatchStopsAtBusySlot,
         Mutant::ClaimIgnoresEpoch,
         Mutant::SweepAtOneSkew,
+        Mutant::PruneGuardReadsOwnPosition,
+        Mutant::CacheReadLosesPrunedStorer,
     ];
 
     /// Whether the implementation's own mutant tests (impl/tests/mutants.rs) name a check that
@@ -214,6 +225,16 @@ impl Mutant {
                 "claim",
                 "WHERE (SELECT count(*) FROM head_free) < $2",
                 "WHERE false",
+            ),
+            Mutant::PruneGuardReadsOwnPosition => (
+                "job_lock_finished_before",
+                "\n              AND ledger.last_record <= coalesce($2, -1)))",
+                "))",
+            ),
+            Mutant::CacheReadLosesPrunedStorer => (
+                "cache_entry_select_storer",
+                "LEFT JOIN attempts",
+                "JOIN attempts",
             ),
             Mutant::RevokedRunnerAuthenticates => (
                 "runner_select_token_hash",

@@ -673,6 +673,7 @@ impl Session for CmdSession {
             }),
             stored: None,
             unread: Vec::new(),
+            pruned: Vec::new(),
         })
     }
 

@@ -1518,15 +1518,7 @@ impl HttpSession {
         ledger.sort_by_key(|a| a.attempt);
         let Some(view) = view else {
             // Not read: blanked before the comparison.
-            return Ok(JobProjection {
-                state: model::JobState::Queued,
-                current_attempt: None,
-                fence: 0,
-                lease_holder: None,
-                cancel_requested: false,
-                target_reserved: false,
-                ledger,
-            });
+            return Ok(JobProjection::blank(ledger));
         };
         let state: model::JobState = code(&view.state)?;
         let current_attempt = match view.current_attempt {
@@ -2034,6 +2026,7 @@ impl Session for HttpSession {
             }),
             stored,
             unread,
+            pruned: Vec::new(),
         })
     }
 

@@ -7,8 +7,11 @@
 //!   driver protocol (docs/conformance.md).
 //! - [`failover`]: how the in-process driver replays the model's failover (a schema of the
 //!   trace's own, snapshot and restore).
+//! - [`prune`]: when the in-process driver audits and prunes between a walk's jobs, and what the
+//!   model says the prune must and may delete.
 
 pub mod cmd;
 pub mod failover;
 pub mod http;
 pub mod pg;
+pub mod prune;

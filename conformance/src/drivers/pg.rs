@@ -5,7 +5,7 @@
 //! parallel on one database with no reset between them. A trace with a failover step gets a
 //! schema of its own instead, whose database can lose a commit ([`super::failover`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -26,6 +26,7 @@ use crate::driver::{implementation_stored, BatchResults, ResultBatches, Stored, 
 use crate::generate::Generated;
 
 use super::failover::{self, TraceSchema};
+use super::prune;
 
 /// What an unknown id stands for ([`PgSession::unknown`]).
 const RUNNER: u8 = UnknownIds::RUNNER;
@@ -118,7 +119,10 @@ impl Driver for PgDriver {
         model: &LeaseModel,
         trace: &Generated<LeaseModel>,
     ) -> Result<PgSession, DriverError> {
-        if failover::has_failover(trace) || model.config.replica_skew > 0 {
+        if failover::has_failover(trace)
+            || model.config.replica_skew > 0
+            || prune::is_prune_walk(&trace.name)
+        {
             self.open_own_schema(model, trace).await
         } else {
             self.open(model, &trace.name).await
@@ -155,7 +159,9 @@ impl PgDriver {
             .map_err(failed)?;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(2)
-            .connect_with(imp::schema::select_schema(options, &schema.name).map_err(failed)?)
+            .connect_with(
+                imp::schema::select_schema(options.clone(), &schema.name).map_err(failed)?,
+            )
             .await
             .map_err(|e| DriverError::Implementation(e.to_string()))?;
         let clock = Arc::new(imp::ManualClock::new(trace_epoch()));
@@ -184,21 +190,36 @@ impl PgDriver {
         let epoch = imp::epoch::current_epoch(store.pool())
             .await
             .map_err(failed)?;
+        // A walk pruned between its jobs: audited and pruned as its plan says.
+        let prune = if prune::is_prune_walk(&trace.name) {
+            Some(PruneRun {
+                plan: prune::plan(trace)
+                    .ok_or_else(|| unmappable("a prune walk with no step to prune before"))?,
+                connect: imp::schema::select_schema(options, &schema.name).map_err(failed)?,
+                watermark: None,
+                pruned: BTreeSet::new(),
+            })
+        } else {
+            None
+        };
         let failover = OwnSchema {
             schema,
             snapshot_before,
             step: 0,
         };
-        self.populate(
-            model,
-            &trace.name,
-            store,
-            clock,
-            None,
-            epoch,
-            Some(failover),
-        )
-        .await
+        let mut session = self
+            .populate(
+                model,
+                &trace.name,
+                store,
+                clock,
+                None,
+                epoch,
+                Some(failover),
+            )
+            .await?;
+        session.prune = prune;
+        Ok(session)
     }
 
     /// The trace's projects, runners, jobs and slots, on `store`.
@@ -303,15 +324,36 @@ impl PgDriver {
             payloads: BTreeMap::new(),
             unknown_ids: UnknownIds::fresh(),
             batch_results: sends_batch_results(trace),
-            batches: ResultBatches::new(conflicting_echo(trace)),
+            // A walk pruned between its jobs ([`super::prune`]) sends no other job's earlier
+            // result beside a result: that item would write into a finished job's ledger at a
+            // step of the model that names no such job, and the model's plan of what the prune
+            // must delete would not hold.
+            batches: if prune::is_prune_walk(trace) {
+                ResultBatches::new(conflicting_echo(trace)).without_other_jobs()
+            } else {
+                ResultBatches::new(conflicting_echo(trace))
+            },
             echo_after: None,
             differences: Vec::new(),
             global,
             epoch,
             own_schema,
             replica: 0,
+            prune: None,
         })
     }
+}
+
+/// A walk pruned between its jobs ([`super::prune`]): its plan, how the audits reach its schema,
+/// the watermark the first audit printed (with its witness), and the jobs the prune deleted.
+struct PruneRun {
+    plan: prune::Plan,
+    connect: sqlx::postgres::PgConnectOptions,
+    watermark: Option<(
+        leasewright_audit::chain::Watermark,
+        leasewright_audit::witness::Witness,
+    )>,
+    pruned: BTreeSet<u8>,
 }
 
 /// A trace's own schema and when to take its snapshot ([`super::failover`]); a trace with
@@ -438,6 +480,8 @@ pub struct PgSession {
     own_schema: Option<OwnSchema>,
     /// The offset (ticks) of the replica clock serving the steps (`Action::ReplicaClock`).
     replica: i8,
+    /// A walk pruned between its jobs: what the driver does and found.
+    prune: Option<PruneRun>,
 }
 
 impl PgSession {
@@ -677,6 +721,14 @@ impl Session for PgSession {
             own.step += 1;
             if own.snapshot_before.contains(&i) {
                 own.schema.snapshot(self.store.pool()).await?;
+            }
+            // A walk pruned between its jobs: the audit, then the prune, as its plan says.
+            if let Some(plan) = self.prune.as_ref().map(|p| p.plan.clone()) {
+                if i == plan.audit_before {
+                    self.audit_for_prune().await?;
+                } else if i == plan.prune_before {
+                    self.prune_between_jobs(before, &plan).await?;
+                }
             }
         }
         self.echo_after =
@@ -924,6 +976,11 @@ impl Session for PgSession {
         self.recorded = recorded;
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for (j, id) in self.jobs.iter().enumerate() {
+            if self.pruned_jobs().contains(&(j as u8)) {
+                // Compared on neither side (`driver::blank_pruned`).
+                jobs.push(JobProjection::blank(Vec::new()));
+                continue;
+            }
             let view = self
                 .store
                 .job(*id)
@@ -1009,6 +1066,7 @@ impl Session for PgSession {
             details,
             stored,
             unread: Vec::new(),
+            pruned: self.pruned_jobs(),
         })
     }
 
@@ -1021,6 +1079,170 @@ impl Session for PgSession {
     fn batch_results(&mut self) -> BatchResults {
         self.batches.counts()
     }
+}
+
+impl PgSession {
+    /// The model jobs the prune deleted (none before it, or in a walk not pruned).
+    fn pruned_jobs(&self) -> Vec<u8> {
+        self.prune
+            .as_ref()
+            .map(|p| p.pruned.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The audit of a pruned walk's ledger before its prune ([`super::prune`]): a full
+    /// `leasewright audit` of the trace's schema, which must be clean, and its watermark recorded
+    /// as `prune --audited-through` records it.
+    async fn audit_for_prune(&mut self) -> Result<(), DriverError> {
+        let Some(run) = self.prune.as_mut() else {
+            return Ok(());
+        };
+        let report = audit_trace(&run.connect, None).await?;
+        if let Some(found) = unclean(&report) {
+            self.differences
+                .push(format!("the audit of the ledger before the prune: {found}"));
+            return Ok(());
+        }
+        let Some(Ok(leasewright_audit::chain::Since::Token(token))) =
+            report.since.as_deref().map(str::parse)
+        else {
+            return Err(DriverError::Implementation(format!(
+                "the audit before the prune printed no watermark token ({:?})",
+                report.since
+            )));
+        };
+        let witness = report.witness.ok_or_else(|| {
+            DriverError::Implementation("the audit before the prune gave no witness".into())
+        })?;
+        self.store
+            .record_audit_watermark(token.position)
+            .await
+            .map_err(failed)?;
+        run.watermark = Some((token, witness));
+        Ok(())
+    }
+
+    /// The prune between a walk's jobs ([`super::prune`]): every finished job, audited ones
+    /// only; then which jobs it deleted, against what the model says it must and may delete, and
+    /// `leasewright audit --since` the recorded watermark with its witness, which must be clean.
+    async fn prune_between_jobs(
+        &mut self,
+        before: &State,
+        plan: &prune::Plan,
+    ) -> Result<(), DriverError> {
+        let Some((token, witness)) = self.prune.as_ref().and_then(|p| p.watermark.clone()) else {
+            // The audit before it found something (a difference already said).
+            return Ok(());
+        };
+        let finished_before =
+            imp::Clock::now(self.clock.as_ref()) + chrono::Duration::milliseconds(1);
+        self.store
+            .prune_finished_jobs(imp::PrunePolicy {
+                finished_before,
+                unaudited: false,
+                batch: 100,
+                max_batches: None,
+            })
+            .await
+            .map_err(failed)?;
+        let mut pruned = BTreeSet::new();
+        for (j, id) in (0u8..).zip(&self.jobs) {
+            if self.store.job(*id).await.map_err(failed)?.is_none() {
+                pruned.insert(j);
+            }
+        }
+        for j in pruned.difference(&plan.may_prune) {
+            let state = before.jobs.get(usize::from(*j)).map(|job| job.state);
+            self.differences.push(format!(
+                "the prune deleted job {j}, which the model has {state:?}, not finished"
+            ));
+        }
+        for j in plan.must_prune.difference(&pruned) {
+            self.differences.push(format!(
+                "the prune kept job {j}: the model finished it before the audit and no step \
+                 touched it since, so its every record is at or below the audit watermark"
+            ));
+        }
+        // The prune's report of what it kept: the finished jobs it did not delete.
+        let kept = self
+            .store
+            .unaudited_finished_jobs(finished_before)
+            .await
+            .map_err(failed)?;
+        let finished_kept = plan.may_prune.difference(&pruned).count() as u64;
+        if kept != finished_kept {
+            self.differences.push(format!(
+                "the prune reports {kept} finished job(s) kept as unaudited; the model has \
+                 {finished_kept} finished and not pruned"
+            ));
+        }
+        let Some(run) = self.prune.as_mut() else {
+            return Ok(());
+        };
+        run.pruned = pruned;
+        let report = audit_trace(&run.connect, Some((token, witness))).await?;
+        if let Some(found) = unclean(&report) {
+            self.differences.push(format!(
+                "the audit --since the watermark after the prune: {found}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `leasewright audit` of the trace's schema that `connect` reaches: full, or `--since` a
+/// watermark with its witness file.
+async fn audit_trace(
+    connect: &sqlx::postgres::PgConnectOptions,
+    since: Option<(
+        leasewright_audit::chain::Watermark,
+        leasewright_audit::witness::Witness,
+    )>,
+) -> Result<leasewright_audit::AuditReport, DriverError> {
+    let (since, since_token, since_witness) = match since {
+        Some((token, witness)) => (Some(token.position), Some(token), Some(witness)),
+        None => (None, None, None),
+    };
+    let options = leasewright_audit::AuditOptions {
+        project: None,
+        since,
+        batch: 2000,
+        since_token,
+        settle_timeout: Some(std::time::Duration::from_secs(30)),
+        since_witness,
+        threads: 1,
+        connections: 1,
+    };
+    leasewright_audit::audit_connecting(connect, &options, |_| {})
+        .await
+        .map(|(report, _)| report)
+        .map_err(|e| DriverError::Implementation(format!("the trace's audit: {e}")))
+}
+
+/// What an audit report found, if anything: its violations (kind, detail) and an unsettled
+/// watermark.
+fn unclean(report: &leasewright_audit::AuditReport) -> Option<String> {
+    if report.is_clean() && report.watermark_unsettled.is_none() {
+        return None;
+    }
+    let mut found: Vec<String> = report
+        .violations
+        .iter()
+        .map(|v| format!("{}: {} ({})", v.kind.as_str(), v.detail, v.record))
+        .collect();
+    found.extend(
+        report
+            .unauditable
+            .iter()
+            .map(|(_, why)| format!("unauditable: {why}")),
+    );
+    found.extend(
+        report
+            .watermark_unsettled
+            .iter()
+            .map(|why| format!("the watermark is not settled: {why}")),
+    );
+    Some(found.join("; "))
 }
 
 impl PgSession {
