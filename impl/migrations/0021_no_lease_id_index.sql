@@ -1,0 +1,17 @@
+-- A claim and a result each write one index entry fewer (issue 35 item 2; docs/benchmarks.md,
+-- "WAL per job"; docs/impl.md, "Schema"). No rule, predicate or verdict changes.
+--
+-- `attempts_lease_id_unique` (0001) was the one index of `attempts` no statement reads
+-- (`leasewright bench writes`: 0 scans) and the claim's insert and the result's update (not HOT:
+-- the state it changes is in `attempts_one_current_per_job`'s predicate) each wrote an entry in
+-- it: about 75 B of WAL each, 2 of a job's 11 index entries.
+--
+-- What it stood for, a lease id is fresh and never reused (docs/protocol.md §2), is the claim's
+-- `gen_random_uuid()` (122 random bits), as it is for the attempt's and job's ids: a unique index
+-- could not keep it across a failover anyway (the claim a failover loses leaves no row to collide
+-- with), and the model's failover configuration takes ids as fresh after one (`reissued_ids` off,
+-- docs/model.md). Nothing reads an attempt by its lease id alone: every statement that checks a
+-- lease id names the attempt by its id too (`a.id = … AND a.lease_id = … -- guard: lease`), so
+-- two attempts with one lease id, were 122 random bits ever to repeat, would still each be
+-- judged by their own.
+ALTER TABLE attempts DROP CONSTRAINT attempts_lease_id_unique;
