@@ -30,6 +30,40 @@ fn ticks(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
 }
 
+/// How far the clock moves at a time when a test steps it.
+const STEP: Duration = Duration::from_millis(20);
+
+/// Waits until the agent has acted on every wait the clock has reached (bounded: a bound on a
+/// hang, not a threshold). However slow the machine, the clock then never runs ahead of the
+/// agent: each deadline is acted on, in order, before the clock moves past the next.
+async fn settle(clock: &ManualAgentClock) {
+    until(
+        "the agent acts on the deadlines the clock reached",
+        Duration::from_secs(30),
+        || clock.due() == 0,
+    )
+    .await;
+}
+
+/// Steps the clock [`STEP`] at a time, each once the agent has settled, until `done` holds
+/// (`true`) or the clock reaches `to` (`false`).
+async fn step_until(
+    clock: &ManualAgentClock,
+    to: Duration,
+    mut done: impl FnMut(&ManualAgentClock) -> bool,
+) -> bool {
+    loop {
+        settle(clock).await;
+        if done(clock) {
+            return true;
+        }
+        if clock.elapsed() >= to {
+            return false;
+        }
+        clock.advance_to((clock.elapsed() + STEP).min(to));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runners_own_clock() {
     let setup = Setup::new("hang").await;
@@ -49,9 +83,10 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
     })
     .await;
     // The heartbeat's own limit (a third of the TTL) passes and it is retried after a short
-    // backoff, as a rejoin (contact was lost), which hangs too. Step the clock until a rejoin
-    // goes out less than a third of the TTL before the lease's end: a request whose own limit
-    // (a third of the TTL) would outlast the lease is then in flight when the lease ends.
+    // backoff, as a rejoin (contact was lost), which hangs too, and is retried again. Step the
+    // clock until a renewal goes out in the lease's last third: its wait, cut at the lease's end
+    // by the runner's reckoning (the lease was claimed with the clock at zero), ends at the TTL,
+    // where its own limit (a third of the TTL) would outlast the lease.
     clock.advance_to(ttl / 6 + ttl / 3);
     let rejoins = || {
         plane
@@ -61,37 +96,24 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
             .filter(|r| r.route == Route::Rejoin)
             .count()
     };
-    let mut seen = 0;
-    loop {
-        let sent = rejoins();
-        if sent > seen {
-            seen = sent;
-            // Noticed within one 20 ms step of its sending.
-            if clock.elapsed() > ttl - ttl / 3 + Duration::from_millis(40) {
-                break;
-            }
-        }
-        assert!(
-            clock.elapsed() < ttl - ttl / 30,
-            "no rejoin in the last third of the lease"
-        );
-        clock.advance(Duration::from_millis(20));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Shortly before the lease's end (farther than the runner's own margin, a tenth of a
-    // heartbeat interval, by which it may stop early) the work still runs: it ticks on.
-    clock.advance_to(ttl - ttl / 30);
-    let before = ticks(tick_file);
-    until("the work ticks on before the lease's end", bound, || {
-        ticks(tick_file) >= before + 3
+    let sent_late = step_until(clock, ttl - ttl / 30, |clock| {
+        clock.elapsed() > ttl - ttl / 3 && clock.pending().contains(&ttl)
     })
     .await;
-    assert!(alive(pid));
-    // At the lease's end by the runner's own reckoning, the hung rejoin is cut and the work
-    // stops, the clock standing there (a rejoin cut only by its own limit, a third of the TTL
-    // after it was sent, would still hang: the work would run on).
-    clock.advance_to(ttl);
-    until("the work stops at the lease's end", bound, || !alive(pid)).await;
+    assert!(
+        sent_late,
+        "no renewal in the last third of the lease was cut at its end: {:?}",
+        clock.pending()
+    );
+    // It is a rejoin, the second (the first went out in the middle third, after the heartbeat's
+    // cut), and reaches the control plane with the clock standing.
+    until("the late rejoin reaches the control plane", bound, || {
+        rejoins() >= 2
+    })
+    .await;
+    // A rejoin cut only by its own limit, a third of the TTL after it was sent, would still
+    // hang at the lease's end: the work would run on.
+    setup.runs_to_the_lease_end_and_stops(pid).await;
     let (records, _) = plane.records("runner");
     assert!(
         records
@@ -100,6 +122,32 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
             .all(|r| !matches!(r.route, Route::Heartbeat | Route::Rejoin)),
         "no heartbeat or rejoin was ever answered: {records:?}"
     );
+    agent.abort();
+}
+
+/// The same hang with a command that prints every tick: a log append after lost contact rejoins
+/// first, and that rejoin, cut at the lease's end, holds the lease's one rejoin while the
+/// renewal's waits. The renewal's limit is taken when its rejoin goes out, not before the wait:
+/// at the lease's end it has no time left and the work stops there (a limit taken before the
+/// wait would send a rejoin at the lease's end that hangs on, and the work would run on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_appends_hung_rejoin_cannot_stretch_the_renewal_past_the_lease() {
+    let setup = Setup::new("hang-chatty").await;
+    let agent = tokio::spawn(agent::run(setup.config.clone()));
+    let pid = setup.command_running().await;
+    step_until(&setup.clock, setup.ttl - setup.ttl / 30, |_| false).await;
+    let records = setup.plane.records("runner").0;
+    assert!(
+        records.iter().any(|r| r.route == Route::Logs),
+        "the command's output was appended: {records:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.route == Route::Rejoin && r.answered.is_none()),
+        "a rejoin hangs: {records:?}"
+    );
+    setup.runs_to_the_lease_end_and_stops(pid).await;
     agent.abort();
 }
 
@@ -157,6 +205,22 @@ impl Setup {
             ttl: Duration::from_millis(spec.ttl_ms),
             _dir: dir,
         }
+    }
+
+    /// Shortly before the lease's end (farther than the runner's own margin, a tenth of a
+    /// heartbeat interval, by which it may stop early) the work still runs: it ticks on. At the
+    /// lease's end by the runner's own reckoning it stops, the clock standing there.
+    async fn runs_to_the_lease_end_and_stops(&self, pid: i32) {
+        let (clock, ttl, bound) = (&self.clock, self.ttl, Duration::from_secs(30));
+        step_until(clock, ttl - ttl / 30, |_| false).await;
+        let before = ticks(&self.ticks);
+        until("the work ticks on before the lease's end", bound, || {
+            ticks(&self.ticks) >= before + 3
+        })
+        .await;
+        assert!(alive(pid));
+        clock.advance_to(ttl);
+        until("the work stops at the lease's end", bound, || !alive(pid)).await;
     }
 
     /// Waits until the command runs; its pid.

@@ -68,11 +68,37 @@ impl AgentClock for SystemAgentClock {
 }
 
 /// A clock that stands still until a test moves it (tests only: nothing in the binary builds
-/// one). It starts at the instant it was made.
+/// one). It starts at the instant it was made, and knows the deadline of every wait on it that
+/// has not ended yet, so that a test can let the agent act on each deadline it moved the clock
+/// past before moving it again ([`ManualAgentClock::due`]).
 #[derive(Debug)]
 pub struct ManualAgentClock {
     start: Instant,
     elapsed: watch::Sender<Duration>,
+    waits: Arc<Mutex<Waits>>,
+}
+
+/// The deadlines (from the clock's start) of the waits that have not ended, by a number each.
+#[derive(Debug, Default)]
+struct Waits {
+    next: u64,
+    pending: std::collections::BTreeMap<u64, Duration>,
+}
+
+/// A wait's place in [`Waits`], given up when the wait ends or is dropped.
+struct Pending {
+    waits: Arc<Mutex<Waits>>,
+    id: u64,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.waits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending
+            .remove(&self.id);
+    }
 }
 
 impl ManualAgentClock {
@@ -81,6 +107,7 @@ impl ManualAgentClock {
         Arc::new(Self {
             start: Instant::now(),
             elapsed: watch::channel(Duration::ZERO).0,
+            waits: Arc::default(),
         })
     }
 
@@ -104,6 +131,22 @@ impl ManualAgentClock {
             later
         });
     }
+
+    /// The deadlines (from the clock's start) of the waits not ended yet, earliest first.
+    pub fn pending(&self) -> Vec<Duration> {
+        let waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending: Vec<Duration> = waits.pending.values().copied().collect();
+        pending.sort();
+        pending
+    }
+
+    /// How many waits the clock has reached that have not ended yet: their tasks have still to
+    /// run. Zero once the agent has acted on every deadline the clock was moved past (a wait it
+    /// starts in doing so is on the clock as it stands).
+    pub fn due(&self) -> usize {
+        let now = self.elapsed();
+        self.pending().iter().filter(|&&at| at <= now).count()
+    }
 }
 
 impl AgentClock for ManualAgentClock {
@@ -114,7 +157,20 @@ impl AgentClock for ManualAgentClock {
     fn sleep_until(&self, deadline: Instant) -> ClockFuture {
         let start = self.start;
         let mut elapsed = self.elapsed.subscribe();
+        let pending = {
+            let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+            let id = waits.next;
+            waits.next += 1;
+            waits
+                .pending
+                .insert(id, deadline.saturating_duration_since(start));
+            Pending {
+                waits: self.waits.clone(),
+                id,
+            }
+        };
         Box::pin(async move {
+            let _pending = pending;
             // The sender lives as long as the clock; a dropped clock never wakes anyone.
             let _ = elapsed
                 .wait_for(|elapsed| start + *elapsed >= deadline)
@@ -139,6 +195,9 @@ pub const AGENT_MUTANTS: &[&str] = &[
     "exit-with-live-command",
     // A heartbeat is cut only by the request timeout and a third of the TTL, not at the lease's end.
     "request-not-cut",
+    // A renewal's rejoin limited by the time the lease had left before it waited for another
+    // call's rejoin, not when it goes out.
+    "limit-before-wait",
 ];
 
 #[cfg(feature = "mutants")]
@@ -400,13 +459,22 @@ impl JobContext {
         self.rejoin_within(None).await
     }
 
-    /// [`JobContext::rejoin_if_disconnected`], the rejoin taking at most `timeout` when given.
-    async fn rejoin_within(&self, timeout: Option<Duration>) -> Result<(), CallError> {
+    /// [`JobContext::rejoin_if_disconnected`], for a renewal of a lease of `renewal_ttl` when
+    /// given: the rejoin then takes at most [`renewal_limit`]. Each limit is taken once the
+    /// rejoin holds the lock, as it goes out: a limit taken before would let a renewal that waited
+    /// for another call's rejoin (a log append's, cut at the lease's end) send its own with the
+    /// time the lease had left before that wait, and outlive the lease.
+    async fn rejoin_within(&self, renewal_ttl: Option<Duration>) -> Result<(), CallError> {
+        let early = renewal_ttl
+            .filter(|_| mutant("limit-before-wait"))
+            .map(|ttl| renewal_limit(self, ttl));
         let _one_at_a_time = self.rejoining.lock().await;
         if *self.connected_tx.borrow() {
             return Ok(());
         }
-        let limit = timeout.unwrap_or_else(|| self.request_limit());
+        let limit = early.unwrap_or_else(|| {
+            renewal_ttl.map_or_else(|| self.request_limit(), |ttl| renewal_limit(self, ttl))
+        });
         match cut(&*self.clock, limit, self.client.rejoin(&self.tuple())).await {
             Ok(answer) => {
                 tracing::info!(job = %self.lease.job, instruction = %answer.instruction, "rejoined");
@@ -888,7 +956,7 @@ async fn renew(ctx: &JobContext, ttl: Duration, done: &mut watch::Receiver<bool>
             lease_ran_out(ctx);
             return false;
         }
-        let error = match ctx.rejoin_within(Some(renewal_limit(ctx, ttl))).await {
+        let error = match ctx.rejoin_within(Some(ttl)).await {
             // No decision on the rejoin (already noted): retry below.
             Err(error) => error,
             Ok(()) if matches!(ctx.stopped(), Some(Stop::Revoked(_))) => return false,

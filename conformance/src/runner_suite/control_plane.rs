@@ -161,8 +161,9 @@ fn new_lease(scene: &Scene) -> LeaseBody {
     let ttl = scene.spec.ttl_ms;
     let ticks = match scene.spec.command_ticks {
         Some(n) => format!(" {n}"),
-        None => String::new(),
+        None => " ''".to_owned(),
     };
+    let prints = if scene.spec.prints { " print" } else { "" };
     LeaseBody {
         job: Uuid::new_v4(),
         attempt: Uuid::new_v4(),
@@ -174,7 +175,7 @@ fn new_lease(scene: &Scene) -> LeaseBody {
         source_revision: "runner-suite".to_owned(),
         source_digest: scene.snapshot.manifest_digest.clone(),
         source_blob_sha256: Some(scene.snapshot.blob_sha256.clone()),
-        command: format!("sh tick.sh '{}'{ticks}", scene.ticks.display()),
+        command: format!("sh tick.sh '{}'{ticks}{prints}", scene.ticks.display()),
         artifacts: Vec::new(),
         target: format!("runner-suite-{}", scene.spec.name),
         target_kind: "unfenced".to_owned(),

@@ -27,16 +27,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The command the suite's jobs run: `sh tick.sh FILE [N]` appends the machine's uptime to FILE
-/// every 50 ms (N times, then exits 0; without N until it is stopped), after writing its pid to
-/// `FILE.pid`.
+/// The command the suite's jobs run: `sh tick.sh FILE [N [print]]` appends the machine's uptime
+/// to FILE every 50 ms (N times, then exits 0; with N empty or absent until it is stopped), after
+/// writing its pid to `FILE.pid`; with `print`, it prints each tick on its standard output too.
 pub const TICK_SCRIPT: &str = r#"#!/bin/sh
-# The runner suite's work: one line per tick, the machine's uptime (/proc/uptime), into $1.
+# The runner suite's work: one line per tick, the machine's uptime (/proc/uptime), into $1;
+# $2 ticks (none: until stopped); with $3, each tick printed on stdout too.
 echo $$ > "$1.pid"
 i=0
 while [ -z "$2" ] || [ "$i" -lt "$2" ]; do
   read -r up rest < /proc/uptime
   echo "$up" >> "$1"
+  [ -z "$3" ] || echo "tick $i $up"
   i=$((i + 1))
   sleep 0.05
 done

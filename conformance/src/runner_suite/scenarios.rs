@@ -73,6 +73,9 @@ pub struct Scenario {
     pub jobs: usize,
     /// The command ticks this many times (every 50 ms) and exits 0; `None`: until stopped.
     pub command_ticks: Option<u32>,
+    /// The command also prints each tick on its standard output: the runner has log chunks to
+    /// append all along.
+    pub prints: bool,
     /// Send the runner SIGTERM once the command ticks.
     pub sigterm: bool,
     /// The longest the scenario runs, in seconds: a bound on a runner that never exits (a runner
@@ -94,6 +97,7 @@ impl Scenario {
         max_jobs: 1,
         jobs: 1,
         command_ticks: None,
+        prints: false,
         sigterm: false,
         budget_s: 30.0,
         plan: |_, _| Reply::Default,
@@ -313,6 +317,24 @@ macro_rules! rejection {
 }
 
 /// Every scenario of the suite.
+/// `hang`'s and `hang-chatty`'s control plane: every heartbeat and rejoin is never answered.
+fn hang_plan(_: &View, route: Route) -> Reply {
+    match route {
+        Route::Heartbeat | Route::Rejoin => Reply::Hang,
+        _ => Reply::Default,
+    }
+}
+
+/// `hang`'s and `hang-chatty`'s verdict: the work stops at the lease's end.
+fn hang_check(o: &Outcome, c: &mut Checks) {
+    c.stopped_by(
+        "no-answer-stops-at-lease-end",
+        o,
+        o.lease_end,
+        "the lease's end",
+    );
+}
+
 pub static SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "late-answer",
@@ -352,18 +374,19 @@ pub static SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "hang",
         what: "every heartbeat and rejoin is accepted and never answered",
-        plan: |_, route| match route {
-            Route::Heartbeat | Route::Rejoin => Reply::Hang,
-            _ => Reply::Default,
-        },
-        check: |o, c| {
-            c.stopped_by(
-                "no-answer-stops-at-lease-end",
-                o,
-                o.lease_end,
-                "the lease's end",
-            );
-        },
+        plan: hang_plan,
+        check: hang_check,
+        ..Scenario::DEFAULT
+    },
+    Scenario {
+        name: "hang-chatty",
+        what: "every heartbeat and rejoin is accepted and never answered, while the command prints a line every tick: a log append's rejoin holds the lease's one rejoin when the renewal's comes",
+        prints: true,
+        // A 9 s lease: a renewal that waited behind the log append's rejoin with a limit it took
+        // before is at least 1.2 s late whichever rejoin went out first (docs/runner-suite.md).
+        ttl_ms: 9000,
+        plan: hang_plan,
+        check: hang_check,
         ..Scenario::DEFAULT
     },
     Scenario {
