@@ -8,7 +8,7 @@
 use leasewright_conformance::runner_suite::control_plane::{ControlPlane, Scene};
 use leasewright_conformance::runner_suite::scenarios::{Route, SCENARIOS};
 use leasewright_conformance::runner_suite::{alive, command_pid, kill_command, TICK_SCRIPT};
-use leasewright_server::agent::{self, AgentConfig, ManualAgentClock};
+use leasewright_server::agent::{self, AgentConfig, ManualAgentClock, AGENT_MUTANTS};
 use leasewright_server::source::{build_snapshot, SourceFile};
 use std::path::Path;
 use std::sync::Arc;
@@ -113,7 +113,7 @@ async fn a_hanging_control_plane_cannot_keep_the_work_past_the_lease_on_the_runn
     .await;
     // A rejoin cut only by its own limit, a third of the TTL after it was sent, would still
     // hang at the lease's end: the work would run on.
-    setup.runs_to_the_lease_end_and_stops(pid).await;
+    setup.runs_to_the_lease_end_and_stops(pid, setup.ttl).await;
     let (records, _) = plane.records("runner");
     assert!(
         records
@@ -147,8 +147,68 @@ async fn a_log_appends_hung_rejoin_cannot_stretch_the_renewal_past_the_lease() {
             .any(|r| r.route == Route::Rejoin && r.answered.is_none()),
         "a rejoin hangs: {records:?}"
     );
-    setup.runs_to_the_lease_end_and_stops(pid).await;
+    setup.runs_to_the_lease_end_and_stops(pid, setup.ttl).await;
     agent.abort();
+}
+
+/// A heartbeat answered late renews the lease from when it was sent, not from when its answer
+/// came (docs/protocol.md §6.4, "accepted"): the clock moves on while the answer is held, and
+/// the work still stops a TTL after the heartbeat's sending (every later renewal gets 503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answer_renews_the_lease_from_the_heartbeats_sending() {
+    let setup = Setup::new("late-answer").await;
+    let (plane, clock, ttl) = (&setup.plane, &setup.clock, setup.ttl);
+    let agent = tokio::spawn(agent::run(setup.config.clone()));
+    let pid = setup.command_running().await;
+    let heartbeat = || {
+        plane
+            .records("runner")
+            .0
+            .into_iter()
+            .find(|r| r.route == Route::Heartbeat)
+    };
+    // The first heartbeat goes out a sixth of the TTL on; its answer is held (in real time).
+    clock.advance(ttl / 6);
+    let bound = Duration::from_secs(30);
+    until("the heartbeat is sent", bound, || heartbeat().is_some()).await;
+    // A quarter of the TTL passes before the answer comes (within the heartbeat's own limit, a
+    // third of the TTL): an answer reckoned from its arrival would stretch the lease by as much.
+    clock.advance(ttl / 4);
+    until("the heartbeat is accepted, late", bound, || {
+        heartbeat().is_some_and(|r| matches!(r.answered, Some((_, 200, _))))
+    })
+    .await;
+    // The agent has taken the answer once the heartbeat's wait (cut at a third of the TTL after
+    // its sending) is gone from its clock.
+    until("the agent takes the answer", bound, || {
+        !clock.pending().contains(&(ttl / 6 + ttl / 3))
+    })
+    .await;
+    setup
+        .runs_to_the_lease_end_and_stops(pid, ttl / 6 + ttl)
+        .await;
+    agent.abort();
+}
+
+/// CI runs this file once per agent mutant and expects a failure each time (.ci/run): its list
+/// names every mutant the agent has.
+#[test]
+fn ci_runs_every_agent_mutant_against_this_file() {
+    let ci = include_str!("../../.ci/run");
+    let line = ci
+        .lines()
+        .find(|line| line.starts_with("for mutant in ") && line.contains("request-not-cut"))
+        .expect(".ci/run loops over the agent's mutants");
+    let listed: Vec<&str> = line
+        .trim_start_matches("for mutant in ")
+        .trim_end_matches("; do")
+        .split_whitespace()
+        .collect();
+    let mut expected = AGENT_MUTANTS.to_vec();
+    let mut listed_sorted = listed.clone();
+    expected.sort_unstable();
+    listed_sorted.sort_unstable();
+    assert_eq!(listed_sorted, expected, ".ci/run's list: {line}");
 }
 
 /// The suite's control plane playing one scenario, and an agent's configuration on a manual
@@ -207,19 +267,20 @@ impl Setup {
         }
     }
 
-    /// Shortly before the lease's end (farther than the runner's own margin, a tenth of a
-    /// heartbeat interval, by which it may stop early) the work still runs: it ticks on. At the
-    /// lease's end by the runner's own reckoning it stops, the clock standing there.
-    async fn runs_to_the_lease_end_and_stops(&self, pid: i32) {
+    /// Shortly before the lease's end, `end` on the clock (farther than the runner's own
+    /// margin, a tenth of a heartbeat interval, by which it may stop early), the work still
+    /// runs: it ticks on. At the lease's end by the runner's own reckoning it stops, the clock
+    /// standing there.
+    async fn runs_to_the_lease_end_and_stops(&self, pid: i32, end: Duration) {
         let (clock, ttl, bound) = (&self.clock, self.ttl, Duration::from_secs(30));
-        step_until(clock, ttl - ttl / 30, |_| false).await;
+        step_until(clock, end - ttl / 30, |_| false).await;
         let before = ticks(&self.ticks);
         until("the work ticks on before the lease's end", bound, || {
             ticks(&self.ticks) >= before + 3
         })
         .await;
         assert!(alive(pid));
-        clock.advance_to(ttl);
+        clock.advance_to(end);
         until("the work stops at the lease's end", bound, || !alive(pid)).await;
     }
 
