@@ -338,9 +338,9 @@ fn within_budget(
 /// The replica-clock configuration of the default suite (issue 39 item 7): the suite's
 /// configuration with replicas whose clocks are within one tick of the true one
 /// (`replica_skew` 1: each server step judged at `clock + d`, `d` in -1..=1, the expiry sweep
-/// acting two ticks past a lease). Only the in-process driver replays it
-/// (`suite::LeftOut::ReplicaClocks`), each trace in a schema of its own whose recorded δ is one
-/// tick.
+/// acting two ticks past a lease). The in-process driver replays it, each trace in a schema of
+/// its own whose recorded δ is one tick, and so does a version 4 `--driver-cmd` driver; the HTTP
+/// driver leaves it out (`suite::LeftOut::ReplicaClocks`).
 pub fn replica_clock_config(base: &Config) -> Config {
     Config {
         replica_skew: 1,
@@ -878,10 +878,10 @@ pub const FAILOVER: &str =
     "a failover step or a second server's start (this driver cannot roll its implementation's \
      database back to an earlier commit)";
 
-/// Why a driver cannot replay a step that switches between replicas' clocks: the HTTP and
-/// `--driver-cmd` drivers run one clock and leave such traces out
-/// ([`crate::suite::LeftOut::ReplicaClocks`]); the in-process driver replays them in a schema
-/// of the trace's own.
+/// Why a driver cannot replay a step that switches between replicas' clocks: the HTTP driver runs
+/// one clock and leaves such traces out ([`crate::suite::LeftOut::ReplicaClocks`]), as do
+/// `--driver-cmd` drivers before version 4; the in-process driver replays them in a schema of the
+/// trace's own, a version 4 driver with `open`'s δ and the `replica_clock` step.
 pub const REPLICA_CLOCK: &str =
     "a replica_clock step (replica_skew > 0: the drivers replay one server clock)";
 

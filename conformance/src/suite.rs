@@ -232,8 +232,10 @@ pub enum LeftOut {
     /// the HTTP API or of the `--driver-cmd` protocol says it.
     Failover,
     /// Replica clocks (`Config::replica_skew`: each server step judged by one of several
-    /// replicas' clocks, the sweep and the wait acting 2δ late): only the in-process driver runs
-    /// a trace in a database of its own whose recorded δ is the trace's (`drivers::failover`).
+    /// replicas' clocks, the sweep and the wait acting 2δ late): the in-process driver runs a
+    /// trace in a database of its own whose recorded δ is the trace's (`drivers::failover`), and
+    /// version 4 of the `--driver-cmd` protocol says δ and each replica's clock; the HTTP driver
+    /// runs one server clock.
     ReplicaClocks,
 }
 
@@ -312,9 +314,10 @@ pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) 
     classes(model, trace).into_iter().next()
 }
 
-/// Why the HTTP driver, or a `--driver-cmd` driver of any version, leaves `trace` (of `model`)
-/// out: a failover ([`LeftOut::Failover`]) or replica clocks ([`LeftOut::ReplicaClocks`]), which
-/// only the in-process driver replays, each trace in a database of its own.
+/// Why the HTTP driver, or a version 3 `--driver-cmd` driver, leaves `trace` (of `model`) out: a
+/// failover ([`LeftOut::Failover`]), which only the in-process driver replays, or replica clocks
+/// ([`LeftOut::ReplicaClocks`]), which the in-process driver and version 4 of the driver
+/// protocol replay.
 pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     if crate::drivers::failover::has_failover(trace) {
         Some(LeftOut::Failover)
@@ -331,8 +334,8 @@ pub fn in_process_only_why(why: LeftOut) -> &'static str {
     match why {
         LeftOut::ReplicaClocks => {
             "replica clocks need the trace's δ recorded in a database of the trace's own and each \
-             step judged by another replica's clock: only the in-process driver does that (no \
-             HTTP request or driver-protocol step says it)"
+             step judged by another replica's clock: the in-process driver does that, and \
+             version 4 of the driver protocol says it (no HTTP request does)"
         }
         _ => {
             "a failover makes the implementation's database lose its last commit: only the \

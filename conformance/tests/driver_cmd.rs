@@ -190,11 +190,11 @@ async fn a_command_that_does_not_speak_the_protocol_is_refused_at_setup() {
     let error = silent.err().expect("it answers nothing").to_string();
     assert!(error.contains("closed its output"), "{error}");
     let other_version = CmdDriver::connect(
-        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":4,"implementation":"x","in_reply_to":1}'"#,
+        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":5,"implementation":"x","in_reply_to":1}'"#,
     )
     .await;
     assert!(
-        matches!(other_version, Err(SetupError::Version { theirs: 4, .. })),
+        matches!(other_version, Err(SetupError::Version { theirs: 5, .. })),
         "{:?}",
         other_version.err()
     );
@@ -318,6 +318,17 @@ async fn every_message_of_a_conversation_matches_its_schema() {
             traces.push((model.clone(), walk));
         }
     }
+    // A runner revoked mid-lease (`runner_revoke`), and version 4's replica clocks (`open`'s
+    // `max_clock_skew`, the `replica_clock` step).
+    for config in [
+        select::revocation_config(&Config::one_job()),
+        select::replica_clock_config(&Config::one_job()),
+    ] {
+        let model = LeaseModel::new(config);
+        for walk in random_walks(&model, 5, 400, 40) {
+            traces.push((model.clone(), walk));
+        }
+    }
     // Batch claims (the claim step with `limit`, answered `claim_batch`): on a shared slot and on
     // slots of their own.
     for (_, config) in select::batch_claim_configs(&Config::one_job()) {
@@ -374,9 +385,15 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         "artifact_get",
         "cache_put",
         "cache_get",
+        "runner_revoke",
+        "replica_clock",
     ] {
         assert!(actions.contains(action), "no `{action}` in {actions:?}");
     }
+    assert!(
+        sent.iter().any(|m| m["config"]["max_clock_skew"] == 1),
+        "no trace with replica clocks"
+    );
     assert!(
         sent.iter().any(|m| m["config"]["jobs"]
             .as_array()
@@ -433,7 +450,7 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     };
     let bug = format!("LEASEWRIGHT_EXAMPLE_BUG=rejoin-misses-cancel {}", example());
     let driver = connect(&bug).await;
-    assert_eq!(driver.version(), 3);
+    assert_eq!(driver.version(), 4);
     assert!(driver.not_compared().is_empty());
     let outcome = suite::run(driver, Arc::clone(&model), walks.clone(), &options, |_| {}).await;
     let d = outcome
@@ -461,14 +478,15 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     }
 }
 
-/// Version 3 of the driver protocol says every trace: the Python example agrees with the model on
-/// random walks and probes of each class versions 1 and 2 leave out (a slot shared by jobs of one
-/// project and of two, the outsider project's jobs, the side effects of R8, messages naming ids no
-/// one created); over a version 2 driver the same traces are left out, each for its first class.
-/// Neither says a failover or replica clocks (no step makes a database lose a commit or records a
-/// trace's δ): both leave those out.
+/// Version 3 of the driver protocol says every trace but those with replica clocks, version 4
+/// those too: the Python example agrees with the model on random walks and probes of each class
+/// versions 1 and 2 leave out (a slot shared by jobs of one project and of two, the outsider
+/// project's jobs, the side effects of R8, messages naming ids no one created) and of replica
+/// clocks (`open`'s `max_clock_skew`, the `replica_clock` step); over a version 2 driver the same
+/// traces are left out, each for its first class, over a version 3 driver the replica clocks.
+/// No version says a failover (no step makes a database lose a commit): all leave it out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_3_replays_every_class_versions_1_and_2_leave_out() {
+async fn version_4_replays_every_class_but_the_failovers() {
     use leasewright_conformance::suite::SuiteDriver as _;
     let base = Config::one_job();
     let [shared_projects, shared_jobs] = select::shared_slot_configs(&base);
@@ -476,11 +494,13 @@ async fn version_3_replays_every_class_versions_1_and_2_leave_out() {
         shared_projects.1,
         shared_jobs.1,
         select::side_effect_config(&base),
+        select::replica_clock_config(&base),
         base.clone(),
     ];
     let driver = connect(&example()).await;
+    let v3 = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=3 {}", example())).await;
     let old = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=2 {}", example())).await;
-    assert_eq!((driver.version(), old.version()), (3, 2));
+    assert_eq!((driver.version(), v3.version(), old.version()), (4, 3, 2));
     let options = RunOptions {
         parallel: 2,
         stop_at_first: true,
@@ -500,6 +520,12 @@ async fn version_3_replays_every_class_versions_1_and_2_leave_out() {
             let classes = suite::classes(&model, trace);
             assert_eq!(driver.leaves_out(&model, trace), None, "{}", trace.name);
             assert_eq!(
+                v3.leaves_out(&model, trace),
+                suite::in_process_only(&model, trace),
+                "{}",
+                trace.name
+            );
+            assert_eq!(
                 old.leaves_out(&model, trace),
                 classes.first().copied(),
                 "{}",
@@ -514,26 +540,61 @@ async fn version_3_replays_every_class_versions_1_and_2_leave_out() {
     }
     let but_failovers: Vec<LeftOut> = LeftOut::ALL
         .into_iter()
-        .filter(|c| !matches!(c, LeftOut::Failover | LeftOut::ReplicaClocks))
+        .filter(|c| *c != LeftOut::Failover)
         .collect();
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
         but_failovers,
         "a class never generated"
     );
-    // A failover no version of the protocol can say: both leave it out, as a failover.
+    // A failover no version of the protocol can say: each leaves it out, as a failover.
     let failover = LeaseModel::new(select::failover_config(&base));
     let walk = random_walks(&failover, 3, 2_000, 20)
         .into_iter()
         .find(leasewright_conformance::drivers::failover::has_failover)
         .expect("a walk through a failover");
-    for d in [&driver, &old] {
+    for d in [&driver, &v3, &old] {
         assert_eq!(d.leaves_out(&failover, &walk), Some(LeftOut::Failover));
     }
-    // Nor replica clocks (no step records a trace's own δ).
-    let replica = LeaseModel::new(select::replica_clock_config(&base));
-    let walk = &random_walks(&replica, 3, 200, 20)[0];
-    for d in [&driver, &old] {
-        assert_eq!(d.leaves_out(&replica, walk), Some(LeftOut::ReplicaClocks));
+}
+
+/// Version 4's replica clocks catch a sweep margin slip in a foreign implementation: the
+/// Python example sweeping δ (not 2δ) past a lease (`LEASEWRIGHT_EXAMPLE_BUG=
+/// sweep-without-skew-margin`) diverges on the replica-clock sweep probes, where the unmodified
+/// example agrees with the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_at_delta_is_caught_over_the_driver_protocol() {
+    let model = Arc::new(LeaseModel::new(select::replica_clock_config(
+        &Config::one_job(),
+    )));
+    let walks = random_walks(model.as_ref(), 7, 4_000, 40);
+    let probes = select::replica_sweep_probes(model.as_ref(), &walks);
+    assert!(
+        !probes.is_empty(),
+        "no lease expired within the sweep's margin"
+    );
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    let sound = connect(&example()).await;
+    let outcome = suite::run(sound, Arc::clone(&model), probes.clone(), &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
     }
+    let bug = format!(
+        "LEASEWRIGHT_EXAMPLE_BUG=sweep-without-skew-margin {}",
+        example()
+    );
+    let outcome = suite::run(connect(&bug).await, model, probes, &options, |_| {}).await;
+    let d = outcome
+        .divergences
+        .first()
+        .expect("the sweep at δ diverges");
+    assert!(
+        d.trace.starts_with("probe-replica-sweep-"),
+        "{}",
+        d.render()
+    );
+    assert!(d.render().contains("uncertain"), "{}", d.render());
 }

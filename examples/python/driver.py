@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The driver of lease_server.py: speaks the language-neutral driver protocol of
-docs/conformance.md ("The driver protocol", version 3) on stdin and stdout, one JSON object per
+docs/conformance.md ("The driver protocol", version 4) on stdin and stdout, one JSON object per
 line, so that `leasewright conform --driver-cmd "python3 examples/python/driver.py"` replays the
 model's traces against the in-memory implementation.
 
@@ -9,7 +9,8 @@ The driver's one job is mapping: the harness names everything with the model's a
 trace never created (a runner or job beyond those `open` made, an attempt no claim made) stands
 for an id no one created: the same fresh UUID for the same index within a trace, and reported
 back by that index. Time is the harness's: `tick` moves the server clock by one, and every call
-passes `now`.
+passes `now`; with replica clocks (version 4) `now` is the clock of the replica serving the step,
+`offset` ticks off the true clock (`replica_clock`).
 """
 
 import json
@@ -21,9 +22,9 @@ from lease_server import ControlPlane, Rejected
 
 PROTOCOL = "leasewright-driver"
 # LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), =2 version 2 (no shared
-# slots, outsider jobs, side effects or unknown ids), to test the harness's handling of an older
-# driver.
-VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "3"))
+# slots, outsider jobs, side effects or unknown ids), =3 version 3 (one server clock), to test
+# the harness's handling of an older driver.
+VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "4"))
 SIDE_EFFECTS = ("source_fetch", "log_append", "artifact_put", "artifact_get", "cache_put",
                 "cache_get")
 
@@ -32,8 +33,11 @@ class Namespace:
     """One trace's world: a fresh control plane, its projects, runners and jobs."""
 
     def __init__(self, config):
-        self.cp = ControlPlane(lease_ttl=config["lease_ttl"])
-        self.now = 0
+        # Version 4: δ, the largest skew between the replicas' clocks (0: one clock).
+        self.cp = ControlPlane(lease_ttl=config["lease_ttl"],
+                               max_clock_skew=config.get("max_clock_skew", 0))
+        self.ticks = 0  # the true clock
+        self.offset = 0  # how far the clock of the replica serving the next steps is off it
         self.projects = [self.cp.create_project("trace"), self.cp.create_project("outsider")]
         self.runners = [self.cp.create_runner(self.projects[0], f"runner-{r}")
                         for r in range(config["runners"])]
@@ -50,6 +54,11 @@ class Namespace:
         self.leases = {}  # abstract lease -> UUID
         self.unknown = {}  # (what, index) -> the UUID no one created that stands for it
         self.seen = 0  # observations already reported
+
+    @property
+    def now(self):
+        """The receipt time: the clock of the replica serving the step."""
+        return self.ticks + self.offset
 
     def made_up(self, what, index):
         return self.unknown.setdefault((what, index), uuid.uuid4())
@@ -73,7 +82,10 @@ class Namespace:
         returned (version 2), or None."""
         action = s["action"]
         if action == "tick":
-            self.now += 1
+            self.ticks += 1
+            return None, None, None
+        if action == "replica_clock":
+            self.offset = s["offset"]
             return None, None, None
         if action == "runner_revoke":
             self.cp.revoke_runner(self.projects[s["project"]], self.runners[s["runner"]])

@@ -23,6 +23,10 @@ departure from the specification, so that a test can show the conformance suite 
                                  same slot applied a higher one. Only a slot shared by several
                                  jobs can show it (with a slot of its own, a job's highest token
                                  is its slot's).
+    sweep-without-skew-margin    §3.1: the expiry sweep acts δ past a lease's expiry instead of
+                                 2δ: a replica whose clock runs δ ahead sweeps a lease that a
+                                 replica δ behind has just renewed, or that its runner still holds
+                                 by the slowest clock. Only replica clocks (δ > 0) can show it.
 """
 
 import hashlib
@@ -142,8 +146,10 @@ class Target:
 
 
 class ControlPlane:
-    def __init__(self, lease_ttl):
+    def __init__(self, lease_ttl, max_clock_skew=0):
         self.lease_ttl = lease_ttl
+        # δ (§3.1): the replicas' clocks are at most this far apart; the sweep acts 2δ late.
+        self.max_clock_skew = max_clock_skew
         self.projects = {}
         self.runners = {}
         self.jobs = {}
@@ -384,7 +390,10 @@ class ControlPlane:
             if job.state not in LEASED:
                 continue
             attempt = self.attempts[job.current_attempt]
-            if now >= attempt.lease_expiry:
+            # §3.1: 2δ past the expiry, so that no replica's clock (each within δ of the true
+            # one) still counts the lease valid.
+            margin = self.max_clock_skew * (1 if SEEDED_BUG == "sweep-without-skew-margin" else 2)
+            if now >= attempt.lease_expiry + margin:
                 job.state = "uncertain"
                 attempt.state = "uncertain"  # the slot stays reserved (§8.2)
                 swept.append(job.id)

@@ -65,7 +65,8 @@ pub enum SkipClass {
     UnknownIds,
     /// The model's failover (only the in-process driver replays it).
     Failovers,
-    /// Replica clocks (only the in-process driver replays them).
+    /// Replica clocks (the in-process driver and version 4 of the driver protocol replay them;
+    /// the HTTP driver does not).
     ReplicaClocks,
 }
 

@@ -36,17 +36,22 @@ use crate::driver::{heartbeat, result_digest};
 pub const PROTOCOL: &str = "leasewright-driver";
 /// The newest protocol version this harness speaks, sent in `hello`. A driver answers with the
 /// version it speaks: [`VERSIONS`] are accepted, any other is refused at setup.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 /// The versions this harness accepts. Version 2 adds the rule details (class 5 of
 /// docs/conformance.md): a verdict's `answer` and an observation's `lease`, `fence`, `outcome`,
 /// `runner_time` and `digest`. Over a version 1 driver they are not compared, and the summary says
 /// so. Version 3 adds the traces versions 1 and 2 cannot say ([`crate::suite::LeftOut`]): slots
 /// shared by the jobs the model puts on them, the outsider project's jobs, the side effects of R8
 /// and messages naming ids no one created. Over a version 1 or 2 driver those traces are left out,
-/// and the summary says how many.
-pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=3;
-/// The first version that replays every trace of every suite.
+/// and the summary says how many. Version 4 adds replica clocks: `open` says the trace's δ
+/// (`max_clock_skew`, in ticks) and the `replica_clock` step moves the server's receipt time to
+/// another replica's clock; over a version 1 to 3 driver those traces are left out.
+pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=4;
+/// The first version that replays every trace of every suite of its time (all but the failovers
+/// and, before version 4, the replica clocks).
 pub const VERSION_WITH_EVERY_TRACE: u64 = 3;
+/// The first version that replays replica clocks.
+pub const VERSION_WITH_REPLICA_CLOCKS: u64 = 4;
 /// How long the harness waits for one answer.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -264,6 +269,9 @@ pub fn open_request(model: &LeaseModel, trace: &str) -> Value {
             "outsider": model.outsider().is_some(),
             "jobs": jobs,
             "lease_ttl": c.lease_ttl,
+            // Version 4: δ, the largest skew between the replicas' clocks, in ticks (0: one
+            // clock). The expiry sweep acts 2δ past a lease's expiry (docs/protocol.md §3.1).
+            "max_clock_skew": c.replica_skew,
         },
     })
 }
@@ -363,9 +371,9 @@ pub fn step_request(
         Action::Failover | Action::ServerStarts => {
             return Err(DriverError::Unmappable(crate::select::FAILOVER.into()))
         }
-        Action::ReplicaClock { .. } => {
-            return Err(DriverError::Unmappable(crate::select::REPLICA_CLOCK.into()))
-        }
+        // Version 4: the next steps are served by a replica whose clock reads `offset` ticks off
+        // the true one (a version 1 to 3 driver is never sent such a trace).
+        Action::ReplicaClock { offset } => json!({"action": "replica_clock", "offset": offset}),
         Action::Claim { runner } => {
             // The names the claim's attempt and lease take from now on, if it is accepted.
             let attempt = before.attempts.len();
@@ -704,7 +712,9 @@ impl crate::suite::SuiteDriver for CmdDriver {
         model: &LeaseModel,
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Option<crate::suite::LeftOut> {
-        if self.version >= VERSION_WITH_EVERY_TRACE {
+        if self.version >= VERSION_WITH_REPLICA_CLOCKS {
+            crate::drivers::failover::has_failover(trace).then_some(crate::suite::LeftOut::Failover)
+        } else if self.version >= VERSION_WITH_EVERY_TRACE {
             crate::suite::in_process_only(model, trace)
         } else {
             crate::suite::driver_cmd_leaves_out(model, trace)
@@ -712,8 +722,8 @@ impl crate::suite::SuiteDriver for CmdDriver {
     }
     fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
         use crate::suite::LeftOut;
-        // Only a version 1 or 2 driver leaves traces out (version 3 says all of them but the
-        // failovers and replica clocks).
+        // A version 1 or 2 driver leaves these classes out, version 3 the replica clocks and
+        // the failovers, version 4 the failovers only.
         match why {
             LeftOut::SharedSlot => {
                 "driver protocol versions 1 and 2 name slot j for job j (version 3 names slots \
@@ -729,7 +739,11 @@ impl crate::suite::SuiteDriver for CmdDriver {
                 "driver protocol versions 1 and 2 name only ids a trace created (version 3 names \
                  the others too)"
             }
-            LeftOut::Failover | LeftOut::ReplicaClocks => crate::suite::in_process_only_why(why),
+            LeftOut::ReplicaClocks => {
+                "driver protocol versions 1 to 3 have one server clock (version 4 says the \
+                 trace's δ and the replica_clock step)"
+            }
+            LeftOut::Failover => crate::suite::in_process_only_why(why),
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
