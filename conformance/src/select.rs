@@ -1112,6 +1112,10 @@ mod tests {
             assert!(!plan.must_prune.is_empty());
             assert!(plan.must_prune.is_subset(&plan.may_prune));
             assert!(plan.may_prune.len() > plan.must_prune.len());
+            // A job finished after the audit: a prune of audited jobs must keep it.
+            assert!(!plan.must_keep.is_empty());
+            assert!(plan.must_keep.is_subset(&plan.may_prune));
+            assert!(plan.must_keep.is_disjoint(&plan.must_prune));
             between_jobs += usize::from(
                 plan.may_prune.len() < usize::from(prune_config(&selection.config).jobs),
             );

@@ -329,6 +329,12 @@ async fn every_message_of_a_conversation_matches_its_schema() {
             traces.push((model.clone(), walk));
         }
     }
+    // Version 4's prune between jobs (`audit_mark`, `prune`, answered `prune`): the walks the
+    // random suite prunes.
+    let (model, pruned) = prune_walks();
+    for walk in pruned.into_iter().take(4) {
+        traces.push((model.as_ref().clone(), walk));
+    }
     // Batch claims (the claim step with `limit`, answered `claim_batch`): on a shared slot and on
     // slots of their own.
     for (_, config) in select::batch_claim_configs(&Config::one_job()) {
@@ -338,7 +344,7 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         }
     }
     for (model, trace) in &traces {
-        let mut session = driver.open(model, &trace.name).await.expect("open");
+        let mut session = driver.open_trace(model, trace).await.expect("open");
         if let Err(d) = replay(model, &mut session, trace).await {
             panic!("{}", d.render());
         }
@@ -387,6 +393,8 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         "cache_get",
         "runner_revoke",
         "replica_clock",
+        "audit_mark",
+        "prune",
     ] {
         assert!(actions.contains(action), "no `{action}` in {actions:?}");
     }
@@ -412,7 +420,7 @@ async fn every_message_of_a_conversation_matches_its_schema() {
     broken["reason"] = serde_json::json!("because");
     assert!(violation(&schema("verdict"), &broken, "verdict").is_some());
     // Version 2: the rule details are there, and checked (version 3: a get's content).
-    for answer in ["claim", "heartbeat", "rejoin", "sweep", "served"] {
+    for answer in ["claim", "heartbeat", "rejoin", "sweep", "served", "prune"] {
         assert!(
             answered.iter().any(|m| m["answer"].get(answer).is_some()),
             "no `{answer}` answer"
@@ -597,4 +605,75 @@ async fn a_sweep_at_delta_is_caught_over_the_driver_protocol() {
         d.render()
     );
     assert!(d.render().contains("uncertain"), "{}", d.render());
+}
+
+/// Version 4 prunes the walks the suite prunes between their jobs: the Python example agrees with
+/// the model's plan of what the prune must delete and keep, and a prune that ignores the audit
+/// (`LEASEWRIGHT_EXAMPLE_BUG=prune-ignores-audit`: every finished job deleted, the one that
+/// finished after the audit too) diverges; over a version 3 driver the same walks replay without
+/// the prune, and pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_of_unaudited_jobs_is_caught_over_the_driver_protocol() {
+    let (model, walks) = prune_walks();
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    for command in [
+        example(),
+        format!("LEASEWRIGHT_EXAMPLE_VERSION=3 {}", example()),
+    ] {
+        let outcome = suite::run(
+            connect(&command).await,
+            Arc::clone(&model),
+            walks.clone(),
+            &options,
+            |_| {},
+        )
+        .await;
+        if let Some(d) = outcome.divergences.first() {
+            panic!("{command}: {}", d.render());
+        }
+    }
+    let bug = format!("LEASEWRIGHT_EXAMPLE_BUG=prune-ignores-audit {}", example());
+    let outcome = suite::run(connect(&bug).await, model, walks, &options, |_| {}).await;
+    let d = outcome
+        .divergences
+        .first()
+        .expect("a prune of an unaudited job diverges");
+    assert!(
+        d.render().contains("finished after the audit"),
+        "{}",
+        d.render()
+    );
+}
+
+/// The walks a random suite (of the one-job configuration, seed 3) prunes between their jobs,
+/// with their model.
+fn prune_walks() -> (
+    Arc<LeaseModel>,
+    Vec<leasewright_conformance::generate::Generated<LeaseModel>>,
+) {
+    let selection = select::Selection {
+        suite: select::Suite::Random,
+        config: Config::one_job(),
+        seed: 3,
+        steps: 15_000,
+        walk_len: 40,
+        cases: 0,
+        shard: leasewright_conformance::shard::Shard::ALL,
+        cover_full: false,
+    };
+    select::generate(&selection)
+        .expect("generates")
+        .into_iter()
+        .find_map(|b| {
+            let walks: Vec<_> = b
+                .traces
+                .into_iter()
+                .filter(|t| leasewright_conformance::drivers::prune::is_prune_walk(&t.name))
+                .collect();
+            (!walks.is_empty()).then_some((b.model, walks))
+        })
+        .expect("the random suite prunes between jobs")
 }

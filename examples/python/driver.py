@@ -18,7 +18,7 @@ import os
 import sys
 import uuid
 
-from lease_server import ControlPlane, Rejected
+from lease_server import SEEDED_BUG, TERMINAL, ControlPlane, Rejected
 
 PROTOCOL = "leasewright-driver"
 # LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), =2 version 2 (no shared
@@ -54,6 +54,14 @@ class Namespace:
         self.leases = {}  # abstract lease -> UUID
         self.unknown = {}  # (what, index) -> the UUID no one created that stands for it
         self.seen = 0  # observations already reported
+        # Version 4, retention: the step that last changed what the server holds of each job
+        # (its records' position, at step granularity), the position an audit marked, and the
+        # jobs pruned.
+        self.steps = 0
+        self.last_change = {}
+        self.records = {j: self.cp.job_records(job) for j, job in enumerate(self.jobs)}
+        self.audited_through = None
+        self.pruned = set()
 
     @property
     def now(self):
@@ -87,6 +95,12 @@ class Namespace:
         if action == "replica_clock":
             self.offset = s["offset"]
             return None, None, None
+        if action == "audit_mark":
+            # An audit of everything recorded so far passed: its watermark.
+            self.audited_through = self.steps
+            return None, None, None
+        if action == "prune":
+            return None, None, {"prune": self.prune()}
         if action == "runner_revoke":
             self.cp.revoke_runner(self.projects[s["project"]], self.runners[s["runner"]])
             return None, None, None
@@ -195,10 +209,40 @@ class Namespace:
     def mark(self):
         self.seen = len(self.cp.observations)
 
+    def applied(self):
+        """After a step: the jobs whose records it changed now end at this step."""
+        self.steps += 1
+        for j, job in enumerate(self.jobs):
+            if j in self.pruned:
+                continue
+            records = self.cp.job_records(job)
+            if records != self.records[j]:
+                self.records[j] = records
+                self.last_change[j] = self.steps
+
+    def prune(self):
+        """Prunes every finished job all of whose records are at or below the audit's watermark
+        (audited ones only); the jobs it deleted, and how many finished jobs it kept."""
+        finished = [j for j, job in enumerate(self.jobs)
+                    if j not in self.pruned and self.cp.jobs[job].state in TERMINAL]
+        mark = self.audited_through
+        audited = [j for j in finished
+                   if mark is not None and self.last_change.get(j, 0) <= mark
+                   or SEEDED_BUG == "prune-ignores-audit"]
+        positions = self.cp.prune({self.jobs[j] for j in audited})
+        self.seen -= sum(1 for p in positions if p < self.seen)
+        self.pruned.update(audited)
+        return {"pruned": audited, "kept_unaudited": len(finished) - len(audited)}
+
     def project(self):
         runners = dict(enumerate(self.runners))
         jobs = []
-        for job_id in self.jobs:
+        for j, job_id in enumerate(self.jobs):
+            if j in self.pruned:
+                # Gone: the harness compares a pruned job on neither side.
+                jobs.append({"state": "passed", "current_attempt": None, "fence": 0,
+                             "cancel_requested": False, "target_reserved": False, "ledger": []})
+                continue
             job = self.cp.jobs[job_id]
             ledger = []
             for a in job.attempts:
@@ -254,6 +298,7 @@ def answer(request, ns):
         raise ValueError(f"`{kind}` before any `open`")
     if kind == "step":
         verdict, reason, answer = ns.step(request["step"])
+        ns.applied()
         reply = {"type": "verdict", "verdict": verdict, "reason": reason}
         if VERSION >= 2:
             reply["answer"] = answer

@@ -27,6 +27,8 @@ departure from the specification, so that a test can show the conformance suite 
                                  2δ: a replica whose clock runs δ ahead sweeps a lease that a
                                  replica δ behind has just renewed, or that its runner still holds
                                  by the slowest clock. Only replica clocks (δ > 0) can show it.
+    prune-ignores-audit          retention: a prune deletes every finished job, audited or not,
+                                 as only an unaudited prune may (driver.py applies it).
 """
 
 import hashlib
@@ -460,6 +462,37 @@ class ControlPlane:
         return self.targets[slot].mutate(slot_token, deployment, job)
 
     # -- reads ---------------------------------------------------------------------------------
+
+    # -- retention: pruning finished jobs ------------------------------------------------------
+
+    def job_records(self, job_id):
+        """What the server holds of a job: its row, its attempts, the observations naming it, and
+        the log chunks and artifacts its attempts stored (a project's cache entry is the
+        project's, not the job's). Equal before and after a step that touched none of it."""
+        job = self.jobs[job_id]
+        attempts = [sorted(vars(self.attempts[a]).items(), key=str) for a in job.attempts]
+        named = sum(1 for o in self.observations if o.job == job_id)
+        stored = sorted(str(k) for k in list(self.logs) + list(self.artifacts)
+                        if k[0] in job.attempts)
+        return (sorted(vars(job).items(), key=str), attempts, named, stored)
+
+    def prune(self, job_ids):
+        """Deletes finished jobs with everything that names them: their attempts, the log chunks
+        and artifacts those stored, and every observation naming them (both projects'). Returns
+        how many observations went, by their position in receipt order (a list of positions)."""
+        gone_attempts = set()
+        for job_id in job_ids:
+            job = self.jobs.pop(job_id)
+            assert job.state in TERMINAL, "only a finished job is pruned"
+            gone_attempts.update(job.attempts)
+            for a in job.attempts:
+                del self.attempts[a]
+        for store in (self.logs, self.artifacts):
+            for key in [k for k in store if k[0] in gone_attempts]:
+                del store[key]
+        positions = [i for i, o in enumerate(self.observations) if o.job in job_ids]
+        self.observations = [o for o in self.observations if o.job not in job_ids]
+        return positions
 
     def target_reserved(self, job_id):
         job = self.jobs[job_id]

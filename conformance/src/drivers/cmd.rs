@@ -466,11 +466,33 @@ impl Driver for CmdDriver {
         format!("driver-cmd ({})", self.implementation)
     }
 
+    /// A walk pruned between its jobs ([`super::prune`]) is pruned over a version 4 driver (the
+    /// `audit_mark` and `prune` steps); an older driver replays it as the walk it is.
+    async fn open_trace(
+        &self,
+        model: &LeaseModel,
+        trace: &crate::generate::Generated<LeaseModel>,
+    ) -> Result<CmdSession, DriverError> {
+        let mut session = self.open(model, &trace.name).await?;
+        if self.version >= VERSION_WITH_REPLICA_CLOCKS && super::prune::is_prune_walk(&trace.name) {
+            session.prune = Some(CmdPrune {
+                plan: super::prune::plan(trace).ok_or_else(|| {
+                    DriverError::Unmappable("a prune walk with no step to prune before".into())
+                })?,
+                pruned: Vec::new(),
+            });
+        }
+        Ok(session)
+    }
+
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<CmdSession, DriverError> {
         let mut process = self.process().await?;
         let answer = process.call(open_request(model, trace)).await?;
         expect_type(&answer, "opened")?;
         Ok(CmdSession {
+            step: 0,
+            prune: None,
+            differences: Vec::new(),
             process: Some(process),
             idle: Arc::clone(&self.idle),
             model: model.clone(),
@@ -485,9 +507,22 @@ impl Driver for CmdDriver {
     }
 }
 
+/// A walk pruned between its jobs over a version 4 driver: its plan, and the jobs the prune
+/// deleted.
+struct CmdPrune {
+    plan: super::prune::Plan,
+    pruned: Vec<u8>,
+}
+
 /// One trace on one driver process. The process goes back to the driver's idle list when the
 /// session ends, unless a call failed (then it is killed).
 pub struct CmdSession {
+    /// The model steps taken so far (the plan of a pruned walk counts them).
+    step: usize,
+    /// A walk pruned between its jobs (version 4).
+    prune: Option<CmdPrune>,
+    /// What the session found to differ from the model ([`Session::differences`]).
+    differences: Vec<String>,
     process: Option<Process>,
     idle: Idle,
     model: LeaseModel,
@@ -514,6 +549,37 @@ impl Drop for CmdSession {
 }
 
 impl CmdSession {
+    /// Before step `i` of a pruned walk: the audit's mark, or the prune, as its plan says.
+    async fn prune_before(&mut self, before: &State, i: usize) -> Result<(), DriverError> {
+        let Some(plan) = self.prune.as_ref().map(|p| p.plan.clone()) else {
+            return Ok(());
+        };
+        if i == plan.audit_before {
+            let answer = self
+                .call(json!({"type": "step", "step": {"action": "audit_mark"}}))
+                .await?;
+            expect_type(&answer, "verdict")?;
+        } else if i == plan.prune_before {
+            let answer = self
+                .call(json!({"type": "step", "step": {"action": "prune"}}))
+                .await?;
+            expect_type(&answer, "verdict")?;
+            let report: WirePrune = serde_json::from_value(answer["answer"]["prune"].clone())
+                .map_err(|e| failed(format!("the prune's answer: {e}")))?;
+            let pruned: std::collections::BTreeSet<u8> = report.pruned.iter().copied().collect();
+            self.differences.extend(super::prune::judge(
+                &plan,
+                before,
+                &pruned,
+                report.kept_unaudited,
+            ));
+            if let Some(run) = self.prune.as_mut() {
+                run.pruned = pruned.into_iter().collect();
+            }
+        }
+        Ok(())
+    }
+
     async fn call(&mut self, request: Value) -> Result<Value, DriverError> {
         let Some(process) = self.process.as_mut() else {
             return Err(failed("the driver process failed earlier in this trace"));
@@ -537,6 +603,9 @@ impl Session for CmdSession {
         after: &State,
     ) -> Result<Option<Observed>, DriverError> {
         self.answer = None;
+        let i = self.step;
+        self.step += 1;
+        self.prune_before(before, i).await?;
         let delivered = crate::coverage::delivered(before, action);
         self.sent_payload = delivered.and_then(|m| payload_label(&m));
         let effect = match delivered.map(|m| m.kind) {
@@ -681,8 +750,16 @@ impl Session for CmdSession {
             }),
             stored: None,
             unread: Vec::new(),
-            pruned: Vec::new(),
+            pruned: self
+                .prune
+                .as_ref()
+                .map(|p| p.pruned.clone())
+                .unwrap_or_default(),
         })
+    }
+
+    fn differences(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.differences)
     }
 
     async fn mark(&mut self) -> Result<(), DriverError> {
@@ -786,6 +863,13 @@ struct WireVerdict {
     /// Version 2: the value the step's rule returned (absent or null: none).
     #[serde(default)]
     answer: Option<WireAnswer>,
+}
+
+/// What a version 4 driver's prune deleted and kept (`verdict.schema.json`, `prune`).
+#[derive(Deserialize)]
+struct WirePrune {
+    pruned: Vec<u8>,
+    kept_unaudited: u64,
 }
 
 /// The value a rule returned, as a version 2 driver reports it (`verdict.schema.json`).

@@ -1151,31 +1151,14 @@ impl PgSession {
                 pruned.insert(j);
             }
         }
-        for j in pruned.difference(&plan.may_prune) {
-            let state = before.jobs.get(usize::from(*j)).map(|job| job.state);
-            self.differences.push(format!(
-                "the prune deleted job {j}, which the model has {state:?}, not finished"
-            ));
-        }
-        for j in plan.must_prune.difference(&pruned) {
-            self.differences.push(format!(
-                "the prune kept job {j}: the model finished it before the audit and no step \
-                 touched it since, so its every record is at or below the audit watermark"
-            ));
-        }
         // The prune's report of what it kept: the finished jobs it did not delete.
         let kept = self
             .store
             .unaudited_finished_jobs(finished_before)
             .await
             .map_err(failed)?;
-        let finished_kept = plan.may_prune.difference(&pruned).count() as u64;
-        if kept != finished_kept {
-            self.differences.push(format!(
-                "the prune reports {kept} finished job(s) kept as unaudited; the model has \
-                 {finished_kept} finished and not pruned"
-            ));
-        }
+        self.differences
+            .extend(prune::judge(plan, before, &pruned, kept));
         let Some(run) = self.prune.as_mut() else {
             return Ok(());
         };

@@ -42,9 +42,47 @@ pub struct Plan {
     pub must_prune: BTreeSet<u8>,
     /// The jobs it may delete: finished before the prune.
     pub may_prune: BTreeSet<u8>,
+    /// The jobs it must keep although they are finished: finished after the audit, so their
+    /// finishing record is past the watermark (only `--unaudited` would delete them).
+    pub must_keep: BTreeSet<u8>,
     /// Whether a project's cache entry was stored by an attempt of a job the prune must delete
     /// (the entry outlives it: its read after the prune still names that attempt).
     pub prunes_cache_storer: bool,
+}
+
+/// What differs between `plan` (the model's) and a prune before the step from `before` that
+/// deleted `pruned` and reported `kept` finished jobs kept as unaudited: a deleted job the model
+/// has not finished, a job it must have deleted, a job that finished after the audit (deleted as
+/// if unaudited), and a count of kept jobs that is not the model's finished jobs it did not
+/// delete.
+pub fn judge(plan: &Plan, before: &State, pruned: &BTreeSet<u8>, kept: u64) -> Vec<String> {
+    let mut differences = Vec::new();
+    for j in pruned.difference(&plan.may_prune) {
+        let state = before.jobs.get(usize::from(*j)).map(|job| job.state);
+        differences.push(format!(
+            "the prune deleted job {j}, which the model has {state:?}, not finished"
+        ));
+    }
+    for j in plan.must_keep.intersection(pruned) {
+        differences.push(format!(
+            "the prune deleted job {j}, which the model finished after the audit: its \
+             finishing record is past the audit watermark (only an unaudited prune deletes it)"
+        ));
+    }
+    for j in plan.must_prune.difference(pruned) {
+        differences.push(format!(
+            "the prune kept job {j}: the model finished it before the audit and no step \
+             touched it since, so its every record is at or below the audit watermark"
+        ));
+    }
+    let finished_kept = plan.may_prune.difference(pruned).count() as u64;
+    if kept != finished_kept {
+        differences.push(format!(
+            "the prune reports {kept} finished job(s) kept as unaudited; the model has \
+             {finished_kept} finished and not pruned"
+        ));
+    }
+    differences
 }
 
 /// The jobs whose server-side records the step from `before` to `after` may have touched, more
@@ -181,8 +219,8 @@ fn plans(trace: &Generated<LeaseModel>) -> impl Iterator<Item = (Plan, usize)> +
                         .any(|t| t.contains(j))
                 })
                 .collect();
-            let finished_since = may_prune.iter().any(|j| !at_audit.contains(j));
-            if must_prune.is_empty() || !finished_since {
+            let must_keep: BTreeSet<u8> = may_prune.difference(&at_audit).copied().collect();
+            if must_prune.is_empty() || must_keep.is_empty() {
                 return None;
             }
             let s = states[prune_before];
@@ -197,6 +235,7 @@ fn plans(trace: &Generated<LeaseModel>) -> impl Iterator<Item = (Plan, usize)> +
                     prune_before,
                     must_prune,
                     may_prune,
+                    must_keep,
                     prunes_cache_storer,
                 },
                 end,
