@@ -141,10 +141,10 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
     let mut generators: BTreeMap<&str, Counts> = BTreeMap::new();
     let mut configs: BTreeMap<String, Value> = BTreeMap::new();
     let mut traces = 0u64;
-    // A failover has no request of the driver protocol, and a replica's clock needs its version 4,
-    // which the replay form (version 3's requests) does not ask of a driver
-    // (`suite::in_process_only`): such traces are not in the replay form, and the manifest says
-    // how many were left out.
+    // A failover has no request of the driver protocol; replica clocks are replayed over its
+    // version 4 by `conform --driver-cmd` only, and the replay form keeps to the requests every
+    // version 3 driver answers (`suite::in_process_only`): such traces are not in the replay form,
+    // and the manifest says how many were left out.
     let mut left_out_failovers = 0u64;
     let mut left_out_replica_clocks = 0u64;
     for suite in suites {
@@ -198,7 +198,7 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
         "left_out": {
             "failovers": left_out_failovers,
             "replica_clocks": left_out_replica_clocks,
-            "why": "only the in-process driver replays a failover; replica clocks need version 4 of the driver protocol (conform --driver-cmd), and the replay form speaks version 3",
+            "why": "only the in-process driver replays a failover; replica clocks are replayed by conform --driver-cmd (driver protocol version 4), not by the replay form",
         },
     });
     std::fs::write(

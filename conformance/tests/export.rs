@@ -439,7 +439,7 @@ fn the_replay_form_holds_each_steps_request_verdict_and_projection() {
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
         .collect();
     assert_eq!(lines[0]["format"], "leasewright-replay");
-    assert_eq!(lines[0]["driver_protocol"], 3);
+    assert_eq!(lines[0]["driver_protocol"], 4);
     assert!(lines[0]["reasons"]
         .as_array()
         .unwrap()
