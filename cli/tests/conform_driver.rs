@@ -266,12 +266,16 @@ fn the_replay_form_is_replayed_without_rust_and_catches_the_seeded_bugs() {
     ]
     .iter()
     .collect();
-    let replay = |corpus: &Path, bug: Option<&str>| {
+    let replay_as = |corpus: &Path, bug: Option<&str>, version: Option<&str>| {
         let mut command = Command::new("python3");
         command.arg(&replay_py).arg(corpus);
         match bug {
             Some(bug) => command.env("LEASEWRIGHT_EXAMPLE_BUG", bug),
             None => command.env_remove("LEASEWRIGHT_EXAMPLE_BUG"),
+        };
+        match version {
+            Some(version) => command.env("LEASEWRIGHT_EXAMPLE_VERSION", version),
+            None => command.env_remove("LEASEWRIGHT_EXAMPLE_VERSION"),
         };
         let out = command.output().expect("runs python3");
         (
@@ -280,6 +284,7 @@ fn the_replay_form_is_replayed_without_rust_and_catches_the_seeded_bugs() {
             String::from_utf8(out.stderr).unwrap(),
         )
     };
+    let replay = |corpus: &Path, bug: Option<&str>| replay_as(corpus, bug, None);
     for (format, file) in [("jsonl-gz", "traces.jsonl.gz"), ("jsonl", "traces.jsonl")] {
         let corpus = dir.path().join(format);
         let (code, out, err) = conform(
@@ -343,6 +348,18 @@ fn the_replay_form_is_replayed_without_rust_and_catches_the_seeded_bugs() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         out.contains("verdict: expected rejected not_current, observed rejected lease_expired"),
+        "{out}"
+    );
+    // The walks through a failover are in the corpus (version 2 of the replay form): tokens
+    // issued without the epoch diverge on them; a version 4 driver leaves them out (exit 3).
+    let (code, out, err) = replay(&corpus, Some("failover-without-epoch"));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("fence: expected 33, observed 1"), "{out}");
+    let (code, out, err) = replay_as(&corpus, None, Some("4"));
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("divergences     0")
+            && out.contains("that need driver protocol version 5 or later (the driver speaks 4)"),
         "{out}"
     );
     // Not a corpus: exit 2.

@@ -99,7 +99,7 @@ pub fn write(dir: &Path, suites: &[Suite<'_>]) -> std::io::Result<Value> {
 /// the meaning of a record changes.
 pub const REPLAY_FORMAT: &str = "leasewright-replay";
 /// See [`REPLAY_FORMAT`].
-pub const REPLAY_VERSION: u64 = 1;
+pub const REPLAY_VERSION: u64 = 2;
 
 /// The compact form of the corpus (`conform --export DIR --export-format jsonl|jsonl-gz`): what a
 /// checker needs to replay the suite against a driver-protocol command and judge it without the
@@ -107,10 +107,13 @@ pub const REPLAY_VERSION: u64 = 1;
 ///
 /// `DIR/traces.jsonl` (or `traces.jsonl.gz`) holds one JSON object per line: first a header
 /// (`format`, `version`, the driver protocol version the requests are in, every rejection reason
-/// the spec names), then one record per trace: its name and generator, when its projection is
-/// compared, the `open` request, and each step's request as the harness sends it over the driver
-/// protocol (`null`: a step the server does not see), with the verdict and the projection the
-/// model expects (the harness's comparison form, docs/conformance.md "The replay form").
+/// the spec names), then one record per trace of every class (failovers and replica clocks
+/// included since version 2 of the form): its name and generator, the oldest driver protocol
+/// version that says it, the `open` request, and each step's request as the harness sends it over
+/// the driver protocol (`null`: a step the server does not see), whether a `mark` or (a
+/// failover's) `replicate` comes before it, with the verdict and the projection the model expects
+/// (the harness's comparison form, docs/conformance.md "The replay form"). A walk the suite
+/// prunes between its jobs replays unpruned here.
 pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Result<Value> {
     use std::io::Write as _;
     std::fs::create_dir_all(dir)?;
@@ -141,12 +144,6 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
     let mut generators: BTreeMap<&str, Counts> = BTreeMap::new();
     let mut configs: BTreeMap<String, Value> = BTreeMap::new();
     let mut traces = 0u64;
-    // A failover has no request of the driver protocol; replica clocks are replayed over its
-    // version 4 by `conform --driver-cmd` only, and the replay form keeps to the requests every
-    // version 3 driver answers (`suite::in_process_only`): such traces are not in the replay form,
-    // and the manifest says how many were left out.
-    let mut left_out_failovers = 0u64;
-    let mut left_out_replica_clocks = 0u64;
     for suite in suites {
         let hash = model_hash(&suite.model.config);
         configs.insert(
@@ -154,17 +151,6 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
             serde_json::to_value(&suite.model.config).expect("a configuration serializes"),
         );
         for trace in suite.traces {
-            match crate::suite::in_process_only(suite.model, trace) {
-                Some(crate::suite::LeftOut::ReplicaClocks) => {
-                    left_out_replica_clocks += 1;
-                    continue;
-                }
-                Some(_) => {
-                    left_out_failovers += 1;
-                    continue;
-                }
-                None => {}
-            }
             let record = replay_record(suite.model, trace)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
             serde_json::to_writer(&mut out, &record)?;
@@ -195,11 +181,6 @@ pub fn write_replay(dir: &Path, suites: &[Suite<'_>], gzip: bool) -> std::io::Re
         "traces": traces,
         "steps": steps,
         "suites": generators,
-        "left_out": {
-            "failovers": left_out_failovers,
-            "replica_clocks": left_out_replica_clocks,
-            "why": "only the in-process driver replays a failover; replica clocks are replayed by conform --driver-cmd (driver protocol version 4), not by the replay form",
-        },
     });
     std::fs::write(
         dir.join("manifest.json"),
@@ -217,6 +198,27 @@ pub fn replay_record(
     use crate::drivers::cmd::{open_request, step_request};
     use crate::replay::Compare;
     let compare = Compare::for_generator(trace.generator);
+    let failover = crate::drivers::failover::has_failover(trace);
+    // Before each transition a failover loses, the standby is brought up to date (`replicate`).
+    let replicate = if failover {
+        crate::drivers::failover::snapshot_steps(trace).ok_or_else(|| {
+            crate::driver::DriverError::Unmappable(
+                "a failover whose lost transition is not one of the trace's steps".into(),
+            )
+        })?
+    } else {
+        std::collections::BTreeSet::new()
+    };
+    // The oldest driver protocol version that says every request of the trace.
+    let needs = if failover {
+        crate::drivers::cmd::VERSION_5
+    } else if model.config.replica_skew > 0 {
+        crate::drivers::cmd::VERSION_4
+    } else if crate::suite::driver_cmd_leaves_out(model, trace).is_some() {
+        crate::drivers::cmd::VERSION_WITH_EVERY_TRACE
+    } else {
+        1
+    };
     let mut before = &trace.init;
     let mut steps = Vec::with_capacity(trace.steps.len());
     let last = trace.steps.len();
@@ -238,6 +240,10 @@ pub fn replay_record(
             // The harness marks before the last step of a trace compared at its last step only.
             step.insert("mark".into(), json!(true));
         }
+        if replicate.contains(&i) {
+            // Sent after the mark, before the step's own request (version 5).
+            step.insert("replicate".into(), json!(true));
+        }
         if let Some(payload) = crate::coverage::delivered(before, action)
             .and_then(|m| crate::driver::payload_label(&m))
         {
@@ -257,6 +263,7 @@ pub fn replay_record(
     Ok(json!({
         "trace": trace.name,
         "generator": trace.generator,
+        "driver_protocol": needs,
         "open": open,
         "steps": steps,
     }))

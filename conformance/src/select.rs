@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use leasewright_model::{Action, Config, JobState, LeaseModel, State, TargetKind};
+use leasewright_model::{Action, Config, JobState, LeaseModel, RunnerId, State, TargetKind};
 
 use crate::coverage::Coverage;
 use crate::generate::{
@@ -406,6 +406,58 @@ pub fn replica_sweep_probes(
     probes
 }
 
+/// How many claims every probe suite sends while claims wait after a failover (issue 39): the
+/// model claims only a job it can take, so its walks never claim during the wait, and a wait an
+/// implementation leaves out is seen only here.
+pub const FAILOVER_WAIT_PROBES: usize = 12;
+
+/// The runner whose claim in `s` (of `model`) would take a job were it not for the wait after a
+/// failover, if one would: the model rejects it `no_queued_job`, an implementation without the
+/// wait takes the job.
+pub fn claim_held_by_the_wait(model: &LeaseModel, s: &State) -> Option<RunnerId> {
+    if LeaseModel::now(s) >= s.epoch_wait {
+        return None;
+    }
+    let mut without = s.clone();
+    without.epoch_wait = 0;
+    (0..s.runners.len() as RunnerId).find(|&r| {
+        model.claimable_job(s, r).is_none() && model.claimable_job(&without, r).is_some()
+    })
+}
+
+/// Probes of the failover `walks` (of `model`): each walk cut at its first state where a claim
+/// waits after the failover ([`claim_held_by_the_wait`]), then that claim (the model's verdict:
+/// rejected `no_queued_job`, nothing changes). At most [`FAILOVER_WAIT_PROBES`].
+pub fn failover_wait_probes(
+    model: &LeaseModel,
+    walks: &[Generated<LeaseModel>],
+) -> Vec<Generated<LeaseModel>> {
+    let mut probes = Vec::new();
+    for walk in walks {
+        let Some((at, runner)) = walk
+            .steps
+            .iter()
+            .enumerate()
+            .find_map(|(i, (_, after))| Some((i, claim_held_by_the_wait(model, after)?)))
+        else {
+            continue;
+        };
+        let mut probe = walk.clone();
+        probe.steps.truncate(at + 1);
+        let claim = Action::Claim { runner };
+        let Some(after) = probe::apply(model, &probe.steps[at].1, &claim) else {
+            continue;
+        };
+        probe.steps.push((claim, after));
+        probe.name = format!("probe-failover-wait-{}", probes.len());
+        probes.push(probe);
+        if probes.len() == FAILOVER_WAIT_PROBES {
+            break;
+        }
+    }
+    probes
+}
+
 /// Whether the step `action` (from `before` to `after`) is a claim that took a job in an epoch
 /// after the first.
 pub fn claims_in_new_epoch(before: &State, action: &Action, after: &State) -> bool {
@@ -750,17 +802,36 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
         ),
         "random2",
     );
-    if selection.wants(Suite::Probes) && model.config.replica_skew == 0 {
-        let m = Arc::new(LeaseModel::new(replica_clock_config(&model.config)));
-        let walks = random_walks(
-            m.as_ref(),
-            selection.seed ^ 0x5e1f_c10c,
-            REPLICA_SWEEP_POOL_STEPS,
-            selection.walk_len,
-        );
-        let probes = replica_sweep_probes(m.as_ref(), &walks);
-        if !probes.is_empty() {
-            batches.push(Batch::new(m, probes));
+    // Probes the model's walks never make (issue 39): sweeps within the replica clocks' margin,
+    // and claims held by the wait after a failover; each from walks of its own configuration.
+    if selection.wants(Suite::Probes) {
+        type Probing = fn(&LeaseModel, &[Generated<LeaseModel>]) -> Vec<Generated<LeaseModel>>;
+        let kinds: [(bool, Config, u64, usize, Probing); 2] = [
+            (
+                model.config.replica_skew == 0,
+                replica_clock_config(&model.config),
+                0x5e1f_c10c,
+                REPLICA_SWEEP_POOL_STEPS,
+                replica_sweep_probes,
+            ),
+            (
+                !model.config.failover,
+                failover_config(&model.config),
+                0xfa11_0e4e,
+                FAILOVER_POOL_STEPS,
+                failover_wait_probes,
+            ),
+        ];
+        for (wanted, config, salt, pool, probing) in kinds {
+            if !wanted {
+                continue;
+            }
+            let m = Arc::new(LeaseModel::new(config));
+            let walks = random_walks(m.as_ref(), selection.seed ^ salt, pool, selection.walk_len);
+            let probes = probing(m.as_ref(), &walks);
+            if !probes.is_empty() {
+                batches.push(Batch::new(m, probes));
+            }
         }
     }
     if selection.wants(Suite::Probes) {

@@ -227,9 +227,9 @@ pub enum LeftOut {
     /// A probe naming a runner, job or attempt no one created: versions 1 and 2 of the
     /// `--driver-cmd` protocol name only created identities.
     UnknownIdentity,
-    /// The model's failover (the database loses its last commit, the epoch rises): only the
-    /// in-process driver can make its database lose a commit (`drivers::failover`); no step of
-    /// the HTTP API or of the `--driver-cmd` protocol says it.
+    /// The model's failover (the database loses its last commit, the epoch rises): the
+    /// in-process driver makes its database lose a commit (`drivers::failover`), and version 5 of
+    /// the `--driver-cmd` protocol says it (`replicate`, `failover`); no HTTP request does.
     Failover,
     /// Replica clocks (`Config::replica_skew`: each server step judged by one of several
     /// replicas' clocks, the sweep and the wait acting 2δ late): the in-process driver runs a
@@ -309,15 +309,16 @@ pub fn classes(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Vec<LeftOut
 
 /// Why a version 1 or 2 `--driver-cmd` driver leaves `trace` (of `model`) out, if it does: what
 /// those versions of its JSON-lines protocol (docs/conformance-driver/) cannot say, the first
-/// class of [`classes`]. A version 3 driver replays every trace but a failover's.
+/// class of [`classes`]. A version 3 driver replays every trace but those with a failover or
+/// replica clocks.
 pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     classes(model, trace).into_iter().next()
 }
 
 /// Why the HTTP driver, or a version 3 `--driver-cmd` driver, leaves `trace` (of `model`) out: a
-/// failover ([`LeftOut::Failover`]), which only the in-process driver replays, or replica clocks
-/// ([`LeftOut::ReplicaClocks`]), which the in-process driver and version 4 of the driver
-/// protocol replay.
+/// failover ([`LeftOut::Failover`]), which the in-process driver and version 5 of the driver
+/// protocol replay, or replica clocks ([`LeftOut::ReplicaClocks`]), which the in-process driver
+/// and versions 4 and 5 of the driver protocol replay.
 pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     if crate::drivers::failover::has_failover(trace) {
         Some(LeftOut::Failover)
@@ -338,9 +339,9 @@ pub fn in_process_only_why(why: LeftOut) -> &'static str {
              version 4 of the driver protocol says it (no HTTP request does)"
         }
         _ => {
-            "a failover makes the implementation's database lose its last commit: only the \
-             in-process driver can do that to its database (no HTTP request or driver-protocol \
-             step says it)"
+            "a failover makes the implementation's database lose its last commit: the \
+             in-process driver does that to its database, and version 5 of the driver protocol \
+             says it (no HTTP request does)"
         }
     }
 }

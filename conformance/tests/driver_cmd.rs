@@ -190,11 +190,11 @@ async fn a_command_that_does_not_speak_the_protocol_is_refused_at_setup() {
     let error = silent.err().expect("it answers nothing").to_string();
     assert!(error.contains("closed its output"), "{error}");
     let other_version = CmdDriver::connect(
-        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":5,"implementation":"x","in_reply_to":1}'"#,
+        r#"read line; echo '{"type":"hello_ok","protocol":"leasewright-driver","version":6,"implementation":"x","in_reply_to":1}'"#,
     )
     .await;
     assert!(
-        matches!(other_version, Err(SetupError::Version { theirs: 5, .. })),
+        matches!(other_version, Err(SetupError::Version { theirs: 6, .. })),
         "{:?}",
         other_version.err()
     );
@@ -335,6 +335,15 @@ async fn every_message_of_a_conversation_matches_its_schema() {
     for walk in pruned.into_iter().take(4) {
         traces.push((model.as_ref().clone(), walk));
     }
+    // Version 5's failovers (`replicate`, `failover`): walks through one.
+    let failover = LeaseModel::new(select::failover_config(&Config::one_job()));
+    for walk in random_walks(&failover, 5, 3_000, 30)
+        .into_iter()
+        .filter(leasewright_conformance::drivers::failover::has_failover)
+        .take(4)
+    {
+        traces.push((failover.clone(), walk));
+    }
     // Batch claims (the claim step with `limit`, answered `claim_batch`): on a shared slot and on
     // slots of their own.
     for (_, config) in select::batch_claim_configs(&Config::one_job()) {
@@ -395,6 +404,8 @@ async fn every_message_of_a_conversation_matches_its_schema() {
         "replica_clock",
         "audit_mark",
         "prune",
+        "replicate",
+        "failover",
     ] {
         assert!(actions.contains(action), "no `{action}` in {actions:?}");
     }
@@ -458,7 +469,7 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     };
     let bug = format!("LEASEWRIGHT_EXAMPLE_BUG=rejoin-misses-cancel {}", example());
     let driver = connect(&bug).await;
-    assert_eq!(driver.version(), 4);
+    assert_eq!(driver.version(), 5);
     assert!(driver.not_compared().is_empty());
     let outcome = suite::run(driver, Arc::clone(&model), walks.clone(), &options, |_| {}).await;
     let d = outcome
@@ -486,15 +497,16 @@ async fn a_wrong_rule_answer_is_caught_over_version_2_and_not_compared_over_vers
     }
 }
 
-/// Version 3 of the driver protocol says every trace but those with replica clocks, version 4
-/// those too: the Python example agrees with the model on random walks and probes of each class
-/// versions 1 and 2 leave out (a slot shared by jobs of one project and of two, the outsider
-/// project's jobs, the side effects of R8, messages naming ids no one created) and of replica
-/// clocks (`open`'s `max_clock_skew`, the `replica_clock` step); over a version 2 driver the same
-/// traces are left out, each for its first class, over a version 3 driver the replica clocks.
-/// No version says a failover (no step makes a database lose a commit): all leave it out.
+/// Version 3 of the driver protocol says every trace but those with replica clocks and
+/// failovers, version 4 the replica clocks too, version 5 the failovers too: the Python example
+/// agrees with the model on random walks and probes of each class versions 1 and 2 leave out (a
+/// slot shared by jobs of one project and of two, the outsider project's jobs, the side effects
+/// of R8, messages naming ids no one created), of replica clocks (`open`'s `max_clock_skew`, the
+/// `replica_clock` step) and of failovers (the `replicate` and `failover` steps); over a version
+/// 2 driver the same traces are left out, each for its first class, over a version 3 driver the
+/// replica clocks and failovers, over a version 4 driver the failovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_4_replays_every_class_but_the_failovers() {
+async fn version_5_replays_every_class() {
     use leasewright_conformance::suite::SuiteDriver as _;
     let base = Config::one_job();
     let [shared_projects, shared_jobs] = select::shared_slot_configs(&base);
@@ -503,12 +515,17 @@ async fn version_4_replays_every_class_but_the_failovers() {
         shared_jobs.1,
         select::side_effect_config(&base),
         select::replica_clock_config(&base),
+        select::failover_config(&base),
         base.clone(),
     ];
     let driver = connect(&example()).await;
+    let v4 = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=4 {}", example())).await;
     let v3 = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=3 {}", example())).await;
     let old = connect(&format!("LEASEWRIGHT_EXAMPLE_VERSION=2 {}", example())).await;
-    assert_eq!((driver.version(), v3.version(), old.version()), (4, 3, 2));
+    assert_eq!(
+        (driver.version(), v4.version(), v3.version(), old.version()),
+        (5, 4, 3, 2)
+    );
     let options = RunOptions {
         parallel: 2,
         stop_at_first: true,
@@ -516,7 +533,20 @@ async fn version_4_replays_every_class_but_the_failovers() {
     let mut seen = std::collections::BTreeSet::new();
     for config in configs {
         let model = Arc::new(LeaseModel::new(config));
-        let walks = random_walks(model.as_ref(), 3, 400, 20);
+        let mut walks = random_walks(model.as_ref(), 3, 400, 20);
+        if model.config.failover {
+            // Walks through a failover, and claims held by its wait.
+            let pool = random_walks(model.as_ref(), 3, 4_000, 20);
+            walks = pool
+                .iter()
+                .filter(|w| leasewright_conformance::drivers::failover::has_failover(w))
+                .take(6)
+                .cloned()
+                .collect();
+            let probes = select::failover_wait_probes(model.as_ref(), &pool);
+            assert!(!probes.is_empty(), "no claim waits after a failover");
+            walks.extend(probes.into_iter().take(6));
+        }
         let paths: Vec<_> = walks
             .iter()
             .flat_map(|w| (1..=w.steps.len()).map(|n| (w.init.clone(), w.steps[..n].to_vec())))
@@ -527,6 +557,13 @@ async fn version_4_replays_every_class_but_the_failovers() {
         for trace in &traces {
             let classes = suite::classes(&model, trace);
             assert_eq!(driver.leaves_out(&model, trace), None, "{}", trace.name);
+            let failover = leasewright_conformance::drivers::failover::has_failover(trace);
+            assert_eq!(
+                v4.leaves_out(&model, trace),
+                failover.then_some(LeftOut::Failover),
+                "{}",
+                trace.name
+            );
             assert_eq!(
                 v3.leaves_out(&model, trace),
                 suite::in_process_only(&model, trace),
@@ -546,23 +583,69 @@ async fn version_4_replays_every_class_but_the_failovers() {
             panic!("{}", d.render());
         }
     }
-    let but_failovers: Vec<LeftOut> = LeftOut::ALL
-        .into_iter()
-        .filter(|c| *c != LeftOut::Failover)
-        .collect();
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
-        but_failovers,
+        LeftOut::ALL.to_vec(),
         "a class never generated"
     );
-    // A failover no version of the protocol can say: each leaves it out, as a failover.
-    let failover = LeaseModel::new(select::failover_config(&base));
-    let walk = random_walks(&failover, 3, 2_000, 20)
-        .into_iter()
-        .find(leasewright_conformance::drivers::failover::has_failover)
-        .expect("a walk through a failover");
-    for d in [&driver, &v3, &old] {
-        assert_eq!(d.leaves_out(&failover, &walk), Some(LeftOut::Failover));
+}
+
+/// Version 5's failovers catch an implementation whose tokens do not carry the epoch, and one
+/// whose claims do not wait after a failover: over the Python example with its seeded bugs
+/// (`LEASEWRIGHT_EXAMPLE_BUG=failover-without-epoch`, `failover-without-wait`) the walks through
+/// a failover diverge on the new epoch's fence, the claims held by the wait on their verdict,
+/// where the unmodified example agrees with the model on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_without_epoch_or_wait_is_caught_over_the_driver_protocol() {
+    let model = Arc::new(LeaseModel::new(select::failover_config(&Config::one_job())));
+    let pool = random_walks(model.as_ref(), 5, 6_000, 30);
+    // Walks that claim in the new epoch (after the wait), cut after that claim.
+    let walks: Vec<_> = pool
+        .iter()
+        .filter_map(|w| {
+            let mut w = w.clone();
+            let mut before = &w.init;
+            let claim = w.steps.iter().position(|(a, after)| {
+                let hit = select::claims_in_new_epoch(before, a, after);
+                before = after;
+                hit
+            })?;
+            w.steps.truncate(claim + 1);
+            Some(w)
+        })
+        .take(6)
+        .collect();
+    assert!(!walks.is_empty(), "no walk claims after a failover");
+    let probes = select::failover_wait_probes(model.as_ref(), &pool);
+    assert!(!probes.is_empty(), "no claim waits after a failover");
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    let both: Vec<_> = walks.iter().chain(&probes).cloned().collect();
+    let sound = connect(&example()).await;
+    let outcome = suite::run(sound, Arc::clone(&model), both.clone(), &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    for (bug, wanted) in [
+        ("failover-without-epoch", "fence: expected 33"),
+        ("failover-without-wait", "expected rejected (no_queued_job)"),
+    ] {
+        let command = format!("LEASEWRIGHT_EXAMPLE_BUG={bug} {}", example());
+        let outcome = suite::run(
+            connect(&command).await,
+            Arc::clone(&model),
+            both.clone(),
+            &options,
+            |_| {},
+        )
+        .await;
+        let d = outcome
+            .divergences
+            .first()
+            .unwrap_or_else(|| panic!("{bug} is not caught"));
+        assert!(d.render().contains(wanted), "{bug}: {}", d.render());
     }
 }
 

@@ -439,7 +439,8 @@ fn the_replay_form_holds_each_steps_request_verdict_and_projection() {
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
         .collect();
     assert_eq!(lines[0]["format"], "leasewright-replay");
-    assert_eq!(lines[0]["driver_protocol"], 4);
+    assert_eq!(lines[0]["driver_protocol"], 5);
+    assert_eq!(lines[0]["version"], 2);
     assert!(lines[0]["reasons"]
         .as_array()
         .unwrap()
@@ -453,6 +454,8 @@ fn the_replay_form_holds_each_steps_request_verdict_and_projection() {
     for ((m, trace), record) in all.zip(traces) {
         assert_eq!(record["trace"], trace.name.as_str());
         assert_eq!(record["open"]["type"], "open");
+        // One job, one project, a slot of its own: any driver protocol version says it.
+        assert_eq!(record["driver_protocol"], 1);
         let steps = record["steps"].as_array().unwrap();
         assert_eq!(steps.len(), trace.steps.len());
         let mut before = trace.init.clone();
@@ -475,6 +478,55 @@ fn the_replay_form_holds_each_steps_request_verdict_and_projection() {
                 assert!(m.expected(&before, action).is_none(), "{step}");
             }
             before = after.clone();
+        }
+    }
+}
+
+/// Since version 2 of the replay form, the walks through a failover are in it: each record names
+/// driver protocol version 5, and the steps before which the harness brings the standby up to date
+/// (`replicate`) are the transitions the failover loses, each before a failover step.
+#[test]
+fn the_replay_form_holds_the_failovers_with_their_replicate_steps() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let model = LeaseModel::new(leasewright_conformance::select::failover_config(
+        &Config::one_job(),
+    ));
+    let walks: Vec<_> = random_walks(&model, 5, 3_000, 30)
+        .into_iter()
+        .filter(leasewright_conformance::drivers::failover::has_failover)
+        .collect();
+    assert!(!walks.is_empty(), "no walk through a failover");
+    let manifest = export::write_replay(
+        dir.path(),
+        &[Suite {
+            model: &model,
+            traces: &walks,
+        }],
+        false,
+    )
+    .unwrap();
+    assert_eq!(manifest["traces"], walks.len() as u64);
+    let text = std::fs::read_to_string(dir.path().join("traces.jsonl")).unwrap();
+    let records: Vec<Value> = text
+        .as_bytes()
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert_eq!(records.len(), walks.len());
+    for (walk, record) in walks.iter().zip(&records) {
+        assert_eq!(record["driver_protocol"], 5, "{}", walk.name);
+        let steps = record["steps"].as_array().unwrap();
+        let replicated: Vec<usize> = (0..steps.len())
+            .filter(|&i| steps[i].get("replicate") == Some(&Value::Bool(true)))
+            .collect();
+        let failovers: Vec<usize> = (0..steps.len())
+            .filter(|&i| steps[i]["request"]["action"] == "failover")
+            .collect();
+        assert_eq!(replicated.len(), failovers.len(), "{}", walk.name);
+        for (r, f) in replicated.iter().zip(&failovers) {
+            assert!(r < f, "{}: replicate at {r}, failover at {f}", walk.name);
         }
     }
 }

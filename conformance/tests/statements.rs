@@ -239,6 +239,19 @@ async fn a_claim_without_the_epoch_is_caught_by_failovers_replayed() {
     caught(model, walks, Mutant::ClaimIgnoresEpoch).await;
 }
 
+/// Issue 39: claims sent while the claims wait after a failover (the probes of
+/// `select::failover_wait_probes`, as every probe suite sends them) must take nothing; a claim
+/// that does not wait takes the job there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_without_the_wait_is_caught_by_the_claims_held_by_the_wait() {
+    use leasewright_conformance::select::{failover_config, failover_wait_probes};
+    let model = LeaseModel::new(failover_config(&Config::one_job()));
+    let walks = random_walks(&model, 5, 6_000, 30);
+    let probes = failover_wait_probes(&model, &walks);
+    assert!(!probes.is_empty(), "no claim waits after a failover");
+    caught(model, probes, Mutant::ClaimWithoutWait).await;
+}
+
 /// Issue 39 item 7: replica clocks one tick apart (δ recorded in the trace's own schema). A sweep
 /// sent where a lease has expired by less than 2δ must take nothing; a sweep that acts δ past a
 /// lease takes the job there (the probes of `select::replica_sweep_probes`, as every probe suite

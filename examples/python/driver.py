@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The driver of lease_server.py: speaks the language-neutral driver protocol of
-docs/conformance.md ("The driver protocol", version 4) on stdin and stdout, one JSON object per
+docs/conformance.md ("The driver protocol", version 5) on stdin and stdout, one JSON object per
 line, so that `leasewright conform --driver-cmd "python3 examples/python/driver.py"` replays the
 model's traces against the in-memory implementation.
 
@@ -11,6 +11,12 @@ for an id no one created: the same fresh UUID for the same index within a trace,
 back by that index. Time is the harness's: `tick` moves the server clock by one, and every call
 passes `now`; with replica clocks (version 4) `now` is the clock of the replica serving the step,
 `offset` ticks off the true clock (`replica_clock`).
+
+Fences and slot tokens are the one thing the driver translates besides ids: the harness says
+them in the model's form (`epoch × 32 + generation`, the epoch counted from the trace's open), the
+implementation keeps them as the specification does (`epoch × 2^32 + generation`). A failover
+(version 5) promotes the copy the last `replicate` step took: what the implementation committed
+since is lost, as on an asynchronous standby.
 """
 
 import json
@@ -18,15 +24,27 @@ import os
 import sys
 import uuid
 
-from lease_server import SEEDED_BUG, TERMINAL, ControlPlane, Rejected
+from lease_server import EPOCH_SHIFT, ControlPlane, Rejected
 
 PROTOCOL = "leasewright-driver"
 # LEASEWRIGHT_EXAMPLE_VERSION=1 speaks version 1 (no rule details), =2 version 2 (no shared
 # slots, outsider jobs, side effects or unknown ids), =3 version 3 (one server clock), to test
-# the harness's handling of an older driver.
-VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "4"))
+# the harness's handling of an older driver, =4 version 4 (no failover).
+VERSION = int(os.environ.get("LEASEWRIGHT_EXAMPLE_VERSION", "5"))
+# The model's tokens: `epoch × MODEL_EPOCH_BASE + generation`.
+MODEL_EPOCH_BASE = 32
 SIDE_EFFECTS = ("source_fetch", "log_append", "artifact_put", "artifact_get", "cache_put",
                 "cache_get")
+
+
+def to_model(token):
+    """An implementation's fence or slot token in the model's form."""
+    return (token >> EPOCH_SHIFT) * MODEL_EPOCH_BASE + (token & ((1 << EPOCH_SHIFT) - 1))
+
+
+def to_implementation(token):
+    """A fence or slot token of the harness's (the model's form) in the implementation's."""
+    return ((token // MODEL_EPOCH_BASE) << EPOCH_SHIFT) + token % MODEL_EPOCH_BASE
 
 
 class Namespace:
@@ -54,14 +72,8 @@ class Namespace:
         self.leases = {}  # abstract lease -> UUID
         self.unknown = {}  # (what, index) -> the UUID no one created that stands for it
         self.seen = 0  # observations already reported
-        # Version 4, retention: the step that last changed what the server holds of each job
-        # (its records' position, at step granularity), the position an audit marked, and the
-        # jobs pruned.
-        self.steps = 0
-        self.last_change = {}
-        self.records = {j: self.cp.job_records(job) for j, job in enumerate(self.jobs)}
-        self.audited_through = None
-        self.pruned = set()
+        self.pruned = set()  # version 4: the jobs a prune deleted
+        self.standby = None  # version 5: what the standby holds (the last `replicate`)
 
     @property
     def now(self):
@@ -97,7 +109,13 @@ class Namespace:
             return None, None, None
         if action == "audit_mark":
             # An audit of everything recorded so far passed: its watermark.
-            self.audited_through = self.steps
+            self.cp.audit_mark()
+            return None, None, None
+        if action == "replicate":
+            self.standby = self.cp.standby()
+            return None, None, None
+        if action == "failover":
+            self.fail_over()
             return None, None, None
         if action == "prune":
             return None, None, {"prune": self.prune()}
@@ -123,9 +141,9 @@ class Namespace:
                     self.leases[leases[i]] = created.lease_id
             return "accepted", None, {"claim_batch": {"leases": [{
                 "job": self.jobs.index(created.job),
-                "fence": created.fence,
+                "fence": to_model(created.fence),
                 "lease_ticks": created.lease_expiry - self.now,
-                "slot_token": created.slot_token,
+                "slot_token": to_model(created.slot_token),
             } for created in taken]}}
         if action == "claim":
             try:
@@ -137,13 +155,13 @@ class Namespace:
                 self.leases[s["lease"]] = created.lease_id
             return "accepted", None, {"claim": {
                 "job": self.jobs.index(created.job),
-                "fence": created.fence,
+                "fence": to_model(created.fence),
                 "lease_ticks": created.lease_expiry - self.now,
-                "slot_token": created.slot_token,
+                "slot_token": to_model(created.slot_token),
             }}
         if action in ("heartbeat", "result", "rejoin") + SIDE_EFFECTS:
             args = (self.runner(s["runner"]), self.job(s["job"]), self.attempt(s["attempt"]),
-                    self.lease(s["lease"]), s["fence"])
+                    self.lease(s["lease"]), to_implementation(s["fence"]))
             if action in SIDE_EFFECTS:
                 verdict, reason, served = self.cp.side_effect(
                     action, *args, now=self.now, runner_time=s["runner_time"], seq=s.get("seq"),
@@ -168,7 +186,8 @@ class Namespace:
             return verdict, reason, {"rejoin": {"instruction": instruction}}
         if action == "target_mutation":
             verdict, reason = self.cp.target_mutation(
-                self.slot_names[s["slot"]], s["slot_token"], str(self.jobs[s["deployment"]]),
+                self.slot_names[s["slot"]], to_implementation(s["slot_token"]),
+                str(self.jobs[s["deployment"]]),
                 self.job(s["job"]))
             return verdict, reason, None
         if action == "expiry_sweep":
@@ -209,30 +228,34 @@ class Namespace:
     def mark(self):
         self.seen = len(self.cp.observations)
 
-    def applied(self):
-        """After a step: the jobs whose records it changed now end at this step."""
-        self.steps += 1
-        for j, job in enumerate(self.jobs):
-            if j in self.pruned:
-                continue
-            records = self.cp.job_records(job)
-            if records != self.records[j]:
-                self.records[j] = records
-                self.last_change[j] = self.steps
-
     def prune(self):
-        """Prunes every finished job all of whose records are at or below the audit's watermark
-        (audited ones only); the jobs it deleted, and how many finished jobs it kept."""
-        finished = [j for j, job in enumerate(self.jobs)
-                    if j not in self.pruned and self.cp.jobs[job].state in TERMINAL]
-        mark = self.audited_through
-        audited = [j for j in finished
-                   if mark is not None and self.last_change.get(j, 0) <= mark
-                   or SEEDED_BUG == "prune-ignores-audit"]
-        positions = self.cp.prune({self.jobs[j] for j in audited})
+        """The implementation's prune of audited jobs: the jobs it deleted, and how many finished
+        jobs it kept."""
+        pruned, kept, positions = self.cp.prune()
         self.seen -= sum(1 for p in positions if p < self.seen)
-        self.pruned.update(audited)
-        return {"pruned": audited, "kept_unaudited": len(finished) - len(audited)}
+        gone = [self.jobs.index(j) for j in pruned]
+        self.pruned.update(gone)
+        return {"pruned": sorted(gone), "kept_unaudited": kept}
+
+    def fail_over(self):
+        """The standby is promoted in place of the implementation: what was committed since the
+        last `replicate` is lost, and the epoch rises. Runners poll, so the new epoch's first
+        claim comes at once; it must take nothing (it starts the wait)."""
+        if self.standby is None:
+            raise ValueError("a failover with no standby brought up to date before it")
+        self.cp, self.standby = self.standby.promote(self.cp), None
+        self.mark()
+        live = [r for r in self.runners if self.cp.authenticates(r)]
+        if not live:
+            return
+        try:
+            taken = self.cp.claim(live[0], self.now)
+        except Rejected as r:
+            if r.reason != "no_queued_job":
+                raise ValueError(f"the new epoch's first claim was rejected {r.reason}, "
+                                 "not no_queued_job") from None
+            return
+        raise ValueError(f"the new epoch's first claim took a job ({taken.job}): it must wait")
 
     def project(self):
         runners = dict(enumerate(self.runners))
@@ -250,14 +273,14 @@ class Namespace:
                 ledger.append({
                     "attempt": self.abstract(self.attempts, a),
                     "runner": self.abstract(runners, attempt.runner),
-                    "fence": attempt.fence,
+                    "fence": to_model(attempt.fence),
                     "state": attempt.state,
                 })
             jobs.append({
                 "state": job.state,
                 "current_attempt": None if job.current_attempt is None
                 else self.abstract(self.attempts, job.current_attempt),
-                "fence": job.fence,
+                "fence": to_model(job.fence),
                 "cancel_requested": job.cancel_requested,
                 "target_reserved": self.cp.target_reserved(job_id),
                 "ledger": ledger,
@@ -265,7 +288,8 @@ class Namespace:
         slots = []
         for slot in sorted(self.slot_names):
             target = self.cp.targets[self.slot_names[slot]]
-            slots.append({"applied": target.applied, "highest_token": target.highest_token})
+            slots.append({"applied": target.applied,
+                          "highest_token": to_model(target.highest_token)})
         observations = []
         for o in self.cp.observations[self.seen:]:
             observations.append({
@@ -278,7 +302,7 @@ class Namespace:
                 "reason": o.reason,
                 # Version 2: the rest of what the observation recorded.
                 "lease": self.abstract_lease(o.named_lease_id),
-                "fence": o.named_fence,
+                "fence": to_model(o.named_fence),
                 "outcome": o.outcome,
                 "runner_time": o.runner_time,
                 "digest": o.digest,
@@ -298,7 +322,6 @@ def answer(request, ns):
         raise ValueError(f"`{kind}` before any `open`")
     if kind == "step":
         verdict, reason, answer = ns.step(request["step"])
-        ns.applied()
         reply = {"type": "verdict", "verdict": verdict, "reason": reason}
         if VERSION >= 2:
             reply["answer"] = answer

@@ -28,9 +28,17 @@ departure from the specification, so that a test can show the conformance suite 
                                  replica δ behind has just renewed, or that its runner still holds
                                  by the slowest clock. Only replica clocks (δ > 0) can show it.
     prune-ignores-audit          retention: a prune deletes every finished job, audited or not,
-                                 as only an unaudited prune may (driver.py applies it).
+                                 as only an unaudited prune may.
+    failover-without-epoch       §2 "Epochs": fences and slot tokens do not carry the epoch (a
+                                 claim issues the counter + 1 only): after a failover that lost a
+                                 claim, the next claim issues the lost claim's fence again. Only a
+                                 failover can show it.
+    failover-without-wait        §2 "Epochs": the new epoch's first claim records the epoch and
+                                 takes nothing, but the claims after it do not wait for the
+                                 earlier epoch's leases to expire. Only a failover can show it.
 """
 
+import copy
 import hashlib
 import os
 import uuid
@@ -38,6 +46,8 @@ import uuid
 SEEDED_BUG = os.environ.get("LEASEWRIGHT_EXAMPLE_BUG", "")
 
 TERMINAL = ("passed", "failed", "cancelled", "aborted")
+# §2 "Epochs": a fence or slot token is `epoch × 2^32 + generation`.
+EPOCH_SHIFT = 32
 LEASED = ("running", "cancelling")
 
 
@@ -74,6 +84,7 @@ class Job:
         self.current_attempt = None
         self.cancel_requested = False
         self.attempts = []  # the ledger, in claim order
+        self.last_position = 0  # where the last change to what the server holds of it is
 
 
 class Attempt:
@@ -165,6 +176,16 @@ class ControlPlane:
         self.logs = {}
         self.artifacts = {}
         self.cache = {}
+        # §2 "Epochs": the database's epoch (the WAL timeline's, which no failover forgets: a
+        # promoted standby's is one past its primary's), and when each later epoch's first claim
+        # came (the first epoch never waits).
+        self.epoch = 0
+        self.epoch_began = {}
+        # Retention: every change to what the server holds of a job takes the next position; an
+        # audit that passed marks the position it read through (a prune of audited jobs deletes
+        # only finished jobs whose last change is at or below it).
+        self._position = 0
+        self.audited_through = None
 
     # -- set-up --------------------------------------------------------------------------------
 
@@ -218,6 +239,16 @@ class ControlPlane:
         runner = self.runners.get(runner_id)
         if runner is None:
             raise Rejected("unknown_runner")
+        if self.epoch > 0 and self.epoch not in self.epoch_began:
+            # The first claim at an epoch not seen before records it and takes nothing.
+            self.epoch_began[self.epoch] = now
+            raise Rejected("no_queued_job")
+        began = self.epoch_began.get(self.epoch)
+        if began is not None and SEEDED_BUG != "failover-without-wait" \
+                and now < began + self.lease_ttl + 2 * self.max_clock_skew:
+            # Until every lease of the earlier epochs has expired by every replica's clock, the
+            # wait looks like an empty queue.
+            raise Rejected("no_queued_job")
         queued = sorted(
             (j for j in self.jobs.values()
              if j.project == runner.project and j.state == "queued"
@@ -236,14 +267,18 @@ class ControlPlane:
     def _start(self, job, runner_id, now):
         """R1's effect on one job: a new attempt holding the job's slot."""
         slot = self.slots[job.slot]
-        slot.token += 1
-        attempt = Attempt(job.id, runner_id, job.fence + 1, now + self.lease_ttl, slot.token)
+        # At least the epoch's first token (the seeded bug: the counter + 1 only).
+        floor = 1 if SEEDED_BUG == "failover-without-epoch" else (self.epoch << EPOCH_SHIFT) + 1
+        slot.token = max(slot.token + 1, floor)
+        attempt = Attempt(job.id, runner_id, max(job.fence + 1, floor), now + self.lease_ttl,
+                          slot.token)
         self.attempts[attempt.id] = attempt
         slot.holder = attempt.id
         job.fence = attempt.fence
         job.current_attempt = attempt.id
         job.state = "running"
         job.attempts.append(attempt.id)
+        self._touch(job.id)
         return attempt
 
     # -- §6.1 the ownership tuple --------------------------------------------------------------
@@ -294,6 +329,7 @@ class ControlPlane:
 
     def _record(self, kind, sender, job_id, attempt_id, lease_id, fence, attributed, now,
                 runner_time, verdict, reason, outcome=None, digest=None):
+        self._touch(job_id)
         self._seq += 1
         self.observations.append(Observation(
             self._seq, sender, kind, job_id, attributed.id if attributed else None, attempt_id,
@@ -396,6 +432,7 @@ class ControlPlane:
             # one) still counts the lease valid.
             margin = self.max_clock_skew * (1 if SEEDED_BUG == "sweep-without-skew-margin" else 2)
             if now >= attempt.lease_expiry + margin:
+                self._touch(job.id)
                 job.state = "uncertain"
                 attempt.state = "uncertain"  # the slot stays reserved (§8.2)
                 swept.append(job.id)
@@ -415,6 +452,7 @@ class ControlPlane:
             raise Rejected("reconcile_required")
         if job.state == "cancelling":
             return "acknowledged"
+        self._touch(job_id)
         if job.state == "queued":
             job.state = "cancelled"
         else:  # running, whether or not its lease has expired unswept (§6.3)
@@ -437,6 +475,7 @@ class ControlPlane:
         if decision == "retry" and job.cancel_requested:
             raise Rejected("cancel_requested")
         attempt = self.attempts[job.current_attempt]
+        self._touch(job_id)
         if decision == "adopt":
             outcome = {"observed_passed": "passed", "observed_failed": "failed"}[finding]
             attempt.state = outcome
@@ -456,6 +495,21 @@ class ControlPlane:
         if slot.holder is not None and self.attempts[slot.holder].job == job.id:
             slot.holder = None
 
+    # -- failover (§2 "Epochs", §12) -------------------------------------------------------------
+
+    def standby(self):
+        """What a standby that has received every commit so far holds: a copy."""
+        return copy.deepcopy(self)
+
+    def promote(self, primary):
+        """This standby becomes the database in place of `primary`, which may have committed
+        more since the copy was taken (those commits are lost). Its epoch is one past the
+        primary's: a promotion starts a timeline never used before."""
+        self.epoch = primary.epoch + 1
+        # The deployment targets are outside the database: a failover changes nothing there.
+        self.targets = primary.targets
+        return self
+
     # -- R9 target mutation (runner -> target, not through the control plane) -----------------
 
     def target_mutation(self, slot, slot_token, deployment, job=None):
@@ -465,21 +519,33 @@ class ControlPlane:
 
     # -- retention: pruning finished jobs ------------------------------------------------------
 
-    def job_records(self, job_id):
-        """What the server holds of a job: its row, its attempts, the observations naming it, and
-        the log chunks and artifacts its attempts stored (a project's cache entry is the
-        project's, not the job's). Equal before and after a step that touched none of it."""
-        job = self.jobs[job_id]
-        attempts = [sorted(vars(self.attempts[a]).items(), key=str) for a in job.attempts]
-        named = sum(1 for o in self.observations if o.job == job_id)
-        stored = sorted(str(k) for k in list(self.logs) + list(self.artifacts)
-                        if k[0] in job.attempts)
-        return (sorted(vars(job).items(), key=str), attempts, named, stored)
+    def _touch(self, job_id):
+        """What the server holds of `job_id` (if it is a job) changed: its last position."""
+        self._position += 1
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.last_position = self._position
 
-    def prune(self, job_ids):
+    def audit_mark(self):
+        """An audit of everything recorded so far passed: its watermark."""
+        self.audited_through = self._position
+
+    def prune(self, unaudited=False):
+        """Deletes the finished jobs whose last change the audit's watermark covers (every
+        finished job with `unaudited`), with everything that names them. Returns the jobs
+        deleted, how many finished jobs it kept, and the positions (in receipt order) of the
+        observations that went."""
+        finished = [j for j in self.jobs.values() if j.state in TERMINAL]
+        mark = self.audited_through
+        audited = [j.id for j in finished
+                   if unaudited or SEEDED_BUG == "prune-ignores-audit"
+                   or mark is not None and j.last_position <= mark]
+        return audited, len(finished) - len(audited), self._delete(set(audited))
+
+    def _delete(self, job_ids):
         """Deletes finished jobs with everything that names them: their attempts, the log chunks
         and artifacts those stored, and every observation naming them (both projects'). Returns
-        how many observations went, by their position in receipt order (a list of positions)."""
+        the positions (in receipt order) of the observations that went."""
         gone_attempts = set()
         for job_id in job_ids:
             job = self.jobs.pop(job_id)

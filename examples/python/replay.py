@@ -11,9 +11,12 @@ then one trace per line with the requests the harness sends over the driver prot
 after each step. This script is the harness's comparison (conformance/src/replay.rs and
 conformance/src/drivers/cmd.rs) in Python's standard library: it starts the command (through
 `sh -c`), says hello, opens each trace, sends each step, compares the verdict at every step and
-the projection where the record has one, and stops a trace at its first divergence. It prints a
-summary and exits 0 when every trace agrees, 1 on any divergence, 2 when it cannot run (no
-corpus, a command that is not a driver).
+the projection where the record has one, and stops a trace at its first divergence. A trace
+whose requests the driver's protocol version cannot say (each record names the oldest version
+that can: 4 for replica clocks, 5 for a failover) is left out and counted. It prints a summary
+and exits 0 when every trace agrees, 1 on any divergence, 2 when it cannot run (no corpus, a
+command that is not a driver), 3 when no trace diverged but some were left out (incomplete, as
+`leasewright conform` says it).
 
 The driver command defaults to this directory's driver.py (the Python example implementation).
 """
@@ -249,6 +252,12 @@ def replay(driver, record, reasons):
             if step.get("mark"):
                 if driver.call({"type": "mark"}).get("type") != "marked":
                     raise DriverFailed("expected a `marked` answer")
+            if step.get("replicate"):
+                # Version 5: the standby a later failover promotes holds everything so far.
+                answer = driver.call({"type": "step", "step": {"action": "replicate"}})
+                if answer.get("type") != "verdict":
+                    raise DriverFailed(f"expected a `verdict` answer to `replicate`, got type "
+                                       f"{answer.get('type')}")
             trace.answer = None
             trace.sent_payload = step.get("payload")
             request = step["request"]
@@ -311,8 +320,9 @@ def main():
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if header.get("format") != "leasewright-replay" or header.get("version") != 1:
-        print(f"error: {path} is not version 1 of the replay form: {header}", file=sys.stderr)
+    if header.get("format") != "leasewright-replay" or header.get("version") not in (1, 2):
+        print(f"error: {path} is not version 1 or 2 of the replay form: {header}",
+              file=sys.stderr)
         return 2
     reasons = set(header["reasons"])
     try:
@@ -326,8 +336,13 @@ def main():
     started = time.monotonic()
     traces = steps = 0
     divergences = []
+    left_out = {}  # the driver protocol version a left-out trace needs -> how many
     for line in lines:
         record = json.loads(line)
+        needs = record.get("driver_protocol", 1)
+        if needs > driver.version:
+            left_out[needs] = left_out.get(needs, 0) + 1
+            continue
         traces += 1
         steps += len(record["steps"])
         divergence = replay(driver, record, reasons)
@@ -343,6 +358,9 @@ def main():
     print(f"  steps           {steps}")
     print(f"  time            {elapsed:.1f} s")
     print(f"  divergences     {len(divergences)}")
+    for needs, count in sorted(left_out.items()):
+        print(f"  left out        {count} traces that need driver protocol version {needs} or "
+              f"later (the driver speaks {driver.version})")
     divergences.sort(key=lambda d: (d[1][0], d[0]["trace"]))
     for record, (step, kind, differences) in divergences[:args.show]:
         print(f"divergence in {record['trace']} at step {step} ({kind}):")
@@ -352,7 +370,7 @@ def main():
         for i, s in enumerate(record["steps"][:step], 1):
             expected = f"  => {show(s['expected'])}" if s["expected"] else ""
             print(f"  {'>>' if i == step else '  '} {i:>3}. {s['describe']}{expected}")
-    return 1 if divergences else 0
+    return 1 if divergences else 3 if left_out else 0
 
 
 if __name__ == "__main__":

@@ -88,6 +88,11 @@ pub enum Mutant {
     /// a job whose claim a failover lost issues the lost claim's fence and token again;
     /// `conform`'s failover walks kill it.
     ClaimIgnoresEpoch,
+    /// Issue 39: the claims do not wait after an epoch change: the new epoch's first claim still
+    /// records it and takes nothing, but a claim during the wait (`claim_epoch` answering NULL)
+    /// takes a job in the current epoch; `conform`'s claims held by the wait
+    /// (`probe-failover-wait-*`) kill it.
+    ClaimWithoutWait,
     /// Issue 39 item 7: the expiry sweep acts δ past a lease instead of 2δ (its margin's factor 2
     /// dropped), so with replicas' clocks apart it can make a job uncertain while another
     /// replica still renews its lease; `conform`'s replica-clock walks kill it.
@@ -105,7 +110,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 30] = [
+    pub const ALL: [Mutant; 31] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -133,6 +138,7 @@ impl Mutant {
         Mutant::RevokedRunnerAuthenticates,
         Mutant::BatchStopsAtBusySlot,
         Mutant::ClaimIgnoresEpoch,
+        Mutant::ClaimWithoutWait,
         Mutant::SweepAtOneSkew,
         Mutant::PruneGuardReadsOwnPosition,
         Mutant::CacheReadLosesPrunedStorer,
@@ -220,6 +226,11 @@ impl Mutant {
                 "claim",
                 "SELECT claim_epoch($3) * 4294967296 AS base",
                 "SELECT claim_epoch($3) * 0 AS base",
+            ),
+            Mutant::ClaimWithoutWait => (
+                "claim",
+                "SELECT claim_epoch($3) * 4294967296 AS base",
+                "SELECT coalesce(claim_epoch($3), current_epoch()) * 4294967296 AS base",
             ),
             Mutant::BatchStopsAtBusySlot => (
                 "claim",

@@ -36,7 +36,7 @@ use crate::driver::{heartbeat, result_digest};
 pub const PROTOCOL: &str = "leasewright-driver";
 /// The newest protocol version this harness speaks, sent in `hello`. A driver answers with the
 /// version it speaks: [`VERSIONS`] are accepted, any other is refused at setup.
-pub const VERSION: u64 = 4;
+pub const VERSION: u64 = 5;
 /// The versions this harness accepts. Version 2 adds the rule details (class 5 of
 /// docs/conformance.md): a verdict's `answer` and an observation's `lease`, `fence`, `outcome`,
 /// `runner_time` and `digest`. Over a version 1 driver they are not compared, and the summary says
@@ -45,13 +45,19 @@ pub const VERSION: u64 = 4;
 /// and messages naming ids no one created. Over a version 1 or 2 driver those traces are left out,
 /// and the summary says how many. Version 4 adds replica clocks: `open` says the trace's δ
 /// (`max_clock_skew`, in ticks) and the `replica_clock` step moves the server's receipt time to
-/// another replica's clock; over a version 1 to 3 driver those traces are left out.
-pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=4;
+/// another replica's clock, and a walk pruned between its jobs is pruned (the `audit_mark` and
+/// `prune` steps); over a version 1 to 3 driver the replica clocks are left out and a pruned walk
+/// replays unpruned. Version 5 adds the failover: the `replicate` step says what a standby holds,
+/// the `failover` step promotes it (the epoch rises, claims wait); over a version 1 to 4 driver
+/// the failovers are left out.
+pub const VERSIONS: std::ops::RangeInclusive<u64> = 1..=5;
 /// The first version that replays every trace of every suite of its time (all but the failovers
 /// and, before version 4, the replica clocks).
 pub const VERSION_WITH_EVERY_TRACE: u64 = 3;
-/// The first version that replays replica clocks.
-pub const VERSION_WITH_REPLICA_CLOCKS: u64 = 4;
+/// The first version that replays replica clocks and prunes the pruned walks.
+pub const VERSION_4: u64 = 4;
+/// The first version that replays failovers (the `replicate` and `failover` steps).
+pub const VERSION_5: u64 = 5;
 /// How long the harness waits for one answer.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -365,10 +371,14 @@ pub fn step_request(
         }
     };
     let step = match action {
-        // Left out before replay (`suite::LeftOut::Failover`): this driver cannot roll a
-        // database back.
-        // A second server starts only where a failover comes (`Config::policy_ttl`).
-        Action::Failover | Action::ServerStarts => {
+        // Version 5: the standby the last `replicate` step brought up to date is promoted: the
+        // implementation holds what it held then, its epoch rises, and the new epoch's first
+        // claim comes at once (runners poll), starting the wait (docs/protocol.md §2 "Epochs").
+        // A version 1 to 4 driver is never sent such a trace (`suite::LeftOut::Failover`).
+        Action::Failover => json!({"action": "failover"}),
+        // A second server starts only where servers differ in lease ttl (`Config::policy_ttl`),
+        // which no suite replays.
+        Action::ServerStarts => {
             return Err(DriverError::Unmappable(crate::select::FAILOVER.into()))
         }
         // Version 4: the next steps are served by a replica whose clock reads `offset` ticks off
@@ -467,14 +477,23 @@ impl Driver for CmdDriver {
     }
 
     /// A walk pruned between its jobs ([`super::prune`]) is pruned over a version 4 driver (the
-    /// `audit_mark` and `prune` steps); an older driver replays it as the walk it is.
+    /// `audit_mark` and `prune` steps); an older driver replays it as the walk it is. A walk
+    /// through a failover (version 5) brings the standby up to date (`replicate`) before each
+    /// transition a failover loses ([`super::failover::snapshot_steps`]).
     async fn open_trace(
         &self,
         model: &LeaseModel,
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Result<CmdSession, DriverError> {
         let mut session = self.open(model, &trace.name).await?;
-        if self.version >= VERSION_WITH_REPLICA_CLOCKS && super::prune::is_prune_walk(&trace.name) {
+        if self.version >= VERSION_5 && super::failover::has_failover(trace) {
+            session.replicate_before = super::failover::snapshot_steps(trace).ok_or_else(|| {
+                DriverError::Unmappable(
+                    "a failover whose lost transition is not one of the trace's steps".into(),
+                )
+            })?;
+        }
+        if self.version >= VERSION_4 && super::prune::is_prune_walk(&trace.name) {
             session.prune = Some(CmdPrune {
                 plan: super::prune::plan(trace).ok_or_else(|| {
                     DriverError::Unmappable("a prune walk with no step to prune before".into())
@@ -492,6 +511,7 @@ impl Driver for CmdDriver {
         Ok(CmdSession {
             step: 0,
             prune: None,
+            replicate_before: std::collections::BTreeSet::new(),
             differences: Vec::new(),
             process: Some(process),
             idle: Arc::clone(&self.idle),
@@ -521,6 +541,9 @@ pub struct CmdSession {
     step: usize,
     /// A walk pruned between its jobs (version 4).
     prune: Option<CmdPrune>,
+    /// The steps before which the standby is brought up to date (version 5): each the
+    /// transition a later failover loses.
+    replicate_before: std::collections::BTreeSet<usize>,
     /// What the session found to differ from the model ([`Session::differences`]).
     differences: Vec<String>,
     process: Option<Process>,
@@ -605,6 +628,12 @@ impl Session for CmdSession {
         self.answer = None;
         let i = self.step;
         self.step += 1;
+        if self.replicate_before.contains(&i) {
+            let answer = self
+                .call(json!({"type": "step", "step": {"action": "replicate"}}))
+                .await?;
+            expect_type(&answer, "verdict")?;
+        }
         self.prune_before(before, i).await?;
         let delivered = crate::coverage::delivered(before, action);
         self.sent_payload = delivered.and_then(|m| payload_label(&m));
@@ -789,7 +818,9 @@ impl crate::suite::SuiteDriver for CmdDriver {
         model: &LeaseModel,
         trace: &crate::generate::Generated<LeaseModel>,
     ) -> Option<crate::suite::LeftOut> {
-        if self.version >= VERSION_WITH_REPLICA_CLOCKS {
+        if self.version >= VERSION_5 {
+            None
+        } else if self.version >= VERSION_4 {
             crate::drivers::failover::has_failover(trace).then_some(crate::suite::LeftOut::Failover)
         } else if self.version >= VERSION_WITH_EVERY_TRACE {
             crate::suite::in_process_only(model, trace)
@@ -800,7 +831,7 @@ impl crate::suite::SuiteDriver for CmdDriver {
     fn why_left_out(&self, why: crate::suite::LeftOut) -> &'static str {
         use crate::suite::LeftOut;
         // A version 1 or 2 driver leaves these classes out, version 3 the replica clocks and
-        // the failovers, version 4 the failovers only.
+        // the failovers, version 4 the failovers only, version 5 none.
         match why {
             LeftOut::SharedSlot => {
                 "driver protocol versions 1 and 2 name slot j for job j (version 3 names slots \
@@ -820,7 +851,10 @@ impl crate::suite::SuiteDriver for CmdDriver {
                 "driver protocol versions 1 to 3 have one server clock (version 4 says the \
                  trace's δ and the replica_clock step)"
             }
-            LeftOut::Failover => crate::suite::in_process_only_why(why),
+            LeftOut::Failover => {
+                "driver protocol versions 1 to 4 have no failover (version 5 has the replicate \
+                 and failover steps)"
+            }
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {
