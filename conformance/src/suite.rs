@@ -202,13 +202,30 @@ impl SuiteDriver for HttpDriver {
         self.unread().to_vec()
     }
     fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-        in_process_only(model, trace)
+        match in_process_only(model, trace) {
+            // Replica clocks replay on a server whose database records the trace's δ.
+            Some(LeftOut::ReplicaClocks) if self.replays_clock_skew_of(model) => None,
+            other => other,
+        }
     }
     fn why_left_out(&self, why: LeftOut) -> &'static str {
-        in_process_only_why(why)
+        match why {
+            LeftOut::ReplicaClocks => {
+                "replica clocks need a server whose database records the trace's δ (one tick of \
+                 the model: the server's lease ttl divided by the model's; set it with \
+                 `leasewright migrate --set-max-clock-skew-ms` on a manual-clock server's own \
+                 database) beside one that records none, and no server given records it"
+            }
+            _ => {
+                "a failover makes the implementation's database lose its last commit: no HTTP \
+                 request does that (the in-process driver and version 5 of the driver protocol \
+                 replay failovers)"
+            }
+        }
     }
-    // Leaves out only the failovers and replica clocks: shared slots, the outsider project's jobs, the side effects
-    // of R8 and identities no one created are all replayed over HTTP (an unknown runner as a token that
+    // Leaves out only the failovers, and the replica clocks unless a server's database records
+    // their δ: shared slots, the outsider project's jobs, the side effects of R8 and identities
+    // no one created are all replayed over HTTP (an unknown runner as a token that
     // authenticates nobody, refused 401: `drivers::http`).
 }
 
@@ -233,9 +250,9 @@ pub enum LeftOut {
     Failover,
     /// Replica clocks (`Config::replica_skew`: each server step judged by one of several
     /// replicas' clocks, the sweep and the wait acting 2δ late): the in-process driver runs a
-    /// trace in a database of its own whose recorded δ is the trace's (`drivers::failover`), and
-    /// version 4 of the `--driver-cmd` protocol says δ and each replica's clock; the HTTP driver
-    /// runs one server clock.
+    /// trace in a database of its own whose recorded δ is the trace's (`drivers::failover`),
+    /// version 4 of the `--driver-cmd` protocol says δ and each replica's clock, and the HTTP
+    /// driver replays them on a server whose database records their δ.
     ReplicaClocks,
 }
 
@@ -315,10 +332,11 @@ pub fn driver_cmd_leaves_out(model: &LeaseModel, trace: &Generated<LeaseModel>) 
     classes(model, trace).into_iter().next()
 }
 
-/// Why the HTTP driver, or a version 3 `--driver-cmd` driver, leaves `trace` (of `model`) out: a
-/// failover ([`LeftOut::Failover`]), which the in-process driver and version 5 of the driver
-/// protocol replay, or replica clocks ([`LeftOut::ReplicaClocks`]), which the in-process driver
-/// and versions 4 and 5 of the driver protocol replay.
+/// Why a version 3 `--driver-cmd` driver leaves `trace` (of `model`) out: a failover
+/// ([`LeftOut::Failover`]), which the in-process driver and version 5 of the driver protocol
+/// replay, or replica clocks ([`LeftOut::ReplicaClocks`]), which the in-process driver, versions
+/// 4 and 5 of the driver protocol and the HTTP driver (given a server whose database records
+/// their δ) replay. The HTTP driver starts from it.
 pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
     if crate::drivers::failover::has_failover(trace) {
         Some(LeftOut::Failover)
@@ -326,23 +344,6 @@ pub fn in_process_only(model: &LeaseModel, trace: &Generated<LeaseModel>) -> Opt
         Some(LeftOut::ReplicaClocks)
     } else {
         None
-    }
-}
-
-/// What the HTTP and `--driver-cmd` drivers say of the traces only the in-process driver
-/// replays ([`in_process_only`]).
-pub fn in_process_only_why(why: LeftOut) -> &'static str {
-    match why {
-        LeftOut::ReplicaClocks => {
-            "replica clocks need the trace's δ recorded in a database of the trace's own and each \
-             step judged by another replica's clock: the in-process driver does that, and \
-             version 4 of the driver protocol says it (no HTTP request does)"
-        }
-        _ => {
-            "a failover makes the implementation's database lose its last commit: the \
-             in-process driver does that to its database, and version 5 of the driver protocol \
-             says it (no HTTP request does)"
-        }
     }
 }
 

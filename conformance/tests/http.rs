@@ -663,3 +663,106 @@ async fn probes_naming_ids_no_one_created_agree_over_http_and_in_process() {
     assert!(unrecorded >= 2, "unknown-runner steps: {unrecorded}");
     server.stop().await.unwrap();
 }
+
+/// Issue 39 item 7: replica clocks over HTTP. A trace with replica clocks runs on a server whose
+/// database records its δ (one model tick, set as an operator sets it: `migrate
+/// --set-max-clock-skew-ms`), each step at the clock of the replica serving it; the other traces
+/// on a server whose database records none. The replica-clock walks and the sweep probes (a
+/// sweep where a lease has expired by less than 2δ must take nothing) agree with the model; with
+/// the δ lowered to 0 under the driver (so the server sweeps at the lease's end), the sweep
+/// probes diverge: they see the margin. Without such a server the traces are left out, and a
+/// driver whose every server records a δ is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_clocks_replay_over_http_on_a_server_whose_database_records_their_skew() {
+    use leasewright_conformance::suite::{self, LeftOut, RunOptions, SuiteDriver as _};
+    let (db_a, db_b) = (
+        TestDatabase::create().await.expect("a test database"),
+        TestDatabase::create().await.expect("a test database"),
+    );
+    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    let model = Arc::new(LeaseModel::new(select::replica_clock_config(
+        &Config::one_job(),
+    )));
+    let alone = HttpDriver::connect(&a.url(), OPERATOR)
+        .await
+        .expect("the HTTP driver connects");
+    let tick = alone.tick_ms(model.config.lease_ttl).expect("a whole tick");
+    let walks = random_walks(model.as_ref(), 7, 4_000, 40);
+    let probes = select::replica_sweep_probes(model.as_ref(), &walks);
+    assert!(!probes.is_empty(), "no lease expired within the margin");
+    let mut traces = probes.clone();
+    traces.extend(walks.into_iter().take(16));
+    for t in &traces {
+        assert_eq!(
+            alone.leaves_out(&model, t),
+            Some(LeftOut::ReplicaClocks),
+            "{}",
+            t.name
+        );
+    }
+    let pool = sqlx::PgPool::connect(db_b.url()).await.expect("connect");
+    let recorded = |ms: i64| {
+        let pool = pool.clone();
+        async move {
+            leasewright_server::app::set_recorded_max_clock_skew(
+                &pool,
+                Duration::from_millis(u64::try_from(ms).unwrap()),
+            )
+            .await
+            .expect("records the skew")
+        }
+    };
+    assert!(
+        recorded(tick).await.is_some(),
+        "the server recorded its policy"
+    );
+    let error = HttpDriver::connect(&b.url(), OPERATOR)
+        .await
+        .err()
+        .expect("refused: no server for the traces without replica clocks");
+    assert!(matches!(error, SetupError::Mismatch(_)), "{error}");
+    let both = || async {
+        Arc::new(
+            HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
+                .await
+                .expect("the HTTP driver connects to both")
+                .with_traces_per_server(2),
+        )
+    };
+    let http = both().await;
+    assert_eq!(http.clock_skews_ms(), vec![0, tick]);
+    for t in &traces {
+        assert_eq!(http.leaves_out(&model, t), None, "{}", t.name);
+    }
+    // The traces without replica clocks still run (on a's database).
+    let plain = Arc::new(LeaseModel::new(Config::one_job()));
+    let plain_walks = random_walks(plain.as_ref(), 7, 300, 20);
+    let options = RunOptions {
+        parallel: 4,
+        stop_at_first: true,
+    };
+    let outcome = suite::run(Arc::clone(&http), plain, plain_walks, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    let outcome = suite::run(http, Arc::clone(&model), traces, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    // The margin is what the probes see: with δ 0 recorded under the driver, they diverge.
+    let http = both().await;
+    recorded(0).await;
+    let outcome = suite::run(http, model, probes, &options, |_| {}).await;
+    let d = outcome
+        .divergences
+        .first()
+        .expect("a sweep at the lease's end diverges");
+    assert!(
+        d.trace.starts_with("probe-replica-sweep-"),
+        "{}",
+        d.render()
+    );
+    for s in [a, b] {
+        s.stop().await.unwrap();
+    }
+}

@@ -21,6 +21,13 @@
 //!
 //! One model tick is the server's lease ttl divided by the model's `lease_ttl`: the driver reads
 //! the ttl once, when it connects, from the lease expiry a claim of a probe job answers.
+//!
+//! Replica clocks: a server's database records the δ its sweep acts 2δ past a lease by (a
+//! manual-clock server records none; an operator sets one with `migrate
+//! --set-max-clock-skew-ms`). The driver reads it from each server's `GET /metrics` when it
+//! connects, and runs a trace only on a server whose δ is the trace's (`replica_skew` ticks; 0
+//! for every trace without replica clocks): each `replica_clock` step moves the time the next
+//! requests carry by the replica's offset.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -114,6 +121,11 @@ struct Server {
     /// names (docs/http.md, "Test clock"): then several traces replay on it at once, each
     /// request at its trace's time, and a trace's sweep is scoped to its projects.
     own_time: bool,
+    /// The `max_clock_skew` (δ) its database records, in milliseconds, as its `GET /metrics`
+    /// says (`leasewright_database_max_clock_skew_seconds`; 0 when none is recorded, or the
+    /// server has no metrics): the sweep acts 2δ past a lease there. Traces with replica
+    /// clocks run only on a server whose δ is the trace's, the others only where it is 0.
+    clock_skew_ms: i64,
 }
 
 impl Server {
@@ -125,6 +137,7 @@ impl Server {
             },
             target: self.target.with_test_time(time.clone()),
             own_time: self.own_time,
+            clock_skew_ms: self.clock_skew_ms,
         }
     }
 }
@@ -132,10 +145,8 @@ impl Server {
 /// The HTTP driver over one or more running servers.
 pub struct HttpDriver {
     servers: Vec<Server>,
-    /// Free places to replay a trace: a server's index once per trace it may run at once.
-    idle: Arc<Mutex<Vec<usize>>>,
-    /// One permit per place in `idle`.
-    free: Arc<Semaphore>,
+    /// The places to replay a trace, by the δ (in milliseconds) their servers' databases record.
+    lanes: BTreeMap<i64, Lane>,
     /// Traces at once on each server: 1 unless every server takes a time per request.
     per_server: usize,
     /// The servers' lease ttl.
@@ -149,6 +160,34 @@ pub struct HttpDriver {
     /// Held by a trace that sweeps over every project on a server that takes a time per request
     /// (`sweeps_globally`), for its whole replay: such traces run one at a time.
     global_lane: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The places of the servers whose databases record one δ.
+struct Lane {
+    /// Free places to replay a trace: a server's index once per trace it may run at once.
+    idle: Arc<Mutex<Vec<usize>>>,
+    /// One permit per place in `idle`.
+    free: Arc<Semaphore>,
+}
+
+/// The lanes of `servers`, each server `per_server` times.
+fn lanes(servers: &[Server], per_server: usize) -> BTreeMap<i64, Lane> {
+    let mut places: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for _ in 0..per_server {
+        for (i, server) in servers.iter().enumerate().rev() {
+            places.entry(server.clock_skew_ms).or_default().push(i);
+        }
+    }
+    places
+        .into_iter()
+        .map(|(skew, idle)| {
+            let lane = Lane {
+                free: Arc::new(Semaphore::new(idle.len())),
+                idle: Arc::new(Mutex::new(idle)),
+            };
+            (skew, lane)
+        })
+        .collect()
 }
 
 /// A lease as a claim answers it: the fields the driver reads.
@@ -375,12 +414,22 @@ impl HttpDriver {
                 }
             }
         }
+        // The traces without replica clocks need a server whose database records no δ.
+        if connected.iter().all(|c| c.server.clock_skew_ms != 0) {
+            return Err(SetupError::Mismatch(format!(
+                "the database of every server records a max_clock_skew (the one at {}: {} ms): \
+                 the traces without replica clocks need a server whose database records none \
+                 (a manual-clock server records none; `leasewright migrate \
+                 --set-max-clock-skew-ms` set it)",
+                connected[0].server.operator.http.base(),
+                connected[0].server.clock_skew_ms
+            )));
+        }
         let snapshot = probe_snapshot();
-        let n = connected.len();
+        let servers: Vec<Server> = connected.into_iter().map(|c| c.server).collect();
         Ok(Self {
-            servers: connected.into_iter().map(|c| c.server).collect(),
-            idle: Arc::new(Mutex::new((0..n).rev().collect())),
-            free: Arc::new(Semaphore::new(n)),
+            lanes: lanes(&servers, 1),
+            servers,
             per_server: 1,
             lease_ttl_ms,
             archive_base64: snapshot,
@@ -396,11 +445,7 @@ impl HttpDriver {
     pub fn with_traces_per_server(mut self, traces: usize) -> Self {
         let own_time = self.servers.iter().all(|s| s.own_time);
         self.per_server = if own_time { traces.max(1) } else { 1 };
-        let places: Vec<usize> = (0..self.per_server)
-            .flat_map(|_| (0..self.servers.len()).rev())
-            .collect();
-        self.free = Arc::new(Semaphore::new(places.len()));
-        self.idle = Arc::new(Mutex::new(places));
+        self.lanes = lanes(&self.servers, self.per_server);
         self
     }
 
@@ -610,16 +655,39 @@ impl HttpDriver {
             Part::Stored,
             &mut unread,
         )?;
+        // The δ its database records (replica clocks): read where the server has metrics.
+        let clock_skew_ms = match operator.http.get_bytes("/metrics").await {
+            Ok(text) => recorded_clock_skew_ms(&String::from_utf8_lossy(&text)),
+            Err(CallError::Http {
+                status: 404 | 405, ..
+            }) => 0,
+            Err(error) => return Err(unexpected("reading the server's metrics")(error)),
+        };
         Ok(Connected {
             server: Server {
                 operator,
                 target,
                 own_time,
+                clock_skew_ms,
             },
             lease_ttl_ms,
             unread,
             probe: (project, job),
         })
+    }
+
+    /// Whether a server replays the traces of `model` with replica clocks: one whose database
+    /// records δ = the model's `replica_skew` ticks (traces without replica clocks: δ = 0).
+    pub fn replays_clock_skew_of(&self, model: &LeaseModel) -> bool {
+        let skew = self
+            .tick_ms(model.config.lease_ttl)
+            .map(|tick| tick * i64::from(model.config.replica_skew));
+        skew.is_ok_and(|skew| self.lanes.contains_key(&skew))
+    }
+
+    /// The δ (in milliseconds) each server's database records, in the order given.
+    pub fn clock_skews_ms(&self) -> Vec<i64> {
+        self.servers.iter().map(|s| s.clock_skew_ms).collect()
     }
 
     /// The servers' lease ttl.
@@ -669,6 +737,18 @@ impl HttpDriver {
             .map(|s| s.operator.http.base())
             .collect()
     }
+}
+
+/// The δ a server's metrics say its database records (`leasewright_database_max_clock_skew_seconds`),
+/// in milliseconds: 0 when it records none (-1) or the metric is not there.
+fn recorded_clock_skew_ms(metrics: &str) -> i64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix("leasewright_database_max_clock_skew_seconds "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map_or(0, |s| (s * 1000.0).round() as i64)
 }
 
 /// The base64 of the one-file source snapshot every job is submitted with.
@@ -725,12 +805,18 @@ impl Driver for HttpDriver {
         let config = &model.config;
         let tick_ms = self.tick_ms(config.lease_ttl).map_err(unmappable)?;
         // One trace per place: one per server when the clock is the server's, several when each
-        // request carries its trace's time.
-        let permit = Arc::clone(&self.free)
+        // request carries its trace's time; on a server whose database records the trace's δ.
+        let skew = tick_ms * i64::from(config.replica_skew);
+        let lane = self.lanes.get(&skew).ok_or_else(|| {
+            unmappable(format!(
+                "a trace with δ = {skew} ms: no server's database records it"
+            ))
+        })?;
+        let permit = Arc::clone(&lane.free)
             .acquire_owned()
             .await
             .map_err(|_| failed("the driver is closed"))?;
-        let index = self
+        let index = lane
             .idle
             .lock()
             .expect("the idle list")
@@ -738,7 +824,7 @@ impl Driver for HttpDriver {
             .expect("a permit means a free server");
         let taken = Taken {
             index,
-            idle: Arc::clone(&self.idle),
+            idle: Arc::clone(&lane.idle),
             _permit: permit,
         };
         // A trace that sweeps over every project, as the server's background sweeper does, on a
@@ -859,6 +945,7 @@ impl Driver for HttpDriver {
             model: model.clone(),
             tick_ms,
             ticks: 0,
+            replica: 0,
             clock_at: Some(0),
             project,
             outsider_project: outsider_project.unwrap_or(project),
@@ -903,6 +990,9 @@ pub struct HttpSession {
     tick_ms: i64,
     /// Model ticks so far.
     ticks: i64,
+    /// How many ticks off the true clock the replica serving the next steps reads
+    /// (`replica_clock`): every request is received at the true time plus this.
+    replica: i64,
     /// The ticks the server's clock shows (`None`: unknown), sent lazily.
     clock_at: Option<i64>,
     project: Uuid,
@@ -1004,9 +1094,9 @@ impl HttpSession {
         !self.unread.contains(&part)
     }
 
-    /// The server's time now, by the trace's clock.
+    /// The server's time now, by the clock of the replica serving the step.
     fn now(&self) -> DateTime<Utc> {
-        self.epoch + Duration::milliseconds(self.ticks * self.tick_ms)
+        self.epoch + Duration::milliseconds((self.ticks + self.replica) * self.tick_ms)
     }
 
     /// Whole ticks from now to `at`.
@@ -1019,10 +1109,10 @@ impl HttpSession {
         if let Some(time) = &self.time {
             // No request: the next one carries the time.
             time.set(self.now());
-            self.clock_at = Some(self.ticks);
+            self.clock_at = Some(self.ticks + self.replica);
             return Ok(());
         }
-        if self.clock_at != Some(self.ticks) {
+        if self.clock_at != Some(self.ticks + self.replica) {
             self.server
                 .operator
                 .clock(&ClockRequest {
@@ -1031,7 +1121,7 @@ impl HttpSession {
                 })
                 .await
                 .map_err(http_failed)?;
-            self.clock_at = Some(self.ticks);
+            self.clock_at = Some(self.ticks + self.replica);
         }
         Ok(())
     }
@@ -1654,7 +1744,13 @@ impl Session for HttpSession {
             Action::Failover | Action::ServerStarts => {
                 return Err(unmappable(crate::select::FAILOVER))
             }
-            Action::ReplicaClock { .. } => return Err(unmappable(crate::select::REPLICA_CLOCK)),
+            // The next steps are served by a replica whose clock reads `offset` ticks off the true
+            // one: their requests carry (or the server's clock is set to) that time. The trace
+            // runs on a server whose database records its δ (`HttpDriver::open`).
+            Action::ReplicaClock { offset } => {
+                self.replica = i64::from(*offset);
+                None
+            }
             Action::RunnerRevoke { runner } => {
                 self.sync_clock().await?;
                 let id = *self
