@@ -436,6 +436,19 @@ async fn conform(args: ConformArgs) -> anyhow::Result<i32> {
             driver.urls().join(", "),
             driver.lease_ttl_ms()
         );
+        // Replica clocks replay where a database records their δ (one tick of the model).
+        let skews: Vec<String> = driver
+            .clock_skews_ms()
+            .iter()
+            .map(|ms| format!("{ms} ms"))
+            .collect();
+        let ticks = leasewright_conformance::select::replica_clock_config(&args.config()).lease_ttl;
+        eprintln!(
+            "the max_clock_skew each server's database records: {} (the replica-clock traces \
+             run where it is one model tick: the lease ttl over the model's {ticks} ticks, {} ms)",
+            skews.join(", "),
+            driver.lease_ttl_ms() / u64::from(ticks.max(1))
+        );
         for part in driver.unread() {
             eprintln!(
                 "not compared (the server does not offer the read): {}",
