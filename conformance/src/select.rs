@@ -381,35 +381,69 @@ pub fn replica_sweep_probes(
     model: &LeaseModel,
     walks: &[Generated<LeaseModel>],
 ) -> Vec<Generated<LeaseModel>> {
-    use stateright::Model as _;
-    let mut probes = Vec::new();
-    for walk in walks {
-        let Some(at) = walk
-            .steps
-            .iter()
-            .position(|(_, after)| expired_within_sweep_margin(model, after))
-        else {
-            continue;
-        };
-        let mut probe = walk.clone();
-        probe.steps.truncate(at + 1);
-        let Some(swept) = model.next_state(&probe.steps[at].1, Action::ExpirySweep) else {
-            continue;
-        };
-        probe.steps.push((Action::ExpirySweep, swept));
-        probe.name = format!("probe-replica-sweep-{}", probes.len());
-        probes.push(probe);
-        if probes.len() == REPLICA_SWEEP_PROBES {
-            break;
-        }
-    }
-    probes
+    probes_where(
+        model,
+        walks,
+        "probe-replica-sweep",
+        REPLICA_SWEEP_PROBES,
+        |walk| {
+            let at = walk
+                .steps
+                .iter()
+                .position(|(_, after)| expired_within_sweep_margin(model, after))?;
+            Some((at, Action::ExpirySweep, 0))
+        },
+    )
 }
 
-/// How many claims every probe suite sends while claims wait after a failover (issue 39): the
-/// model claims only a job it can take, so its walks never claim during the wait, and a wait an
-/// implementation leaves out is seen only here.
+/// Probes of `walks`: each walk cut after the step `pick` chooses, then the action `pick` names
+/// there, the model's verdict and next state recorded ([`probe::apply`]); named `{prefix}-{n}`,
+/// at most `limit`, in the order `rank` gives (lowest first, walks in their order within a rank).
+fn probes_where(
+    model: &LeaseModel,
+    walks: &[Generated<LeaseModel>],
+    prefix: &str,
+    limit: usize,
+    pick: impl Fn(&Generated<LeaseModel>) -> Option<(usize, Action, u16)>,
+) -> Vec<Generated<LeaseModel>> {
+    let mut chosen: Vec<(u16, Generated<LeaseModel>)> = walks
+        .iter()
+        .filter_map(|walk| {
+            let (at, action, rank) = pick(walk)?;
+            let mut probe = walk.clone();
+            probe.steps.truncate(at + 1);
+            let after = probe::apply(model, &probe.steps[at].1, &action)?;
+            probe.steps.push((action, after));
+            Some((rank, probe))
+        })
+        .collect();
+    chosen.sort_by_key(|(rank, _)| *rank);
+    chosen
+        .into_iter()
+        .take(limit)
+        .enumerate()
+        .map(|(n, (_, mut probe))| {
+            probe.name = format!("{prefix}-{n}");
+            probe
+        })
+        .collect()
+}
+
+/// How many claims every probe suite sends on each side of the end of the wait after a failover
+/// (issue 39): the model claims only a job it can take, so its walks never claim during the wait,
+/// and claim at its end only by chance; a wait an implementation leaves out, shortens (its 2δ
+/// dropped) or lengthens (by a moment) is seen only here. Twice this many in all.
 pub const FAILOVER_WAIT_PROBES: usize = 12;
+
+/// The failover configuration the claims at the edges of the wait are probed in: the failover
+/// configuration with replica clocks one tick apart (`replica_skew` 1), so that the wait is
+/// `lease_ttl + 2` ticks and a wait without its 2δ ends two ticks early.
+pub fn failover_wait_config(base: &Config) -> Config {
+    Config {
+        replica_skew: 1,
+        ..failover_config(base)
+    }
+}
 
 /// The runner whose claim in `s` (of `model`) would take a job were it not for the wait after a
 /// failover, if one would: the model rejects it `no_queued_job`, an implementation without the
@@ -425,36 +459,62 @@ pub fn claim_held_by_the_wait(model: &LeaseModel, s: &State) -> Option<RunnerId>
     })
 }
 
-/// Probes of the failover `walks` (of `model`): each walk cut at its first state where a claim
-/// waits after the failover ([`claim_held_by_the_wait`]), then that claim (the model's verdict:
-/// rejected `no_queued_job`, nothing changes). At most [`FAILOVER_WAIT_PROBES`].
+/// The runner whose claim in `s` (of `model`) takes a job at the very end of the wait after a
+/// failover (the receipt time is the wait's end), if one does: the model accepts it, an
+/// implementation whose wait lasts a moment longer rejects it `no_queued_job`.
+pub fn claim_at_the_end_of_the_wait(model: &LeaseModel, s: &State) -> Option<RunnerId> {
+    if s.epoch == 0 || s.epoch_wait == 0 || LeaseModel::now(s) != s.epoch_wait {
+        return None;
+    }
+    (0..s.runners.len() as RunnerId).find(|&r| model.claimable_job(s, r).is_some())
+}
+
+/// Probes of the failover `walks` (of `model`), on both sides of the end of the wait:
+/// - `probe-failover-wait-*`: each walk cut at its last state where a claim waits
+///   ([`claim_held_by_the_wait`]), then that claim (the model's verdict: rejected
+///   `no_queued_job`, nothing changes); those nearest the wait's end first, so that a wait that
+///   ends early (without its 2δ) takes a job in them;
+/// - `probe-failover-wait-end-*`: each walk cut at its first state at the wait's very end where a
+///   claim takes a job ([`claim_at_the_end_of_the_wait`]), then that claim (accepted).
+///
+/// At most [`FAILOVER_WAIT_PROBES`] of each.
 pub fn failover_wait_probes(
     model: &LeaseModel,
     walks: &[Generated<LeaseModel>],
 ) -> Vec<Generated<LeaseModel>> {
-    let mut probes = Vec::new();
-    for walk in walks {
-        let Some((at, runner)) = walk
-            .steps
-            .iter()
-            .enumerate()
-            .find_map(|(i, (_, after))| Some((i, claim_held_by_the_wait(model, after)?)))
-        else {
-            continue;
-        };
-        let mut probe = walk.clone();
-        probe.steps.truncate(at + 1);
-        let claim = Action::Claim { runner };
-        let Some(after) = probe::apply(model, &probe.steps[at].1, &claim) else {
-            continue;
-        };
-        probe.steps.push((claim, after));
-        probe.name = format!("probe-failover-wait-{}", probes.len());
-        probes.push(probe);
-        if probes.len() == FAILOVER_WAIT_PROBES {
-            break;
-        }
-    }
+    let mut probes = probes_where(
+        model,
+        walks,
+        "probe-failover-wait",
+        FAILOVER_WAIT_PROBES,
+        |walk| {
+            let (at, runner, s) = walk
+                .steps
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, (_, s))| Some((i, claim_held_by_the_wait(model, s)?, s)))?;
+            let left = u16::from(s.epoch_wait) - u16::from(LeaseModel::now(s));
+            Some((at, Action::Claim { runner }, left))
+        },
+    );
+    probes.extend(probes_where(
+        model,
+        walks,
+        "probe-failover-wait-end",
+        FAILOVER_WAIT_PROBES,
+        |walk| {
+            walk.steps.iter().enumerate().find_map(|(i, (_, s))| {
+                Some((
+                    i,
+                    Action::Claim {
+                        runner: claim_at_the_end_of_the_wait(model, s)?,
+                    },
+                    0,
+                ))
+            })
+        },
+    ));
     probes
 }
 
@@ -816,7 +876,7 @@ pub fn generate(selection: &Selection) -> Result<Vec<Batch>, String> {
             ),
             (
                 !model.config.failover,
-                failover_config(&model.config),
+                failover_wait_config(&model.config),
                 0xfa11_0e4e,
                 FAILOVER_POOL_STEPS,
                 failover_wait_probes,
@@ -1283,6 +1343,53 @@ mod tests {
             assert_eq!(*last, Action::ExpirySweep);
             assert!(expired_within_sweep_margin(&batch.model, before));
         }
+        // And claims on both sides of the end of the wait after a failover, with δ one tick:
+        // held ones at the wait's last tick (where a wait without its 2δ has ended), and ones at
+        // its very end that take a job.
+        let wait = |prefix: &str| -> Vec<_> {
+            probes
+                .iter()
+                .flat_map(|b| b.traces.iter().map(move |t| (b, t)))
+                .filter(|(_, t)| {
+                    t.name.starts_with(prefix) && t.name[prefix.len()..].parse::<usize>().is_ok()
+                })
+                .collect()
+        };
+        let (held, end) = (
+            wait("probe-failover-wait-"),
+            wait("probe-failover-wait-end-"),
+        );
+        assert_eq!(held.len(), FAILOVER_WAIT_PROBES);
+        assert_eq!(end.len(), FAILOVER_WAIT_PROBES);
+        for (batch, trace) in held.iter().chain(&end) {
+            assert_eq!(batch.model.config.replica_skew, 1);
+            assert!(batch.model.config.failover);
+            let [.., (_, before), (last, after)] = trace.steps.as_slice() else {
+                panic!("{} is too short", trace.name);
+            };
+            let Action::Claim { runner } = *last else {
+                panic!("{} does not end with a claim", trace.name);
+            };
+            let is_end = trace.name.starts_with("probe-failover-wait-end-");
+            if is_end {
+                assert_eq!(
+                    claim_at_the_end_of_the_wait(&batch.model, before),
+                    Some(runner)
+                );
+                assert!(
+                    after.attempts.len() > before.attempts.len(),
+                    "{}",
+                    trace.name
+                );
+            } else {
+                assert_eq!(claim_held_by_the_wait(&batch.model, before), Some(runner));
+                assert_eq!(after, before, "{}", trace.name);
+            }
+        }
+        assert!(held.iter().all(|(_, t)| {
+            let before = &t.steps[t.steps.len() - 2].1;
+            LeaseModel::now(before) + 1 == before.epoch_wait
+        }));
         assert!(replica.iter().any(|t| has_step(t, |_, a, _| matches!(
             a,
             Action::ReplicaClock { offset } if *offset != 0

@@ -590,14 +590,18 @@ async fn version_5_replays_every_class() {
     );
 }
 
-/// Version 5's failovers catch an implementation whose tokens do not carry the epoch, and one
-/// whose claims do not wait after a failover: over the Python example with its seeded bugs
-/// (`LEASEWRIGHT_EXAMPLE_BUG=failover-without-epoch`, `failover-without-wait`) the walks through
-/// a failover diverge on the new epoch's fence, the claims held by the wait on their verdict,
-/// where the unmodified example agrees with the model on both.
+/// Version 5's failovers catch an implementation whose tokens do not carry the epoch, one whose
+/// claims do not wait after a failover, and one whose wait leaves out its 2δ: over the Python
+/// example with its seeded bugs (`LEASEWRIGHT_EXAMPLE_BUG=failover-without-epoch`,
+/// `failover-without-wait`, `failover-wait-without-skew`) the walks through a failover (with
+/// replica clocks one tick apart, as the probe suite's) diverge on the new epoch's fence, the
+/// claims held by the wait on their verdict, where the unmodified example agrees with the model
+/// on all of them and on the claims at the wait's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_without_epoch_or_wait_is_caught_over_the_driver_protocol() {
-    let model = Arc::new(LeaseModel::new(select::failover_config(&Config::one_job())));
+    let model = Arc::new(LeaseModel::new(select::failover_wait_config(
+        &Config::one_job(),
+    )));
     let pool = random_walks(model.as_ref(), 5, 6_000, 30);
     // Walks that claim in the new epoch (after the wait), cut after that claim.
     let walks: Vec<_> = pool
@@ -631,6 +635,10 @@ async fn a_failover_without_epoch_or_wait_is_caught_over_the_driver_protocol() {
     for (bug, wanted) in [
         ("failover-without-epoch", "fence: expected 33"),
         ("failover-without-wait", "expected rejected (no_queued_job)"),
+        (
+            "failover-wait-without-skew",
+            "expected rejected (no_queued_job)",
+        ),
     ] {
         let command = format!("LEASEWRIGHT_EXAMPLE_BUG={bug} {}", example());
         let outcome = suite::run(

@@ -134,6 +134,8 @@ async fn the_history_check_catches_the_implementations_mutants() {
             mutant,
             Mutant::ClaimIgnoresEpoch
                 | Mutant::ClaimWithoutWait
+                | Mutant::WaitWithoutClockSkew
+                | Mutant::WaitEndsLate
                 | Mutant::SweepAtOneSkew
                 | Mutant::PruneGuardReadsOwnPosition
                 | Mutant::CacheReadLosesPrunedStorer

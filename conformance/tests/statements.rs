@@ -252,6 +252,39 @@ async fn a_claim_without_the_wait_is_caught_by_the_claims_held_by_the_wait() {
     caught(model, probes, Mutant::ClaimWithoutWait).await;
 }
 
+/// Issue 39: with replica clocks one tick apart the wait after a failover is `lease_ttl + 2δ`;
+/// a wait without its 2δ has ended at its last tick, where the claims held by the wait
+/// (`select::failover_wait_probes` in `select::failover_wait_config`, as every probe suite sends
+/// them) must still take nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_without_its_clock_skew_is_caught_by_the_claims_held_at_its_last_tick() {
+    caught_by_wait_probes("probe-failover-wait-", Mutant::WaitWithoutClockSkew).await;
+}
+
+/// Issue 39: a claim received at the very end of the wait after a failover takes a job (the
+/// wait is `now < began_at + ttl + 2δ`); a wait that lasts a moment longer refuses it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_ends_late_is_caught_by_the_claims_at_its_end() {
+    caught_by_wait_probes("probe-failover-wait-end-", Mutant::WaitEndsLate).await;
+}
+
+/// `mutant` caught by the probes of the failover wait configuration named `prefix` and a number.
+async fn caught_by_wait_probes(prefix: &str, mutant: Mutant) {
+    use leasewright_conformance::select::{failover_wait_config, failover_wait_probes};
+    let model = LeaseModel::new(failover_wait_config(&Config::one_job()));
+    let walks = random_walks(&model, 5, 6_000, 30);
+    let probes: Vec<_> = failover_wait_probes(&model, &walks)
+        .into_iter()
+        .filter(|p| {
+            p.name
+                .strip_prefix(prefix)
+                .is_some_and(|n| n.parse::<usize>().is_ok())
+        })
+        .collect();
+    assert!(!probes.is_empty(), "no {prefix}* probe");
+    caught(model, probes, mutant).await;
+}
+
 /// Issue 39 item 7: replica clocks one tick apart (δ recorded in the trace's own schema). A sweep
 /// sent where a lease has expired by less than 2δ must take nothing; a sweep that acts δ past a
 /// lease takes the job there (the probes of `select::replica_sweep_probes`, as every probe suite

@@ -36,6 +36,10 @@ departure from the specification, so that a test can show the conformance suite 
     failover-without-wait        §2 "Epochs": the new epoch's first claim records the epoch and
                                  takes nothing, but the claims after it do not wait for the
                                  earlier epoch's leases to expire. Only a failover can show it.
+    failover-wait-without-skew   §2 "Epochs", §3.1: the wait after a failover lasts the lease ttl
+                                 only, not ttl + 2δ: a replica whose clock runs behind still
+                                 renews a lease of the earlier epoch when the claims resume. Only
+                                 a failover with replica clocks (δ > 0) can show it.
 """
 
 import copy
@@ -244,8 +248,9 @@ class ControlPlane:
             self.epoch_began[self.epoch] = now
             raise Rejected("no_queued_job")
         began = self.epoch_began.get(self.epoch)
+        margin = 0 if SEEDED_BUG == "failover-wait-without-skew" else 2 * self.max_clock_skew
         if began is not None and SEEDED_BUG != "failover-without-wait" \
-                and now < began + self.lease_ttl + 2 * self.max_clock_skew:
+                and now < began + self.lease_ttl + margin:
             # Until every lease of the earlier epochs has expired by every replica's clock, the
             # wait looks like an empty queue.
             raise Rejected("no_queued_job")

@@ -93,6 +93,16 @@ pub enum Mutant {
     /// takes a job in the current epoch; `conform`'s claims held by the wait
     /// (`probe-failover-wait-*`) kill it.
     ClaimWithoutWait,
+    /// Issue 39: the wait after an epoch change leaves out its 2δ: a claim during the wait takes
+    /// a job once `began_at + max_lease_ttl` has passed (the claim's epoch taken from the epoch's
+    /// row when `claim_epoch` answers NULL past that point); `conform`'s claims held at the
+    /// wait's last tick, in the failover walks with replica clocks (`probe-failover-wait-*`),
+    /// kill it.
+    WaitWithoutClockSkew,
+    /// Issue 39: the wait after an epoch change lasts a moment too long: a claim received at its
+    /// very end (`began_at + max_lease_ttl + 2δ`) takes nothing (`<=` for `<`); `conform`'s claims
+    /// at the wait's end (`probe-failover-wait-end-*`) kill it.
+    WaitEndsLate,
     /// Issue 39 item 7: the expiry sweep acts δ past a lease instead of 2δ (its margin's factor 2
     /// dropped), so with replicas' clocks apart it can make a job uncertain while another
     /// replica still renews its lease; `conform`'s replica-clock walks kill it.
@@ -110,7 +120,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 31] = [
+    pub const ALL: [Mutant; 33] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -139,6 +149,8 @@ impl Mutant {
         Mutant::BatchStopsAtBusySlot,
         Mutant::ClaimIgnoresEpoch,
         Mutant::ClaimWithoutWait,
+        Mutant::WaitWithoutClockSkew,
+        Mutant::WaitEndsLate,
         Mutant::SweepAtOneSkew,
         Mutant::PruneGuardReadsOwnPosition,
         Mutant::CacheReadLosesPrunedStorer,
@@ -150,110 +162,147 @@ impl Mutant {
         Mutant::ALL[..9].contains(&self)
     }
 
-    /// The one change this mutant makes to one statement: (statement, text, replacement), the
-    /// text occurring exactly once in the statement.
-    fn substitution(self) -> Option<(&'static str, &'static str, &'static str)> {
-        Some(match self {
-            Mutant::CancelledResultWhileRunning => (
+    /// The change this mutant makes to a statement: (statement, text, replacement), the text
+    /// occurring exactly once in the statement; one statement, or each statement that calls one
+    /// server-side function the mutant stands for a slip in.
+    fn substitutions(self) -> &'static [(&'static str, &'static str, &'static str)] {
+        match self {
+            Mutant::CancelledResultWhileRunning => &[(
                 "attempt_commit_result_if_current",
                 "OR (j.state = 'cancelling' AND $7 = 'cancelled'))",
                 "OR $7 = 'cancelled')",
-            ),
-            Mutant::AttemptLookupIgnoresJob => (
+            )],
+            Mutant::AttemptLookupIgnoresJob => &[(
                 "attempt_select_of_job",
                 "WHERE id = $1 AND job_id = $2",
                 "WHERE id = $1",
-            ),
-            Mutant::RejoinMissesCancel => (
+            )],
+            Mutant::RejoinMissesCancel => &[(
                 "attempt_authorize_rejoin",
                 "j.state = 'cancelling' AS cancel",
                 "j.state = 'cancelled' AS cancel",
-            ),
+            )],
             Mutant::ObservationRunnerTimeIsReceipt => {
-                ("observation_record", "$7, $8, $9, $10", "$7, $8, $8, $10")
+                &[("observation_record", "$7, $8, $9, $10", "$7, $8, $8, $10")]
             }
-            Mutant::ClaimTakesLatestJob => (
+            Mutant::ClaimTakesLatestJob => &[(
                 "claim",
                 "ORDER BY j.submitted_seq",
                 "ORDER BY j.submitted_seq DESC",
-            ),
-            Mutant::CancelOnUncertainRequests => (
+            )],
+            Mutant::CancelOnUncertainRequests => &[(
                 "job_request_cancel_if_running",
                 "AND state = 'running'",
                 "AND state IN ('running', 'uncertain')",
-            ),
-            Mutant::AbortWithoutUncertain => (
+            )],
+            Mutant::AbortWithoutUncertain => &[(
                 "job_abort_if_uncertain_and_stopped",
                 "AND j.state = 'uncertain'",
                 "AND j.state IN ('uncertain', 'running')",
-            ),
-            Mutant::IdempotentRepeatReapplies => (
+            )],
+            Mutant::IdempotentRepeatReapplies => &[(
                 "target_idempotent_apply_once",
                 "DO NOTHING",
                 "DO UPDATE SET applied_at = EXCLUDED.applied_at",
-            ),
-            Mutant::FencedTargetRefusesSameToken => (
+            )],
+            Mutant::FencedTargetRefusesSameToken => &[(
                 "target_fenced_apply_if_not_stale",
                 "highest_slot_token <= $2",
                 "highest_slot_token < $2",
-            ),
-            Mutant::GlobalSweepNoOp => (
+            )],
+            Mutant::GlobalSweepNoOp => &[(
                 "job_make_uncertain_if_lease_expired",
                 "AND ($2::uuid IS NULL OR j.project_id = $2)",
                 "AND j.project_id = $2",
-            ),
-            Mutant::BatchResultsReverseOrder => (
+            )],
+            Mutant::BatchResultsReverseOrder => &[(
                 "attempt_commit_results_if_current",
                 "ORDER BY i.job, i.position\n",
                 "ORDER BY i.job, i.position DESC\n",
-            ),
-            Mutant::BatchResultCancelledWhileRunning => (
+            )],
+            Mutant::BatchResultCancelledWhileRunning => &[(
                 "attempt_commit_results_if_current",
                 "OR (j.state = 'cancelling' AND i.outcome = 'cancelled'))",
                 "OR i.outcome = 'cancelled')",
-            ),
-            Mutant::CacheKeepsFirstStorer => (
+            )],
+            Mutant::CacheKeepsFirstStorer => &[(
                 "cache_entry_put",
                 "stored_by_attempt = EXCLUDED.stored_by_attempt, ",
                 "",
-            ),
-            Mutant::SweepAtOneSkew => (
+            )],
+            Mutant::SweepAtOneSkew => &[(
                 "job_make_uncertain_if_lease_expired",
                 "AND a.lease_expiry <= $1 - 2 * coalesce(",
                 "AND a.lease_expiry <= $1 - coalesce(",
-            ),
-            Mutant::ClaimIgnoresEpoch => (
+            )],
+            Mutant::ClaimIgnoresEpoch => &[(
                 "claim",
                 "SELECT claim_epoch($3) * 4294967296 AS base",
                 "SELECT claim_epoch($3) * 0 AS base",
-            ),
-            Mutant::ClaimWithoutWait => (
+            )],
+            Mutant::ClaimWithoutWait => &[(
                 "claim",
                 "SELECT claim_epoch($3) * 4294967296 AS base",
                 "SELECT coalesce(claim_epoch($3), current_epoch()) * 4294967296 AS base",
-            ),
-            Mutant::BatchStopsAtBusySlot => (
+            )],
+            // A slip in the function `claim_epoch` (impl/sql/functions/claim.sql), made in both
+            // statements that call it: the claim, and the job-by-job path's `claim_epoch`.
+            Mutant::WaitWithoutClockSkew => &[
+                (
+                    "claim",
+                    "SELECT claim_epoch($3) * 4294967296 AS base",
+                    "SELECT coalesce(claim_epoch($3), (SELECT e.epoch \
+                     FROM epochs AS e, lease_policy AS p WHERE e.epoch = current_epoch() AND p.id \
+                     AND $3 >= e.began_at + p.max_lease_ttl)) * 4294967296 AS base",
+                ),
+                (
+                    "claim_epoch",
+                    "SELECT claim_epoch($1) AS epoch",
+                    "SELECT coalesce(claim_epoch($1), (SELECT e.epoch \
+                     FROM epochs AS e, lease_policy AS p WHERE e.epoch = current_epoch() AND p.id \
+                     AND $1 >= e.began_at + p.max_lease_ttl)) AS epoch",
+                ),
+            ],
+            Mutant::WaitEndsLate => &[
+                (
+                    "claim",
+                    "SELECT claim_epoch($3) * 4294967296 AS base",
+                    "SELECT (CASE WHEN EXISTS (SELECT 1 FROM epochs AS e, lease_policy AS p \
+                     WHERE e.epoch = current_epoch() AND p.id \
+                     AND $3 = e.began_at + p.max_lease_ttl + 2 * p.max_clock_skew) \
+                     THEN NULL ELSE claim_epoch($3) END) * 4294967296 AS base",
+                ),
+                (
+                    "claim_epoch",
+                    "SELECT claim_epoch($1) AS epoch",
+                    "SELECT CASE WHEN EXISTS (SELECT 1 FROM epochs AS e, lease_policy AS p \
+                     WHERE e.epoch = current_epoch() AND p.id \
+                     AND $1 = e.began_at + p.max_lease_ttl + 2 * p.max_clock_skew) \
+                     THEN NULL ELSE claim_epoch($1) END AS epoch",
+                ),
+            ],
+            Mutant::BatchStopsAtBusySlot => &[(
                 "claim",
                 "WHERE (SELECT count(*) FROM head_free) < $2",
                 "WHERE false",
-            ),
-            Mutant::PruneGuardReadsOwnPosition => (
+            )],
+            Mutant::PruneGuardReadsOwnPosition => &[(
                 "job_lock_finished_before",
                 "\n              AND ledger.last_record <= coalesce($2, -1)))",
                 "))",
-            ),
-            Mutant::CacheReadLosesPrunedStorer => (
+            )],
+            Mutant::CacheReadLosesPrunedStorer => &[(
                 "cache_entry_select_storer",
                 "LEFT JOIN attempts",
                 "JOIN attempts",
-            ),
-            Mutant::RevokedRunnerAuthenticates => (
+            )],
+            Mutant::RevokedRunnerAuthenticates => &[(
                 "runner_select_token_hash",
                 "WHERE id = $1 AND revoked_at IS NULL",
                 "WHERE id = $1",
-            ),
-            _ => return None,
-        })
+            )],
+            _ => &[],
+        }
     }
 
     /// The guard label this mutant removes, and from which statements (`None`: all).
@@ -308,9 +357,13 @@ pub(crate) fn statement_text(mutant: Option<Mutant>, statement: Statement) -> &'
     let Some(mutant) = mutant else {
         return statement.text;
     };
-    let changed = match (mutant.substitution(), mutant.removed_guard()) {
-        (Some((name, _, _)), _) if name != statement.name => return statement.text,
+    let substitution = mutant
+        .substitutions()
+        .iter()
+        .find(|(name, _, _)| *name == statement.name);
+    let changed = match (substitution, mutant.removed_guard()) {
         (Some(_), _) => true,
+        (None, _) if !mutant.substitutions().is_empty() => return statement.text,
         (None, Some((_, Some(names)))) if !names.contains(&statement.name) => {
             return statement.text
         }
@@ -324,7 +377,7 @@ pub(crate) fn statement_text(mutant: Option<Mutant>, statement: Statement) -> &'
     let cache = CACHE.get_or_init(Cache::default);
     let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
     cache.entry((mutant, statement.name)).or_insert_with(|| {
-        let text = match (mutant.substitution(), mutant.removed_guard()) {
+        let text = match (substitution, mutant.removed_guard()) {
             (Some((_, from, to)), _) => {
                 let original = changeable_text(statement);
                 assert_eq!(
