@@ -360,40 +360,64 @@ const REPLICA_SWEEP_POOL_STEPS: usize = 4_000;
 /// Whether some leased job's current attempt in `s` has expired, by the clock serving `s`, by at
 /// least one tick but less than the sweep's margin (2δ): a sweep there must take nothing.
 pub fn expired_within_sweep_margin(model: &LeaseModel, s: &State) -> bool {
-    let now = u16::from(LeaseModel::now(s));
-    let margin = u16::from(model.sweep_margin());
-    s.jobs.iter().any(|job| {
-        job.state.is_leased()
-            && job.current.is_some_and(|a| {
-                let a = &s.attempts[a as usize];
-                let expiry = u16::from(a.lease_expiry);
-                a.state == leasewright_model::AttemptState::Active
-                    && now > expiry
-                    && now < expiry + margin
-            })
+    let (now, margin) = now_and_sweep_margin(model, s);
+    active_lease_expiries(s).any(|expiry| now > expiry && now < expiry + margin)
+}
+
+/// Whether some leased job's current attempt in `s` has expired, by the clock serving `s`, by
+/// exactly the sweep's margin (2δ), its expiry known exactly (above the time origin): a sweep
+/// there must take it.
+pub fn expired_by_the_sweep_margin(model: &LeaseModel, s: &State) -> bool {
+    let (now, margin) = now_and_sweep_margin(model, s);
+    active_lease_expiries(s).any(|expiry| expiry > 0 && now == expiry + margin)
+}
+
+/// The time serving `s` and the sweep's margin of `model`, in ticks.
+fn now_and_sweep_margin(model: &LeaseModel, s: &State) -> (u16, u16) {
+    (
+        u16::from(LeaseModel::now(s)),
+        u16::from(model.sweep_margin()),
+    )
+}
+
+/// The lease expiry of each leased job's current attempt in `s` that is still active.
+fn active_lease_expiries(s: &State) -> impl Iterator<Item = u16> + '_ {
+    s.jobs.iter().filter_map(|job| {
+        let a = &s.attempts[job.current? as usize];
+        (job.state.is_leased() && a.state == leasewright_model::AttemptState::Active)
+            .then_some(u16::from(a.lease_expiry))
     })
 }
 
-/// Probes of the replica-clock `walks` (of `model`): each walk cut at its first state where a
-/// lease expired within the sweep's margin, then an expiry sweep (the model's verdict: accepted,
-/// nothing swept). At most [`REPLICA_SWEEP_PROBES`].
+/// Probes of the replica-clock `walks` (of `model`), on both sides of the end of the sweep's
+/// margin:
+/// - `probe-replica-sweep-*`: each walk cut at its first state where a lease expired within the
+///   margin ([`expired_within_sweep_margin`]), then an expiry sweep (the model's verdict:
+///   accepted, nothing swept);
+/// - `probe-replica-sweep-end-*`: each walk cut at its first state where a lease expired by
+///   exactly the margin ([`expired_by_the_sweep_margin`]), then an expiry sweep (it takes the
+///   job: a sweep that acts a moment later takes nothing).
+///
+/// At most [`REPLICA_SWEEP_PROBES`] of each.
 pub fn replica_sweep_probes(
     model: &LeaseModel,
     walks: &[Generated<LeaseModel>],
 ) -> Vec<Generated<LeaseModel>> {
-    probes_where(
-        model,
-        walks,
-        "probe-replica-sweep",
-        REPLICA_SWEEP_PROBES,
-        |walk| {
+    let sweep_where = |prefix: &str, wanted: fn(&LeaseModel, &State) -> bool| {
+        probes_where(model, walks, prefix, REPLICA_SWEEP_PROBES, |walk| {
             let at = walk
                 .steps
                 .iter()
-                .position(|(_, after)| expired_within_sweep_margin(model, after))?;
+                .position(|(_, after)| wanted(model, after))?;
             Some((at, Action::ExpirySweep, 0))
-        },
-    )
+        })
+    };
+    let mut probes = sweep_where("probe-replica-sweep", expired_within_sweep_margin);
+    probes.extend(sweep_where(
+        "probe-replica-sweep-end",
+        expired_by_the_sweep_margin,
+    ));
+    probes
 }
 
 /// Probes of `walks`: each walk cut after the step `pick` chooses, then the action `pick` names
@@ -1335,13 +1359,19 @@ mod tests {
             .flat_map(|b| b.traces.iter().map(move |t| (b, t)))
             .filter(|(_, t)| t.name.starts_with("probe-replica-sweep-"))
             .collect();
-        assert_eq!(sweeps.len(), REPLICA_SWEEP_PROBES);
+        assert_eq!(sweeps.len(), 2 * REPLICA_SWEEP_PROBES);
         for (batch, trace) in sweeps {
-            let [.., (_, before), (last, _)] = trace.steps.as_slice() else {
+            let [.., (_, before), (last, after)] = trace.steps.as_slice() else {
                 panic!("{} is too short", trace.name);
             };
             assert_eq!(*last, Action::ExpirySweep);
-            assert!(expired_within_sweep_margin(&batch.model, before));
+            if trace.name.starts_with("probe-replica-sweep-end-") {
+                assert!(expired_by_the_sweep_margin(&batch.model, before));
+                assert_ne!(before.jobs, after.jobs, "{} sweeps nothing", trace.name);
+            } else {
+                assert!(expired_within_sweep_margin(&batch.model, before));
+                assert_eq!(before.jobs, after.jobs, "{} sweeps a job", trace.name);
+            }
         }
         // And claims on both sides of the end of the wait after a failover, with δ one tick:
         // held ones at the wait's last tick (where a wait without its 2δ has ended), and ones at

@@ -137,6 +137,7 @@ async fn the_history_check_catches_the_implementations_mutants() {
                 | Mutant::WaitWithoutClockSkew
                 | Mutant::WaitEndsLate
                 | Mutant::SweepAtOneSkew
+                | Mutant::SweepEndsLate
                 | Mutant::PruneGuardReadsOwnPosition
                 | Mutant::CacheReadLosesPrunedStorer
         ) {

@@ -298,6 +298,21 @@ async fn a_sweep_at_one_skew_is_caught_by_replica_clocks() {
     caught(model, probes, Mutant::SweepAtOneSkew).await;
 }
 
+/// Issue 39: a lease expired by exactly 2δ is swept (`lease_expiry <= now - 2δ`); a sweep that
+/// acts a moment later takes nothing there (the probes of `select::replica_sweep_probes` at the
+/// margin's end, `probe-replica-sweep-end-*`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_that_ends_late_is_caught_by_the_sweeps_at_the_margins_end() {
+    use leasewright_conformance::select::{replica_clock_config, replica_sweep_probes};
+    let model = LeaseModel::new(replica_clock_config(&Config::one_job()));
+    let walks = random_walks(&model, 7, 4_000, 40);
+    let probes: Vec<_> = replica_sweep_probes(&model, &walks)
+        .into_iter()
+        .filter(|p| p.name.starts_with("probe-replica-sweep-end-"))
+        .collect();
+    caught(model, probes, Mutant::SweepEndsLate).await;
+}
+
 /// Issue 39 item 7: walks pruned between their jobs (the in-process driver audits the trace's
 /// ledger, records the watermark, prunes every finished job and audits `--since` the watermark).
 /// A prune whose audited guard reads the job's own position prunes a job finished after the

@@ -107,6 +107,11 @@ pub enum Mutant {
     /// dropped), so with replicas' clocks apart it can make a job uncertain while another
     /// replica still renews its lease; `conform`'s replica-clock walks kill it.
     SweepAtOneSkew,
+    /// Issue 39: the expiry sweep acts a moment after its margin ends (`<` for `<=`): a lease
+    /// expired by exactly 2δ is not swept; `conform`'s sweeps at the margin's end
+    /// (`probe-replica-sweep-end-*`) kill it (so does any walk that sweeps at the very moment a
+    /// lease becomes sweepable).
+    SweepEndsLate,
     /// Issue 39 item 7: the prune's audited guard reads the job's own ledger position instead of
     /// its last record's (`AND ledger.last_record <= …` dropped), so a finished job whose result
     /// lies above the audit watermark is pruned without `--unaudited`; `conform`'s pruned walks
@@ -120,7 +125,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 33] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::NoFencePredicateOnCompletion,
         Mutant::NoLeasePredicate,
         Mutant::HeartbeatIgnoresExpiry,
@@ -152,6 +157,7 @@ impl Mutant {
         Mutant::WaitWithoutClockSkew,
         Mutant::WaitEndsLate,
         Mutant::SweepAtOneSkew,
+        Mutant::SweepEndsLate,
         Mutant::PruneGuardReadsOwnPosition,
         Mutant::CacheReadLosesPrunedStorer,
     ];
@@ -234,6 +240,11 @@ impl Mutant {
                 "job_make_uncertain_if_lease_expired",
                 "AND a.lease_expiry <= $1 - 2 * coalesce(",
                 "AND a.lease_expiry <= $1 - coalesce(",
+            )],
+            Mutant::SweepEndsLate => &[(
+                "job_make_uncertain_if_lease_expired",
+                "AND a.lease_expiry <= $1 - 2 * coalesce(",
+                "AND a.lease_expiry < $1 - 2 * coalesce(",
             )],
             Mutant::ClaimIgnoresEpoch => &[(
                 "claim",
