@@ -188,6 +188,28 @@ pub struct AuditOptions {
     pub connections: usize,
 }
 
+impl AuditOptions {
+    /// A whole audit on one connection and thread (every project; a settle wait of 30 s), from
+    /// the start, or `--since` a watermark with the witness the run that printed it wrote: the
+    /// audits of a prune between jobs.
+    pub fn whole(since: Option<(chain::Watermark, witness::Witness)>) -> AuditOptions {
+        let (since, since_token, since_witness) = match since {
+            Some((token, witness)) => (Some(token.position), Some(token), Some(witness)),
+            None => (None, None, None),
+        };
+        AuditOptions {
+            project: None,
+            since,
+            batch: 2000,
+            since_token,
+            settle_timeout: Some(std::time::Duration::from_secs(30)),
+            since_witness,
+            threads: 1,
+            connections: 1,
+        }
+    }
+}
+
 /// Progress of a long audit.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress {
@@ -247,6 +269,29 @@ impl AuditReport {
     /// No violation and every record judged: a job that could not be judged is never clean.
     pub fn is_clean(&self) -> bool {
         self.violations.is_empty() && self.unauditable.is_empty()
+    }
+
+    /// What the run found, one line each, empty when it is clean and its watermark settled: its
+    /// violations (kind, detail, record), the jobs it could not judge, an unsettled watermark.
+    /// What a prune between jobs checks (the conformance suite's, and a manual-clock server's
+    /// test hooks').
+    pub fn findings(&self) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .violations
+            .iter()
+            .map(|v| format!("{}: {} ({})", v.kind.as_str(), v.detail, v.record))
+            .collect();
+        found.extend(
+            self.unauditable
+                .iter()
+                .map(|(_, why)| format!("unauditable: {why}")),
+        );
+        found.extend(
+            self.watermark_unsettled
+                .iter()
+                .map(|why| format!("the watermark is not settled: {why}")),
+        );
+        found
     }
 
     /// The summary's verdict.

@@ -35,8 +35,10 @@ pub struct ServeArgs {
     /// Lease time-to-live in seconds.
     #[arg(long, default_value_t = 30.0)]
     lease_ttl: f64,
-    /// TEST ONLY: run on a manual clock and add POST /v1/test/clock; the expiry sweep then runs
-    /// only on POST /v1/sweep. Routes the demonstration targets too (--demo-targets).
+    /// TEST ONLY: run on a manual clock and add the test hooks POST /v1/test/clock,
+    /// /v1/test/replicate and /v1/test/failover (a failover replayed: the database goes back to
+    /// its last replicate); the expiry sweep then runs only on POST /v1/sweep. Routes the
+    /// demonstration targets too (--demo-targets).
     #[arg(long)]
     manual_clock: bool,
     /// A DEMONSTRATION: route POST /v1/targets/{slot}/deploy, the demonstration targets (rule

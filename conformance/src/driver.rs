@@ -282,6 +282,35 @@ impl ClaimedJob {
     }
 }
 
+/// The model's fence or slot token of an implementation's `token`, in a trace whose first tokens
+/// are of epoch `first_epoch`: its epoch counted from the trace's first ([`model::EPOCH_BASE`] a
+/// step), plus its generation (a token the model cannot hold is the implementation's divergence).
+/// 0 is no token (a job no claim took yet has fence 0) in every epoch. The one mapping every
+/// driver makes ([`token_to_impl`] inverts it).
+pub fn token_to_model(first_epoch: i64, token: i64) -> Result<u8, DriverError> {
+    use leasewright_impl::epoch::{epoch_of, generation_of};
+    if token == 0 {
+        return Ok(0);
+    }
+    (epoch_of(token) - first_epoch)
+        .checked_mul(i64::from(leasewright_model::EPOCH_BASE))
+        .and_then(|e| e.checked_add(generation_of(token)))
+        .and_then(|t| u8::try_from(t).ok())
+        .ok_or_else(|| {
+            DriverError::Implementation(format!("fence or slot token {token} out of range"))
+        })
+}
+
+/// The implementation's fence or slot token of the model's `token` ([`token_to_model`]).
+pub fn token_to_impl(first_epoch: i64, token: u8) -> i64 {
+    if token == 0 {
+        return 0;
+    }
+    let base = i64::from(leasewright_model::EPOCH_BASE);
+    ((first_epoch + i64::from(token) / base) << leasewright_impl::epoch::EPOCH_SHIFT)
+        + i64::from(token) % base
+}
+
 /// The payload label of a message: what it carries beyond its tuple (a result's outcome and the
 /// digest the drivers send with it, [`result_digest`]: the model's runners report
 /// digest 0, its probes also another digest of the same outcome).

@@ -286,8 +286,9 @@ pub fn failover_config(base: &Config) -> Config {
 
 /// How many walks with a failover every random suite replays at most (`random-failover-*`, their
 /// steps taken from the main configuration's share of `--steps`, at most [`FAILOVER_SHARE`]
-/// percent of it), and the steps of the walks they are chosen from. Only the in-process driver
-/// replays them (`suite::LeftOut::Failover`).
+/// percent of it), and the steps of the walks they are chosen from. The in-process driver,
+/// version 5 of the driver protocol and the HTTP driver (through a server's failover test hooks)
+/// replay them (`suite::LeftOut::Failover`).
 pub const FAILOVER_WALKS: usize = 12;
 /// The largest share (in percent) of `--steps` the failover walks take.
 pub const FAILOVER_SHARE: usize = 5;
@@ -586,8 +587,9 @@ pub fn prune_config(base: &Config) -> Config {
 
 /// How many walks pruned between their jobs every random suite replays at most
 /// (`random-prune-*`, their steps taken from the main configuration's share of `--steps`, at most
-/// [`PRUNE_SHARE`] percent of it), and the steps of the walks they are chosen from. Only the
-/// in-process driver prunes; the other drivers replay them as the walks they are.
+/// [`PRUNE_SHARE`] percent of it), and the steps of the walks they are chosen from. The
+/// in-process driver prunes, and so do version 4 of the driver protocol and the HTTP driver on
+/// servers with the prune's test hooks; elsewhere they replay as the walks they are.
 pub const PRUNE_WALKS: usize = 12;
 /// The largest share (in percent) of `--steps` the pruned walks take.
 pub const PRUNE_SHARE: usize = 5;
@@ -621,6 +623,32 @@ fn walks_with_a_prune(
     planned.sort_by_key(|(_, rank)| std::cmp::Reverse(*rank));
     let walks = within_budget(planned.into_iter().map(|(w, _)| w), budget, PRUNE_WALKS);
     renamed(walks, crate::drivers::prune::PREFIX)
+}
+
+/// The walks the random suite of one job (`--suite random --steps 15000 --walk-len 40`) prunes
+/// between their jobs with `seed`, with their model: what the tests of each driver's prune
+/// replay.
+pub fn random_prune_walks(seed: u64) -> Result<Option<Batch>, String> {
+    prune_walks(&Selection {
+        suite: Suite::Random,
+        config: Config::one_job(),
+        seed,
+        steps: 15_000,
+        walk_len: 40,
+        cases: 0,
+        shard: crate::shard::Shard::ALL,
+        cover_full: false,
+    })
+}
+
+/// The walks `selection`'s random suite prunes between their jobs (`random-prune-*`), with
+/// their model; `None` when it has none.
+pub fn prune_walks(selection: &Selection) -> Result<Option<Batch>, String> {
+    Ok(generate(selection)?.into_iter().find_map(|mut b| {
+        b.traces
+            .retain(|t| crate::drivers::prune::is_prune_walk(&t.name));
+        (!b.traces.is_empty()).then_some(b)
+    }))
 }
 
 /// The two-job configuration of the default suite (class 6): the configuration with two jobs.

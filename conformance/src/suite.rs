@@ -202,14 +202,31 @@ impl SuiteDriver for HttpDriver {
         self.unread().to_vec()
     }
     fn leaves_out(&self, model: &LeaseModel, trace: &Generated<LeaseModel>) -> Option<LeftOut> {
-        match in_process_only(model, trace) {
-            // Replica clocks replay on a server whose database records the trace's δ.
-            Some(LeftOut::ReplicaClocks) if self.replays_clock_skew_of(model) => None,
+        let by_class = match in_process_only(model, trace) {
+            // Failovers replay on servers with the failover's test hooks.
+            Some(LeftOut::Failover) if !self.replays_failovers() => Some(LeftOut::Failover),
+            // Replica clocks (a failover's wait among them) on a server whose database records
+            // the trace's δ.
+            Some(LeftOut::Failover | LeftOut::ReplicaClocks) => (model.config.replica_skew > 0
+                && !self.replays_clock_skew_of(model))
+            .then_some(LeftOut::ReplicaClocks),
             other => other,
-        }
+        };
+        by_class.or_else(|| {
+            (self.judges_on_demo_targets()
+                && crate::drivers::http::judged_otherwise_by_a_demo_target(trace))
+            .then_some(LeftOut::DemoTarget)
+        })
     }
     fn why_left_out(&self, why: LeftOut) -> &'static str {
         match why {
+            LeftOut::DemoTarget => {
+                "the server's demonstration targets keep their state in its database and record \
+                 only the slot token that database issued to the attempt named: a copied or \
+                 forged token is refused (403 slot_token_not_issued) where the model's target \
+                 compares tokens only, and what a failover takes back they lose; give \
+                 --target-url a target outside the server to replay them"
+            }
             LeftOut::ReplicaClocks => {
                 "replica clocks need a server whose database records the trace's δ (one tick of \
                  the model: the server's lease ttl divided by the model's; set it with \
@@ -217,14 +234,14 @@ impl SuiteDriver for HttpDriver {
                  database) beside one that records none, and no server given records it"
             }
             _ => {
-                "a failover makes the implementation's database lose its last commit: no HTTP \
-                 request does that (the in-process driver and version 5 of the driver protocol \
-                 replay failovers)"
+                "a failover makes the implementation's database lose its last commit, which an \
+                 HTTP driver asks of a server through the test hooks POST /v1/test/replicate and \
+                 POST /v1/test/failover (a manual-clock server's), and a server given has none"
             }
         }
     }
-    // Leaves out only the failovers, and the replica clocks unless a server's database records
-    // their δ: shared slots, the outsider project's jobs, the side effects of R8 and identities
+    // Leaves out only the failovers where a server has no failover hooks, and the replica clocks
+    // unless a server's database records their δ: shared slots, the outsider project's jobs, the side effects of R8 and identities
     // no one created are all replayed over HTTP (an unknown runner as a token that
     // authenticates nobody, refused 401: `drivers::http`).
 }
@@ -245,8 +262,9 @@ pub enum LeftOut {
     /// `--driver-cmd` protocol name only created identities.
     UnknownIdentity,
     /// The model's failover (the database loses its last commit, the epoch rises): the
-    /// in-process driver makes its database lose a commit (`drivers::failover`), and version 5 of
-    /// the `--driver-cmd` protocol says it (`replicate`, `failover`); no HTTP request does.
+    /// in-process driver makes its database lose a commit (`drivers::failover`), version 5 of
+    /// the `--driver-cmd` protocol says it (`replicate`, `failover`), and the HTTP driver asks a
+    /// server's test hooks (`POST /v1/test/replicate`, `POST /v1/test/failover`) where it has them.
     Failover,
     /// Replica clocks (`Config::replica_skew`: each server step judged by one of several
     /// replicas' clocks, the sweep and the wait acting 2δ late): the in-process driver runs a
@@ -254,17 +272,26 @@ pub enum LeftOut {
     /// version 4 of the `--driver-cmd` protocol says δ and each replica's clock, and the HTTP
     /// driver replays them on a server whose database records their δ.
     ReplicaClocks,
+    /// Over HTTP against the server's own demonstration targets (no `--target-url`): a target
+    /// mutation the model's target (a system outside the control plane, which compares slot
+    /// tokens only) applies and a demonstration target cannot judge alike, since it keeps its
+    /// state in the server's database and records only the slot token that database issued to
+    /// the attempt named: a mutation carrying another token (a copied or forged one), or one a
+    /// failover reaches (`drivers::http::judged_otherwise_by_a_demo_target`). Not a class of the
+    /// trace itself ([`classes`]): every other driver replays these traces.
+    DemoTarget,
 }
 
 impl LeftOut {
     /// Every reason, in the order a trace is classified by (its first reason counts).
-    pub const ALL: [LeftOut; 6] = [
+    pub const ALL: [LeftOut; 7] = [
         LeftOut::SharedSlot,
         LeftOut::OutsiderJobs,
         LeftOut::SideEffects,
         LeftOut::UnknownIdentity,
         LeftOut::Failover,
         LeftOut::ReplicaClocks,
+        LeftOut::DemoTarget,
     ];
 
     /// What the traces left out for this reason are (the driver says why:
@@ -277,6 +304,9 @@ impl LeftOut {
             LeftOut::UnknownIdentity => "naming a runner, job or attempt no one created",
             LeftOut::Failover => "with a failover",
             LeftOut::ReplicaClocks => "with replica clocks",
+            LeftOut::DemoTarget => {
+                "with a target mutation a demonstration target cannot judge as the model's target"
+            }
         }
     }
 }

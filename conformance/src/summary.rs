@@ -510,37 +510,43 @@ pub const UNREACHED: &[(&str, &str)] = &[
     ),
     (
         "epoch_advance",
-        "a failover: run by the random suite's failover walks (random-failover-*), which only the \
-         in-process driver replays; impl/tests/epochs.rs runs it too",
+        "a failover: run by the random suite's failover walks (random-failover-*) and the \
+         failover probes, in-process and (through `POST /v1/test/failover`) in the server over \
+         HTTP; impl/tests/epochs.rs runs it too",
     ),
     (
         "audit_watermark_record",
         "retention: run by the random suite's walks pruned between their jobs \
-         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         (random-prune-*), in-process and (through `POST /v1/test/audit`) in the server over \
+         HTTP; impl/tests/retention.rs runs \
          it too",
     ),
     (
         "audit_watermark_select",
         "retention: run by the random suite's walks pruned between their jobs \
-         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         (random-prune-*), in-process and (through `POST /v1/test/audit`) in the server over \
+         HTTP; impl/tests/retention.rs runs \
          it too",
     ),
     (
         "job_lock_finished_before",
         "retention: run by the random suite's walks pruned between their jobs \
-         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         (random-prune-*), in-process and (through `POST /v1/test/audit`) in the server over \
+         HTTP; impl/tests/retention.rs runs \
          it too",
     ),
     (
         "job_delete_with_ledger",
         "retention: run by the random suite's walks pruned between their jobs \
-         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         (random-prune-*), in-process and (through `POST /v1/test/audit`) in the server over \
+         HTTP; impl/tests/retention.rs runs \
          it too",
     ),
     (
         "job_count_finished_before_unaudited",
         "retention: run by the random suite's walks pruned between their jobs \
-         (random-prune-*), which only the in-process driver prunes; impl/tests/retention.rs runs \
+         (random-prune-*), in-process and (through `POST /v1/test/audit`) in the server over \
+         HTTP; impl/tests/retention.rs runs \
          it too",
     ),
     (

@@ -33,6 +33,26 @@ async fn server(db: &TestDatabase, manual_clock: bool) -> Server {
         .expect("server")
 }
 
+/// Two manual-clock servers, each on a test database of its own.
+async fn two_servers() -> (TestDatabase, TestDatabase, Server, Server) {
+    let (db_a, db_b) = (
+        TestDatabase::create().await.expect("a test database"),
+        TestDatabase::create().await.expect("a test database"),
+    );
+    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    (db_a, db_b, a, b)
+}
+
+/// The HTTP driver on both servers, two traces at once on each.
+async fn both_servers(a: &Server, b: &Server) -> Arc<HttpDriver> {
+    Arc::new(
+        HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
+            .await
+            .expect("the HTTP driver connects to both")
+            .with_traces_per_server(2),
+    )
+}
+
 /// A manual-clock server on `db`, the HTTP driver against it and the in-process driver on the
 /// same database.
 async fn both_drivers(db: &TestDatabase) -> (Server, HttpDriver, PgDriver) {
@@ -443,11 +463,7 @@ async fn replay_at_once(http: HttpDriver, parallel: usize, seed: u64) {
 /// sweeps, over every project at their own clocks, would expire each other's leases).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traces_run_several_at_once_per_server_with_a_time_per_request_else_one_per_server() {
-    let (db_a, db_b) = (
-        TestDatabase::create().await.expect("a test database"),
-        TestDatabase::create().await.expect("a test database"),
-    );
-    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    let (db_a, _db_b, a, b) = two_servers().await;
     let http = HttpDriver::connect(&a.url(), OPERATOR)
         .await
         .expect("the HTTP driver connects")
@@ -675,11 +691,7 @@ async fn probes_naming_ids_no_one_created_agree_over_http_and_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_clocks_replay_over_http_on_a_server_whose_database_records_their_skew() {
     use leasewright_conformance::suite::{self, LeftOut, RunOptions, SuiteDriver as _};
-    let (db_a, db_b) = (
-        TestDatabase::create().await.expect("a test database"),
-        TestDatabase::create().await.expect("a test database"),
-    );
-    let (a, b) = (server(&db_a, true).await, server(&db_b, true).await);
+    let (_db_a, db_b, a, b) = two_servers().await;
     let model = Arc::new(LeaseModel::new(select::replica_clock_config(
         &Config::one_job(),
     )));
@@ -721,14 +733,7 @@ async fn replica_clocks_replay_over_http_on_a_server_whose_database_records_thei
         .err()
         .expect("refused: no server for the traces without replica clocks");
     assert!(matches!(error, SetupError::Mismatch(_)), "{error}");
-    let both = || async {
-        Arc::new(
-            HttpDriver::connect_all(&[a.url(), b.url()], OPERATOR, None)
-                .await
-                .expect("the HTTP driver connects to both")
-                .with_traces_per_server(2),
-        )
-    };
+    let both = || both_servers(&a, &b);
     let http = both().await;
     assert_eq!(http.clock_skews_ms(), vec![0, tick]);
     for t in &traces {
@@ -765,4 +770,154 @@ async fn replica_clocks_replay_over_http_on_a_server_whose_database_records_thei
     for s in [a, b] {
         s.stop().await.unwrap();
     }
+}
+
+/// Issue 39 items 6 and 7: the model's failovers replay over HTTP through a manual-clock
+/// server's test hooks (`POST /v1/test/replicate` before the step a failover loses,
+/// `POST /v1/test/failover` at it: the database goes back to the copy, the epoch advances), the
+/// walks with a failover among walks without one, two at once per server, and the claims at both
+/// edges of the wait on a server whose database records the wait's δ. The wait a failover begins
+/// holds every claim received before its end, so every later trace runs after it, and so do the
+/// traces of a driver connecting later to the same servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_replay_over_http_through_the_servers_test_hooks() {
+    use leasewright_conformance::drivers::failover::has_failover;
+    use leasewright_conformance::suite::{self, RunOptions, SuiteDriver as _};
+    let (db_a, db_b, a, b) = two_servers().await;
+    let model = Arc::new(LeaseModel::new(select::failover_config(&Config::one_job())));
+    let walks = random_walks(model.as_ref(), 7, 20_000, 40);
+    let (with, without): (Vec<_>, Vec<_>) = walks.into_iter().partition(has_failover);
+    let mut traces: Vec<_> = with
+        .into_iter()
+        .filter(|w| !leasewright_conformance::drivers::http::judged_otherwise_by_a_demo_target(w))
+        .take(6)
+        .collect();
+    assert_eq!(traces.len(), 6, "too few walks with a failover");
+    traces.extend(without.into_iter().take(10));
+    let wait_model = Arc::new(LeaseModel::new(select::failover_wait_config(
+        &Config::one_job(),
+    )));
+    let wait_walks = random_walks(wait_model.as_ref(), 7, 20_000, 40);
+    let probes = select::failover_wait_probes(wait_model.as_ref(), &wait_walks);
+    assert!(
+        probes
+            .iter()
+            .any(|p| p.name.starts_with("probe-failover-wait-end-")),
+        "no claim at the wait's end"
+    );
+    // δ = one model tick in b's database, for the wait probes.
+    let tick = HttpDriver::connect(&a.url(), OPERATOR)
+        .await
+        .expect("the HTTP driver connects")
+        .tick_ms(model.config.lease_ttl)
+        .expect("a whole tick");
+    let pool = sqlx::PgPool::connect(db_b.url()).await.expect("connect");
+    leasewright_server::app::set_recorded_max_clock_skew(
+        &pool,
+        Duration::from_millis(u64::try_from(tick).unwrap()),
+    )
+    .await
+    .expect("records the skew");
+    let both = || both_servers(&a, &b);
+    let http = both().await;
+    assert!(http.replays_failovers());
+    // A demonstration target keeps its state in the server's database, which a failover takes
+    // back: a trace whose target mutation a failover reaches is left out over HTTP against it.
+    let (lost, probes): (Vec<_>, Vec<_>) = probes
+        .into_iter()
+        .partition(leasewright_conformance::drivers::http::judged_otherwise_by_a_demo_target);
+    for t in &lost {
+        assert_eq!(
+            http.leaves_out(&wait_model, t),
+            Some(leasewright_conformance::suite::LeftOut::DemoTarget)
+        );
+    }
+    assert!(probes.len() >= 12, "{} probes left", probes.len());
+    for t in traces.iter().chain(&probes) {
+        let m = if t.name.starts_with("probe-failover-wait") {
+            &wait_model
+        } else {
+            &model
+        };
+        assert_eq!(http.leaves_out(m, t), None, "{}", t.name);
+    }
+    let options = RunOptions {
+        parallel: 4,
+        stop_at_first: true,
+    };
+    let outcome = suite::run(
+        Arc::clone(&http),
+        Arc::clone(&model),
+        traces,
+        &options,
+        |_| {},
+    )
+    .await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    let outcome = suite::run(http, wait_model, probes, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    // Both databases are in a later epoch now, and a driver connecting afresh runs after the
+    // last wait: the walks without a failover agree again.
+    for pool in [
+        &pool,
+        &sqlx::PgPool::connect(db_a.url()).await.expect("connect"),
+    ] {
+        let epoch = leasewright_impl::epoch::current_epoch(pool).await.unwrap();
+        assert!(epoch >= 1, "no failover advanced the epoch");
+    }
+    let plain = Arc::new(LeaseModel::new(Config::one_job()));
+    let plain_walks = random_walks(plain.as_ref(), 9, 300, 20);
+    let outcome = suite::run(both().await, plain, plain_walks, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    for s in [a, b] {
+        s.stop().await.unwrap();
+    }
+}
+
+/// The walks the random suite prunes between their jobs (`random-prune-*`), replayed over HTTP
+/// through a manual-clock server's test hooks (`POST /v1/test/audit`, `POST /v1/test/prune`):
+/// a whole audit of the server's ledger before the step the plan says (clean, its watermark
+/// recorded), the audited finished jobs pruned before the next, which jobs went compared with
+/// the model's plan, and the audit since the watermark (clean). Among walks without a prune,
+/// two traces at once; each prune walk runs alone (the audit and the prune are the database's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walks_pruned_between_their_jobs_replay_over_http_through_the_servers_test_hooks() {
+    use leasewright_conformance::suite::{self, RunOptions};
+    let db = TestDatabase::create().await.expect("a test database");
+    let server = server(&db, true).await;
+    let (model, pruned) = select::random_prune_walks(3)
+        .expect("generates")
+        .map(|b| (b.model, b.traces))
+        .expect("the random suite prunes between jobs");
+    let mut traces = pruned.clone();
+    traces.extend(random_walks(model.as_ref(), 11, 400, 20));
+    let http = Arc::new(
+        HttpDriver::connect(&server.url(), OPERATOR)
+            .await
+            .expect("the HTTP driver connects")
+            .with_traces_per_server(2),
+    );
+    assert!(http.prunes_between_jobs());
+    let options = RunOptions {
+        parallel: 2,
+        stop_at_first: true,
+    };
+    let outcome = suite::run(http, model, traces, &options, |_| {}).await;
+    if let Some(d) = outcome.divergences.first() {
+        panic!("{}", d.render());
+    }
+    // The prunes ran: a watermark is recorded, and jobs of the pruned walks are gone.
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let watermark: i64 = sqlx::query_scalar("SELECT watermark FROM ledger_audit_watermark")
+        .fetch_one(&pool)
+        .await
+        .expect("a recorded watermark");
+    assert!(watermark > 0);
+    server.stop().await.unwrap();
 }

@@ -353,3 +353,119 @@ fn pruned_walks() -> (LeaseModel, Vec<Generated<LeaseModel>>) {
         .collect();
     (model, walks)
 }
+
+/// A manual-clock server on a test database of its own, its store with `mutant` (none: the
+/// implementation as it is), and the HTTP driver against it.
+async fn server_with(
+    mutant: Option<Mutant>,
+) -> (
+    TestDatabase,
+    leasewright_conformance::drivers::http::HttpDriver,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    use leasewright_server::app::{self, AppState};
+    const OPERATOR: &str = "conform-operator";
+    let db = TestDatabase::create().await.expect("a test database");
+    let pool = sqlx::PgPool::connect(db.url()).await.expect("connect");
+    let clock = leasewright_impl::ManualClock::new(chrono::Utc::now());
+    let store = leasewright_impl::Store::from_pool(
+        pool,
+        Arc::new(clock.clone()),
+        leasewright_impl::StoreConfig {
+            lease_ttl: std::time::Duration::from_secs(30),
+            ..leasewright_impl::StoreConfig::default()
+        },
+    )
+    .await
+    .expect("the store");
+    app::ensure_schema(&store)
+        .await
+        .expect("the server's tables");
+    let store = match mutant {
+        Some(m) => store.with_mutant(m),
+        None => store,
+    };
+    let state = AppState::new(
+        store,
+        Some(clock),
+        OPERATOR,
+        leasewright_server::source::Limits::default(),
+    );
+    let router = app::router(state, 1024 * 1024);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = tokio::spawn(async move { axum::serve(listener, router).await });
+    let http = leasewright_conformance::drivers::http::HttpDriver::connect(&url, OPERATOR)
+        .await
+        .expect("the HTTP driver connects");
+    (db, http, served)
+}
+
+/// `mutant` diverges over HTTP on `traces`, which the implementation as it is replays with no
+/// divergence (each on a server of its own).
+async fn caught_over_http(model: LeaseModel, traces: Vec<Generated<LeaseModel>>, mutant: Mutant) {
+    let model = Arc::new(model);
+    for m in [None, Some(mutant)] {
+        let (_db, http, served) = server_with(m).await;
+        let outcome = suite::run(
+            Arc::new(http),
+            Arc::clone(&model),
+            traces.clone(),
+            &RunOptions {
+                parallel: 2,
+                stop_at_first: false,
+            },
+            |_| {},
+        )
+        .await;
+        let first = outcome.divergences.first().map(|d| d.render());
+        match m {
+            None => assert!(first.is_none(), "the unmutated server diverges: {first:?}"),
+            Some(m) => assert!(
+                first.is_some(),
+                "{m:?} survives {} traces over HTTP",
+                traces.len()
+            ),
+        }
+        served.abort();
+    }
+}
+
+/// The same slip over HTTP (issue 39 items 6 and 7): a manual-clock server whose store claims
+/// without the epoch, its failovers replayed through its test hooks (`POST /v1/test/replicate`,
+/// `POST /v1/test/failover`), issues the lost claim's fence again and diverges; the server
+/// without the slip agrees on the same walks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_without_the_epoch_is_caught_by_failovers_replayed_over_http() {
+    use leasewright_conformance::select::{claims_in_new_epoch, failover_config};
+    let model = LeaseModel::new(failover_config(&Config::one_job()));
+    // Those whose target mutations no failover reaches (the others are left out over HTTP: a
+    // demonstration target keeps its state in the database the failover takes back).
+    let walks: Vec<_> = walks_with(&model, 64, claims_in_new_epoch)
+        .into_iter()
+        .filter(|w| !leasewright_conformance::drivers::http::judged_otherwise_by_a_demo_target(w))
+        .take(8)
+        .collect();
+    assert_eq!(walks.len(), 8, "too few walks claiming in a new epoch");
+    caught_over_http(model, walks, Mutant::ClaimIgnoresEpoch).await;
+}
+
+/// The prune's slips over HTTP (issue 39 item 7): the walks the random suite prunes between
+/// their jobs, audited and pruned through a manual-clock server's test hooks (`POST
+/// /v1/test/audit`, `POST /v1/test/prune`), diverge where the prune's audited guard reads the
+/// job's own position (an unaudited job pruned: the audit since the watermark after it finds it)
+/// and where the cache read loses an entry whose storer's job was pruned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prunes_slips_are_caught_by_walks_pruned_over_http() {
+    use leasewright_conformance::select;
+    let (model, walks) = select::random_prune_walks(3)
+        .expect("generates")
+        .map(|b| (b.model, b.traces))
+        .expect("the random suite prunes between jobs");
+    for mutant in [
+        Mutant::PruneGuardReadsOwnPosition,
+        Mutant::CacheReadLosesPrunedStorer,
+    ] {
+        caught_over_http(model.as_ref().clone(), walks.clone(), mutant).await;
+    }
+}

@@ -14,6 +14,7 @@ pub mod hosts;
 pub mod mutants;
 pub mod schema;
 mod sql;
+pub mod standby;
 mod store;
 pub mod target;
 mod transaction;

@@ -984,6 +984,35 @@ impl OperatorClient {
         self.http.post("/v1/test/clock", request).await
     }
 
+    /// The failover's test hooks (only with `--manual-clock`): the standby catches up now.
+    pub async fn replicate(&self) -> Result<crate::wire::ReplicateResponse, CallError> {
+        self.http
+            .post("/v1/test/replicate", &serde_json::json!({}))
+            .await
+    }
+
+    /// The failover's test hooks: the database goes back to the standby's copy and the epoch
+    /// advances.
+    pub async fn failover(&self) -> Result<crate::wire::FailoverResponse, CallError> {
+        self.http
+            .post("/v1/test/failover", &serde_json::json!({}))
+            .await
+    }
+
+    /// The prune's test hooks: a whole audit, its watermark recorded when it is clean.
+    pub async fn audit_hook(&self) -> Result<crate::wire::AuditHookResponse, CallError> {
+        self.http
+            .post("/v1/test/audit", &serde_json::json!({}))
+            .await
+    }
+
+    /// The prune's test hooks: the audited finished jobs pruned, then an audit since the watermark.
+    pub async fn prune_hook(&self) -> Result<crate::wire::PruneHookResponse, CallError> {
+        self.http
+            .post("/v1/test/prune", &serde_json::json!({}))
+            .await
+    }
+
     pub async fn target(&self, slot: &str) -> Result<TargetBody, CallError> {
         let slot = path_segment(slot);
         self.http.get(&format!("/v1/targets/{slot}")).await

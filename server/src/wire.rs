@@ -308,6 +308,40 @@ pub struct ClockResponse {
     pub now: DateTime<Utc>,
 }
 
+/// Answer to `POST /v1/test/replicate`: the epoch, and until when claims wait after its change
+/// (none before the epoch's first claim, which starts the wait).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReplicateResponse {
+    pub epoch: i64,
+    pub claims_wait_until: Option<DateTime<Utc>>,
+}
+
+/// Answer to `POST /v1/test/failover`: the epoch before it and after it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct FailoverResponse {
+    pub epoch_before: i64,
+    pub epoch: i64,
+}
+
+/// Answer to `POST /v1/test/audit`: what the whole audit found (nothing: clean), and the
+/// watermark it recorded (only when clean).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditHookResponse {
+    pub clean: bool,
+    pub findings: Vec<String>,
+    pub watermark: Option<i64>,
+}
+
+/// Answer to `POST /v1/test/prune`: the jobs it deleted, the finished jobs it kept (a record
+/// past the watermark), and what the audit `--since` the watermark after it found.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct PruneHookResponse {
+    pub pruned: u64,
+    pub kept: u64,
+    pub clean: bool,
+    pub findings: Vec<String>,
+}
+
 /// A job as the operator sees it.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobBody {

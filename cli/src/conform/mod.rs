@@ -63,11 +63,15 @@ pub enum SkipClass {
     SideEffects,
     /// Probes naming a runner, job or attempt no one created.
     UnknownIds,
-    /// The model's failover (only the in-process driver replays it).
+    /// The model's failover (in-process, over version 5 of the driver protocol, and over HTTP on
+    /// servers with the failover's test hooks).
     Failovers,
-    /// Replica clocks (the in-process driver and version 4 of the driver protocol replay them;
-    /// the HTTP driver does not).
+    /// Replica clocks (in-process, over version 4 of the driver protocol, and over HTTP on a
+    /// server whose database records their δ).
     ReplicaClocks,
+    /// Over HTTP against the servers' own demonstration targets: a target mutation carrying a
+    /// slot token not issued to the attempt it names, or sent after a failover's lost step.
+    DemoTargets,
 }
 
 impl SkipClass {
@@ -80,6 +84,7 @@ impl SkipClass {
             SkipClass::UnknownIds => LeftOut::UnknownIdentity,
             SkipClass::Failovers => LeftOut::Failover,
             SkipClass::ReplicaClocks => LeftOut::ReplicaClocks,
+            SkipClass::DemoTargets => LeftOut::DemoTarget,
         }
     }
 
@@ -92,6 +97,7 @@ impl SkipClass {
             SkipClass::UnknownIds,
             SkipClass::Failovers,
             SkipClass::ReplicaClocks,
+            SkipClass::DemoTargets,
         ]
         .into_iter()
         .find(|class| class.reason() == reason)

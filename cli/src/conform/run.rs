@@ -33,9 +33,15 @@ pub(super) async fn run_suite<D: SuiteDriver>(
     for batch in &mut batches {
         let model = Arc::clone(&batch.model);
         batch.traces.retain(|t| {
+            // A class of the trace's own, or one the driver alone has (`LeftOut::DemoTarget`).
             let named = suite::classes(&model, t)
                 .into_iter()
-                .find(|class| skipped.contains(class));
+                .find(|class| skipped.contains(class))
+                .or_else(|| {
+                    driver
+                        .leaves_out(&model, t)
+                        .filter(|why| skipped.contains(why))
+                });
             if let Some(class) = named {
                 by_skip.insert(class);
             }

@@ -855,6 +855,8 @@ impl crate::suite::SuiteDriver for CmdDriver {
                 "driver protocol versions 1 to 4 have no failover (version 5 has the replicate \
                  and failover steps)"
             }
+            // Only the HTTP driver leaves these out.
+            LeftOut::DemoTarget => "",
         }
     }
     fn statement_counts(&self) -> Option<Vec<(&'static str, u64)>> {

@@ -8,7 +8,9 @@
 //!   every sequence's position, into a snapshot schema beside it ([`TraceSchema::snapshot`]);
 //! - at the failover it puts every table and sequence back as the copy holds them
 //!   ([`TraceSchema::restore`]): the rows that step committed, and everything after it, are gone,
-//!   as on a promoted standby that never received them;
+//!   as on a promoted standby that never received them (both are `leasewright_impl::standby`,
+//!   which a manual-clock server's test hooks run too: the HTTP driver replays failovers with
+//!   them, [`super::http`]);
 //! - then it does what production does after a failover or a restore: the operator's epoch step
 //!   (`migrate --advance-epoch`, `leasewright_impl::epoch::advance_epoch`), the server's record
 //!   of its lease policy on its new connection, and the new epoch's first claim, which takes
@@ -22,7 +24,7 @@ use std::collections::BTreeSet;
 
 use leasewright_model::{Action, LeaseModel, Server};
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{Executor as _, PgPool};
+use sqlx::PgPool;
 
 use crate::driver::DriverError;
 use crate::generate::Generated;
@@ -99,93 +101,20 @@ impl TraceSchema {
     }
 
     /// Copies every table of the schema, and the position of every sequence, into the snapshot
-    /// schema (replacing an earlier snapshot).
+    /// schema (replacing an earlier snapshot): `leasewright_impl::standby::replicate`, as a
+    /// manual-clock server's `POST /v1/test/replicate` does.
     pub async fn snapshot(&self, pool: &PgPool) -> Result<(), DriverError> {
-        let sql = format!(
-            r#"DO $snapshot$
-DECLARE
-    t text;
-    s text;
-BEGIN
-    DROP SCHEMA IF EXISTS "{snap}" CASCADE;
-    CREATE SCHEMA "{snap}";
-    FOR t IN SELECT c.relname FROM pg_class AS c
-             WHERE c.relnamespace = '"{schema}"'::regnamespace
-               AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-    LOOP
-        EXECUTE format('CREATE TABLE %I.%I AS TABLE %I.%I', '{snap}', t, '{schema}', t);
-    END LOOP;
-    CREATE TABLE "{snap}"._sequences (name text, last_value bigint, is_called boolean);
-    FOR s IN SELECT c.relname FROM pg_class AS c
-             WHERE c.relnamespace = '"{schema}"'::regnamespace AND c.relkind = 'S'
-    LOOP
-        EXECUTE format('INSERT INTO %I._sequences SELECT %L, last_value, is_called FROM %I.%I',
-                       '{snap}', s, '{schema}', s);
-    END LOOP;
-END
-$snapshot$"#,
-            snap = self.snapshot,
-            schema = self.name,
-        );
-        pool.execute(sql.as_str()).await.map_err(database)?;
-        Ok(())
+        leasewright_impl::standby::replicate(pool, &self.name, &self.snapshot)
+            .await
+            .map_err(database)
     }
 
-    /// Puts every table and sequence of the schema back as the snapshot holds them: the tables
-    /// emptied, then filled from the copy in the order their foreign keys need (generated columns
-    /// computed again, identity values kept), and every sequence set to its position.
+    /// Puts every table and sequence of the schema back as the snapshot holds them
+    /// (`leasewright_impl::standby::restore`, as `POST /v1/test/failover` does).
     pub async fn restore(&self, pool: &PgPool) -> Result<(), DriverError> {
-        let sql = format!(
-            r#"DO $restore$
-DECLARE
-    schema_oid oid := '"{schema}"'::regnamespace;
-    tables text[];
-    done text[] := '{{}}';
-    t text;
-    columns text;
-    progress boolean;
-    seq record;
-BEGIN
-    SELECT array_agg(c.relname) INTO tables FROM pg_class AS c
-    WHERE c.relnamespace = schema_oid AND c.relkind IN ('r', 'p') AND NOT c.relispartition;
-    EXECUTE 'TRUNCATE ' || (SELECT string_agg(format('%I.%I', '{schema}', x), ', ')
-                            FROM unnest(tables) AS x);
-    LOOP
-        progress := false;
-        FOR t IN SELECT x FROM unnest(tables) AS x
-                 WHERE NOT x = ANY (done)
-                   AND NOT EXISTS (
-                       SELECT 1 FROM pg_constraint AS k
-                       JOIN pg_class AS r ON r.oid = k.conrelid
-                       JOIN pg_class AS f ON f.oid = k.confrelid
-                       WHERE k.contype = 'f' AND r.relnamespace = schema_oid AND r.relname = x
-                         AND f.relname <> x AND NOT f.relname = ANY (done))
-        LOOP
-            SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns
-            FROM pg_attribute AS a
-            WHERE a.attrelid = format('%I.%I', '{schema}', t)::regclass
-              AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
-            EXECUTE format('INSERT INTO %I.%I (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %I.%I',
-                           '{schema}', t, columns, columns, '{snap}', t);
-            done := done || t;
-            progress := true;
-        END LOOP;
-        EXIT WHEN NOT progress;
-    END LOOP;
-    IF cardinality(done) <> cardinality(tables) THEN
-        RAISE EXCEPTION 'the snapshot of % could not be restored: foreign keys in a cycle', '{schema}';
-    END IF;
-    FOR seq IN EXECUTE format('SELECT name, last_value, is_called FROM %I._sequences', '{snap}')
-    LOOP
-        PERFORM setval(format('%I.%I', '{schema}', seq.name), seq.last_value, seq.is_called);
-    END LOOP;
-END
-$restore$"#,
-            snap = self.snapshot,
-            schema = self.name,
-        );
-        pool.execute(sql.as_str()).await.map_err(database)?;
-        Ok(())
+        leasewright_impl::standby::restore(pool, &self.name, &self.snapshot)
+            .await
+            .map_err(database)
     }
 }
 
@@ -206,6 +135,6 @@ impl Drop for TraceSchema {
 }
 
 #[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
-fn database(error: sqlx::Error) -> DriverError {
+fn database(error: leasewright_impl::Error) -> DriverError {
     DriverError::Implementation(format!("the failover's snapshot: {error}"))
 }

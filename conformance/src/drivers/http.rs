@@ -49,7 +49,6 @@ use serde_json::{json, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
-use crate::driver::ClaimedJob;
 use crate::driver::{
     code, model_runner_time, result_digest, result_echo, runner_time, trace_epoch, FORGED_LEASE,
 };
@@ -59,7 +58,10 @@ use crate::driver::{
     JobProjection, ObservationDetails, ObservationProjection, Observed, Part, PayloadDigests,
     Projection, Session, TargetProjection,
 };
+use crate::driver::{token_to_impl, token_to_model, ClaimedJob};
 use crate::drivers::pg::{global_sweep_epoch, sends_batch_results, sweeps_globally};
+use crate::drivers::{failover, prune};
+use crate::generate::Generated;
 
 /// What an unknown id stands for ([`HttpSession::unknown`]), as in-process.
 const RUNNER: u8 = UnknownIds::RUNNER;
@@ -126,6 +128,11 @@ struct Server {
     /// server has no metrics): the sweep acts 2δ past a lease there. Traces with replica
     /// clocks run only on a server whose δ is the trace's, the others only where it is 0.
     clock_skew_ms: i64,
+    /// Whether it offers the failover's test hooks (`POST /v1/test/replicate` and
+    /// `POST /v1/test/failover`, docs/http.md "Test clock").
+    failover_hooks: bool,
+    /// Whether it offers the prune's test hooks (`POST /v1/test/audit` and `POST /v1/test/prune`).
+    prune_hooks: bool,
 }
 
 impl Server {
@@ -138,6 +145,8 @@ impl Server {
             target: self.target.with_test_time(time.clone()),
             own_time: self.own_time,
             clock_skew_ms: self.clock_skew_ms,
+            failover_hooks: self.failover_hooks,
+            prune_hooks: self.prune_hooks,
         }
     }
 }
@@ -160,6 +169,97 @@ pub struct HttpDriver {
     /// Held by a trace that sweeps over every project on a server that takes a time per request
     /// (`sweeps_globally`), for its whole replay: such traces run one at a time.
     global_lane: Arc<tokio::sync::Mutex<()>>,
+    /// How far after [`trace_epoch`] every trace runs, and each server's epoch, read by each
+    /// trace for its whole replay; a trace with a failover holds it alone, and moves it on when
+    /// it ends ([`Floor`]).
+    floor: Arc<tokio::sync::RwLock<Timeline>>,
+    /// The target mutations go to each server's own demonstration targets (no `--target-url`).
+    demo_targets: bool,
+}
+
+/// What the failovers replayed so far have made of the servers: how far after [`trace_epoch`]
+/// every trace runs, and each server's epoch (its tokens' high 32 bits: a trace's fences and
+/// slot tokens are counted from its server's epoch when it opens, `driver::token_to_model`).
+#[derive(Clone, Debug)]
+struct Timeline {
+    floor: Duration,
+    epochs: Vec<i64>,
+}
+
+/// How far a trace with a failover moves every later trace's time on: past the wait its
+/// failover began (a wait blocks every claim received before its end, as a real server's
+/// clock never goes back), with a day to spare for the traces that sweep over every project,
+/// which run a day before the others ([`HttpDriver::open_on`]).
+fn failover_step() -> Duration {
+    Duration::days(2)
+}
+
+/// The floor every trace on a server runs after, so that its traces run after the wait of the
+/// last failover an earlier replay left it in (`claims_wait_until` of `POST /v1/test/replicate`):
+/// whole [`failover_step`]s, the traces that sweep over every project a day after that wait.
+fn floor_after(wait_until: Option<DateTime<Utc>>) -> Duration {
+    let Some(until) = wait_until else {
+        return Duration::zero();
+    };
+    let step = failover_step();
+    let mut floor = Duration::zero();
+    while trace_epoch() + floor - Duration::days(1) <= until {
+        floor += step;
+    }
+    floor
+}
+
+/// Whether a demonstration target a server offers (`POST /v1/targets/{slot}/deploy`) judges a
+/// target mutation of `trace` otherwise than the model's target, a system outside the control
+/// plane that compares slot tokens only (`suite::LeftOut::DemoTarget`). A demonstration target
+/// records only the slot token the server's database issued to the attempt named (a copied or
+/// forged token, or an attempt no one created, is refused `403 slot_token_not_issued`), and it
+/// keeps its state in that database, which a failover takes back: a mutation sent after the
+/// first step a failover loses is judged against what the failover left.
+pub fn judged_otherwise_by_a_demo_target(trace: &Generated<LeaseModel>) -> bool {
+    let after_a_lost_step = failover::snapshot_steps(trace)
+        .and_then(|s| s.first().copied())
+        .unwrap_or(usize::MAX);
+    let mut before = &trace.init;
+    for (i, (action, after)) in trace.steps.iter().enumerate() {
+        let message = match action {
+            Action::Deliver { message } | Action::Replay { message, .. } => Some(message),
+            _ => None,
+        };
+        if let Some(m) = message.filter(|m| m.kind == MessageKind::TargetMutation) {
+            let issued = before.attempts.get(usize::from(m.attempt)).map(|a| a.token);
+            if issued != Some(m.token) || i >= after_a_lost_step {
+                return true;
+            }
+        }
+        before = after;
+    }
+    false
+}
+
+/// A trace's hold on the driver's [`HttpDriver::floor`]: shared by the traces without a
+/// failover, alone by a trace with one, which moves it on by a [`failover_step`] when it ends
+/// (however it ends: diverged or not, its failover may have begun a wait).
+enum Floor {
+    Shared(tokio::sync::OwnedRwLockReadGuard<Timeline>),
+    Alone(tokio::sync::OwnedRwLockWriteGuard<Timeline>),
+}
+
+impl Floor {
+    fn get(&self) -> &Timeline {
+        match self {
+            Floor::Shared(guard) => guard,
+            Floor::Alone(guard) => guard,
+        }
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        if let Floor::Alone(guard) = self {
+            guard.floor += failover_step();
+        }
+    }
 }
 
 /// The places of the servers whose databases record one δ.
@@ -349,6 +449,10 @@ struct Connected {
     unread: Vec<Part>,
     /// The probe job's project and id (to find servers that share a database).
     probe: (Uuid, Uuid),
+    /// How far after the trace epoch its traces must run ([`floor_after`]).
+    floor: Duration,
+    /// Its database's epoch (0 where it has no failover hooks to say it).
+    epoch: i64,
 }
 
 impl HttpDriver {
@@ -426,8 +530,18 @@ impl HttpDriver {
             )));
         }
         let snapshot = probe_snapshot();
+        let timeline = Timeline {
+            floor: connected
+                .iter()
+                .map(|c| c.floor)
+                .max()
+                .unwrap_or_else(Duration::zero),
+            epochs: connected.iter().map(|c| c.epoch).collect(),
+        };
         let servers: Vec<Server> = connected.into_iter().map(|c| c.server).collect();
         Ok(Self {
+            floor: Arc::new(tokio::sync::RwLock::new(timeline)),
+            demo_targets: target_url.is_none(),
             lanes: lanes(&servers, 1),
             servers,
             per_server: 1,
@@ -521,6 +635,25 @@ impl HttpDriver {
                 });
             }
             Err(error) => return Err(unexpected("setting the test clock")(error)),
+        }
+        // The failover's test hooks (optional): the standby catches up (nothing is lost by it),
+        // and says until when claims wait after the last failover an earlier replay began.
+        let (failover_hooks, floor, database_epoch) = match operator.replicate().await {
+            Ok(answer) => (true, floor_after(answer.claims_wait_until), answer.epoch),
+            Err(CallError::Http {
+                status: 404 | 405, ..
+            }) => (false, Duration::zero(), 0),
+            Err(error) => return Err(unexpected("replicating the server's database")(error)),
+        };
+        let epoch = epoch + floor;
+        if floor > Duration::zero() {
+            operator
+                .clock(&ClockRequest {
+                    set: Some(epoch),
+                    advance_ms: None,
+                })
+                .await
+                .map_err(unexpected("setting the test clock"))?;
         }
         // A time per request (optional): the clock route read with the header must answer the
         // header's time. A server without it answers its shared clock's (or refuses the header).
@@ -655,6 +788,12 @@ impl HttpDriver {
             Part::Stored,
             &mut unread,
         )?;
+        // The prune's test hooks (optional), found without running them: a route that exists
+        // answers a GET with 405 (it takes POST only), one that does not with 404.
+        let prune_hooks = matches!(
+            operator.http.get::<Value>("/v1/test/prune").await,
+            Err(CallError::Http { status: 405, .. })
+        );
         // The δ its database records (replica clocks): read where the server has metrics.
         let clock_skew_ms = match operator.http.get_bytes("/metrics").await {
             Ok(text) => recorded_clock_skew_ms(&String::from_utf8_lossy(&text)),
@@ -669,10 +808,14 @@ impl HttpDriver {
                 target,
                 own_time,
                 clock_skew_ms,
+                failover_hooks,
+                prune_hooks,
             },
             lease_ttl_ms,
             unread,
             probe: (project, job),
+            floor,
+            epoch: database_epoch,
         })
     }
 
@@ -683,6 +826,26 @@ impl HttpDriver {
             .tick_ms(model.config.lease_ttl)
             .map(|tick| tick * i64::from(model.config.replica_skew));
         skew.is_ok_and(|skew| self.lanes.contains_key(&skew))
+    }
+
+    /// Whether target mutations go to the servers' own demonstration targets (no `--target-url`):
+    /// then the traces a demonstration target judges otherwise than the model's target are left
+    /// out ([`judged_otherwise_by_a_demo_target`]).
+    pub fn judges_on_demo_targets(&self) -> bool {
+        self.demo_targets
+    }
+
+    /// Whether every server offers the prune's test hooks (`POST /v1/test/audit` and
+    /// `POST /v1/test/prune`): the walks pruned between their jobs (`random-prune-*`) are then
+    /// audited and pruned as in-process ([`super::prune`]); elsewhere they replay unpruned.
+    pub fn prunes_between_jobs(&self) -> bool {
+        self.servers.iter().all(|s| s.prune_hooks)
+    }
+
+    /// Whether every server offers the failover's test hooks (`POST /v1/test/replicate` and
+    /// `POST /v1/test/failover`): the traces with a failover then replay.
+    pub fn replays_failovers(&self) -> bool {
+        self.servers.iter().all(|s| s.failover_hooks)
     }
 
     /// The δ (in milliseconds) each server's database records, in the order given.
@@ -802,6 +965,61 @@ impl Driver for HttpDriver {
     }
 
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<HttpSession, DriverError> {
+        self.open_on(model, trace, None).await
+    }
+
+    /// A trace with a failover replays on servers with the failover's test hooks, alone: the
+    /// hooks copy and restore the server's whole database, and the wait its failover begins
+    /// holds every claim received before its end, so every later trace runs after it
+    /// ([`Floor`]).
+    async fn open_trace(
+        &self,
+        model: &LeaseModel,
+        trace: &Generated<LeaseModel>,
+    ) -> Result<HttpSession, DriverError> {
+        if prune::is_prune_walk(&trace.name) && self.prunes_between_jobs() {
+            let plan = prune::plan(trace)
+                .ok_or_else(|| unmappable("a prune walk with no step to prune before"))?;
+            let mut session = self
+                .open_on(model, &trace.name, Some(BTreeSet::new()))
+                .await?;
+            // As in-process: no other job's earlier result beside a result (that item would
+            // write into a finished job's ledger at a step that names no such job, and the
+            // model's plan of what the prune must delete would not hold).
+            session.batches = std::mem::take(&mut session.batches).without_other_jobs();
+            session.prune = Some(HttpPrune {
+                plan,
+                audited: false,
+                pruned: BTreeSet::new(),
+            });
+            return Ok(session);
+        }
+        if !failover::has_failover(trace) {
+            return self.open_on(model, &trace.name, None).await;
+        }
+        if !self.replays_failovers() {
+            return Err(unmappable(crate::select::FAILOVER));
+        }
+        let snapshot_before = failover::snapshot_steps(trace).ok_or_else(|| {
+            unmappable(
+                "a failover whose state to go back to is not the state before one of the \
+                 trace's steps",
+            )
+        })?;
+        self.open_on(model, &trace.name, Some(snapshot_before))
+            .await
+    }
+}
+
+impl HttpDriver {
+    /// [`Driver::open`], for a trace with a failover when `snapshot_before` names the steps
+    /// before which the standby catches up ([`failover::snapshot_steps`]).
+    async fn open_on(
+        &self,
+        model: &LeaseModel,
+        trace: &str,
+        snapshot_before: Option<BTreeSet<usize>>,
+    ) -> Result<HttpSession, DriverError> {
         let config = &model.config;
         let tick_ms = self.tick_ms(config.lease_ttl).map_err(unmappable)?;
         // One trace per place: one per server when the clock is the server's, several when each
@@ -827,19 +1045,33 @@ impl Driver for HttpDriver {
             idle: Arc::clone(&lane.idle),
             _permit: permit,
         };
+        // Every trace after the waits earlier failovers began; one with a failover alone.
+        let floor = if snapshot_before.is_some() {
+            Floor::Alone(Arc::clone(&self.floor).write_owned().await)
+        } else {
+            Floor::Shared(Arc::clone(&self.floor).read_owned().await)
+        };
         // A trace that sweeps over every project, as the server's background sweeper does, on a
         // server where traces run at once (each at its own time): alone among such traces, at a
         // time long before every other trace's, as in-process (`pg::sweeps_globally`). On a
         // shared clock every sweep is over every project already (one trace per server).
-        let global = if self.servers[index].own_time && sweeps_globally(trace) {
+        // A trace alone on the servers (a failover or a prune) sweeps as in-process, where it
+        // has a schema of its own: its sweeps are scoped to its projects.
+        let global = if self.servers[index].own_time
+            && sweeps_globally(trace)
+            && snapshot_before.is_none()
+        {
             Some(Arc::clone(&self.global_lane).lock_owned().await)
         } else {
             None
         };
-        let epoch = if global.is_some() {
-            global_sweep_epoch()
-        } else {
-            trace_epoch()
+        // A day before the floor once a failover moved it (the wait it began holds every claim
+        // before its end), ten years before the trace epoch until then.
+        let first_epoch = floor.get().epochs[index];
+        let epoch = match (global.is_some(), floor.get().floor) {
+            (false, floor) => trace_epoch() + floor,
+            (true, floor) if floor == Duration::zero() => global_sweep_epoch(),
+            (true, floor) => trace_epoch() + floor - Duration::days(1),
         };
         // The trace's own time, sent with every request, where the server takes it.
         let time = self.servers[index].own_time.then(|| TestTime::new(epoch));
@@ -977,9 +1209,23 @@ impl Driver for HttpDriver {
             batches: ResultBatches::new(trace_hash_bit(trace)),
             echo_after: None,
             differences: Vec::new(),
+            snapshot_before: snapshot_before.unwrap_or_default(),
+            step_index: 0,
+            first_epoch,
+            floor,
+            prune: None,
             _taken: taken,
         })
     }
+}
+
+/// A walk pruned between its jobs over HTTP ([`super::prune`]), through the server's test hooks.
+struct HttpPrune {
+    plan: prune::Plan,
+    /// The audit before the prune was clean (its watermark recorded).
+    audited: bool,
+    /// The model jobs the prune deleted (compared on neither side from then on).
+    pruned: BTreeSet<u8>,
 }
 
 /// One trace's namespace on one server.
@@ -1053,6 +1299,17 @@ pub struct HttpSession {
     echo_after: Option<State>,
     /// What the driver found to differ from the model ([`Session::differences`]).
     differences: Vec<String>,
+    /// The 0-based steps before which the standby catches up (a trace with a failover).
+    snapshot_before: BTreeSet<usize>,
+    /// The 0-based index of the next step.
+    step_index: usize,
+    /// The epoch of the trace's first fences and slot tokens: a model token `e * EPOCH_BASE + g`
+    /// is the server's `(first_epoch + e) * 2^32 + g` (`driver::token_to_model`).
+    first_epoch: i64,
+    /// The trace's hold on the floor of its time (alone for a trace with a failover or a prune).
+    floor: Floor,
+    /// A walk pruned between its jobs: what the driver does and found.
+    prune: Option<HttpPrune>,
     /// The server is this trace's until the session ends.
     _taken: Taken,
 }
@@ -1105,6 +1362,146 @@ impl HttpSession {
     }
 
     /// Brings the server's clock to the trace's time (ticks are merged into one `set`).
+    /// What each job's observations were so far: the next step's records begin after them.
+    async fn mark_seen(&mut self) -> Result<(), DriverError> {
+        if self.reads(Part::Observation) {
+            for j in 0..=self.jobs.len() {
+                if !self.is_pruned(j) {
+                    self.seen[j] = self.observations(j).await?.len();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the model job `j` was pruned (compared on neither side from then on).
+    fn is_pruned(&self, j: usize) -> bool {
+        self.prune
+            .as_ref()
+            .is_some_and(|p| u8::try_from(j).is_ok_and(|j| p.pruned.contains(&j)))
+    }
+
+    /// The audit before a prune between jobs (`POST /v1/test/audit`): a whole audit of the
+    /// server's ledger, which must be clean; the server records its watermark.
+    async fn audit_for_prune(&mut self) -> Result<(), DriverError> {
+        self.sync_clock().await?;
+        let audit = self
+            .server
+            .operator
+            .audit_hook()
+            .await
+            .map_err(http_failed)?;
+        if !audit.clean || audit.watermark.is_none() {
+            self.differences.push(format!(
+                "the audit of the ledger before the prune: {}",
+                if audit.findings.is_empty() {
+                    "no watermark recorded".to_owned()
+                } else {
+                    audit.findings.join("; ")
+                }
+            ));
+            return Ok(());
+        }
+        if let Some(p) = self.prune.as_mut() {
+            p.audited = true;
+        }
+        Ok(())
+    }
+
+    /// The prune between a walk's jobs (`POST /v1/test/prune`): every finished job the audit
+    /// covered; then which of the trace's jobs it deleted (their reads answer 404), against what
+    /// the model says it must and may delete, and the audit since the watermark, which must be
+    /// clean.
+    async fn prune_between_jobs(
+        &mut self,
+        before: &State,
+        plan: &prune::Plan,
+    ) -> Result<(), DriverError> {
+        if !self.prune.as_ref().is_some_and(|p| p.audited) {
+            // The audit before it found something (a difference already said).
+            return Ok(());
+        }
+        self.sync_clock().await?;
+        let pruned_report = self
+            .server
+            .operator
+            .prune_hook()
+            .await
+            .map_err(http_failed)?;
+        let mut pruned = BTreeSet::new();
+        for (j, (job, owner)) in self.jobs.iter().zip(&self.owners).enumerate() {
+            let read: Result<Value, CallError> =
+                self.server.operator.http.get(&job_path(*owner, *job)).await;
+            match read {
+                Ok(_) => {}
+                Err(CallError::Http { status: 404, .. }) => {
+                    pruned.insert(j as u8);
+                }
+                Err(error) => return Err(http_failed(error)),
+            }
+        }
+        self.differences
+            .extend(prune::judge(plan, before, &pruned, pruned_report.kept));
+        if !pruned_report.clean {
+            self.differences.push(format!(
+                "the audit --since the watermark after the prune: {}",
+                pruned_report.findings.join("; ")
+            ));
+        }
+        if let Some(p) = self.prune.as_mut() {
+            p.pruned = pruned;
+        }
+        Ok(())
+    }
+
+    /// The model's failover, as the in-process driver replays it (`pg::PgSession::fail_over`),
+    /// through the server's test hook `POST /v1/test/failover`: the database goes back to what
+    /// the standby held (the step before which it caught up last, and everything since, is
+    /// lost), the epoch advances and the server records its lease policy; then the new epoch's
+    /// first claim, which takes nothing and starts the wait (runners poll, so in production it
+    /// comes at once; the model's wait starts at the failover).
+    async fn fail_over(&mut self) -> Result<(), DriverError> {
+        let failed_over = self.server.operator.failover().await.map_err(http_failed)?;
+        if failed_over.epoch <= failed_over.epoch_before {
+            return Err(DriverError::Implementation(format!(
+                "the failover hook left the epoch at {} (it was {})",
+                failed_over.epoch, failed_over.epoch_before
+            )));
+        }
+        // The server's epoch from now on, for the traces after this one.
+        if let Floor::Alone(timeline) = &mut self.floor {
+            timeline.epochs[self._taken.index] = failed_over.epoch;
+        }
+        self.sync_clock().await?;
+        let client = (0..self.clients.len())
+            .find(|r| !self.revoked.contains(&(*r as u8)))
+            .map(|r| self.clients[r].clone())
+            .ok_or_else(|| unmappable("a failover in a trace with no runner"))?;
+        let first: Result<ClaimRead, CallError> = client
+            .http
+            .post("/v1/runner/claim", &json!({"capacity": 1}))
+            .await;
+        match first {
+            Err(CallError::Rejected { code, .. }) if code == "no_queued_job" => {}
+            Ok(claimed) => {
+                return Err(DriverError::Implementation(format!(
+                    "the first claim of the epoch after a failover was answered `{}` with {} \
+                     leases, not no_queued_job (it must wait)",
+                    claimed.verdict,
+                    claimed.leases.len()
+                )))
+            }
+            Err(error) => {
+                return Err(DriverError::Implementation(format!(
+                    "the first claim of the epoch after a failover was answered {error}, not \
+                     no_queued_job (it must wait)"
+                )))
+            }
+        }
+        // What the restored database recorded last is where the next step's records begin.
+        self.mark_seen().await
+    }
+
     async fn sync_clock(&mut self) -> Result<(), DriverError> {
         if let Some(time) = &self.time {
             // No request: the next one carries the time.
@@ -1146,7 +1543,7 @@ impl HttpSession {
                     .get(&m.lease)
                     .ok_or_else(|| unmappable(format!("lease {}", m.lease)))?
             },
-            fence: i64::from(m.fence),
+            fence: token_to_impl(self.first_epoch, m.fence),
             runner_time: Some(runner_time(m.runner_time)),
         })
     }
@@ -1315,7 +1712,7 @@ impl HttpSession {
                 // The slot token the model's message carries, not the named attempt's own (the
                 // target compares what it is sent, §8.4); the numbers are the implementation's,
                 // as both count a fresh slot's reservations from 1.
-                let slot_token = i64::from(m.token);
+                let slot_token = token_to_impl(self.first_epoch, m.token);
                 let body = DeployRequest {
                     kind: self.target_kind.as_str().into(),
                     job: tuple.job,
@@ -1557,8 +1954,7 @@ impl HttpSession {
         };
         Ok(ObservationDetails {
             lease,
-            fence: u8::try_from(fence)
-                .map_err(|_| DriverError::Implementation(format!("fence {fence} out of range")))?,
+            fence: token_to_model(self.first_epoch, fence)?,
             outcome: match &o.outcome {
                 Some(outcome) => Some(code(outcome)?),
                 None => None,
@@ -1599,9 +1995,7 @@ impl HttpSession {
             ledger.push(AttemptProjection {
                 attempt: Self::index_of(&self.attempts, &a.attempt, "attempt")?,
                 runner: Self::index_of(&self.runners, &a.runner, "runner")?,
-                fence: u8::try_from(a.fence).map_err(|_| {
-                    DriverError::Implementation(format!("fence {} out of range", a.fence))
-                })?,
+                fence: token_to_model(self.first_epoch, a.fence)?,
                 state: code(&a.state)?,
             });
         }
@@ -1624,9 +2018,7 @@ impl HttpSession {
         Ok(JobProjection {
             state,
             current_attempt,
-            fence: u8::try_from(view.fence).map_err(|_| {
-                DriverError::Implementation(format!("fence {} out of range", view.fence))
-            })?,
+            fence: token_to_model(self.first_epoch, view.fence)?,
             lease_holder,
             cancel_requested: view.cancel_requested,
             target_reserved: view.target_reserved_by.is_some(),
@@ -1649,6 +2041,11 @@ impl HttpSession {
                 attempts.push((Vec::new(), None));
                 continue;
             };
+            if self.is_pruned(j) {
+                // Gone with its job; compared on neither side (`driver::blank_pruned`).
+                attempts.push((Vec::new(), None));
+                continue;
+            }
             let base = job_path(self.owners[j], *job);
             let chunks: Vec<LogChunkBody> = self
                 .server
@@ -1707,18 +2104,20 @@ impl HttpSession {
             .get::<TargetRead>(&target_path(slot))
             .await
         {
-            Ok(state) => (state.applied_count, state.highest_slot_token.unwrap_or(0)),
+            Ok(state) => (state.applied_count, state.highest_slot_token),
             // A slot no mutation has reached yet.
-            Err(CallError::Http { status: 404, .. }) => (0, 0),
+            Err(CallError::Http { status: 404, .. }) => (0, None),
             Err(error) => return Err(http_failed(error)),
         };
         let cap = i64::from(crate::driver::applied_cap(self.target_kind));
         Ok(TargetProjection {
             applied: applied.clamp(0, cap) as u8,
-            highest_fence: if self.target_kind == model::TargetKind::Fenced {
-                highest.clamp(0, 255) as u8
-            } else {
-                0
+            // A token no claim issued (a forged one) shows as the model's largest.
+            highest_fence: match highest {
+                Some(token) if self.target_kind == model::TargetKind::Fenced => {
+                    token_to_model(self.first_epoch, token).unwrap_or(u8::MAX)
+                }
+                _ => 0,
             },
         })
     }
@@ -1735,12 +2134,35 @@ impl Session for HttpSession {
         self.sent_payload = None;
         self.unauthenticated = false;
         self.batches.clear();
+        // Before the step a failover will lose: the standby catches up.
+        let i = self.step_index;
+        self.step_index += 1;
+        if self.snapshot_before.contains(&i) {
+            self.server
+                .operator
+                .replicate()
+                .await
+                .map_err(http_failed)?;
+        }
+        // A walk pruned between its jobs: the audit, then the prune, as its plan says.
+        if let Some(plan) = self.prune.as_ref().map(|p| p.plan.clone()) {
+            if i == plan.audit_before {
+                self.audit_for_prune().await?;
+            } else if i == plan.prune_before {
+                self.prune_between_jobs(before, &plan).await?;
+            }
+        }
         self.echo_after =
             matches!(action, Action::Deliver { .. } | Action::Replay { .. }).then(|| after.clone());
         let verdict = match action {
-            // A database cannot be rolled back to an earlier commit from here: such traces are
-            // left out before replay (`suite::LeftOut::Failover`).
-            // A second server starts only where a failover comes (`Config::policy_ttl`).
+            // The model's failover, through the server's test hooks ([`HttpSession::fail_over`]).
+            Action::Failover if self.server.failover_hooks => {
+                self.fail_over().await?;
+                None
+            }
+            // Left out before replay where no server has the hooks (`suite::LeftOut::Failover`).
+            // A second server starts only where servers differ in lease ttl
+            // (`Config::policy_ttl`), which no suite replays.
             Action::Failover | Action::ServerStarts => {
                 return Err(unmappable(crate::select::FAILOVER))
             }
@@ -1826,7 +2248,12 @@ impl Session for HttpSession {
                     self.leases.insert(created.lease, lease.lease_id);
                     let job = Self::index_of(&self.jobs, &lease.job, "job")?;
                     let ticks = self.ticks_until(lease.lease_expiry);
-                    let claimed = ClaimedJob::of_lease(job, lease.fence, ticks, lease.slot_token)?;
+                    let claimed = ClaimedJob::of_lease(
+                        job,
+                        i64::from(token_to_model(self.first_epoch, lease.fence)?),
+                        ticks,
+                        i64::from(token_to_model(self.first_epoch, lease.slot_token)?),
+                    )?;
                     self.answer = Some(claimed.answer());
                 }
                 Some(answer(result, |r| &r.verdict)?)
@@ -1867,9 +2294,9 @@ impl Session for HttpSession {
                     for (job, lease) in taken {
                         leases.push(ClaimedJob::of_lease(
                             job,
-                            lease.fence,
+                            i64::from(token_to_model(self.first_epoch, lease.fence)?),
                             self.ticks_until(lease.lease_expiry),
-                            lease.slot_token,
+                            i64::from(token_to_model(self.first_epoch, lease.slot_token)?),
                         )?);
                     }
                     self.answer = Some(Answer::ClaimBatch { leases });
@@ -2006,12 +2433,7 @@ impl Session for HttpSession {
     }
 
     async fn mark(&mut self) -> Result<(), DriverError> {
-        if self.reads(Part::Observation) {
-            for j in 0..=self.jobs.len() {
-                self.seen[j] = self.observations(j).await?.len();
-            }
-        }
-        Ok(())
+        self.mark_seen().await
     }
 
     async fn project(&mut self) -> Result<Projection, DriverError> {
@@ -2021,6 +2443,11 @@ impl Session for HttpSession {
             async {
                 let mut all = Vec::with_capacity(this.jobs.len());
                 for j in 0..this.jobs.len() {
+                    if this.is_pruned(j) {
+                        // Compared on neither side (`driver::blank_pruned`).
+                        all.push(JobProjection::blank(Vec::new()));
+                        continue;
+                    }
                     all.push(this.job_projection(j).await?);
                 }
                 Ok::<_, DriverError>(all)
@@ -2028,9 +2455,13 @@ impl Session for HttpSession {
             async {
                 let mut all = Vec::new();
                 if this.reads(Part::Observation) {
-                    // The trace's jobs, then the jobs no one created.
+                    // The trace's jobs, then the jobs no one created (a pruned job's are gone).
                     for j in 0..=this.jobs.len() {
-                        all.push(this.observations(j).await?);
+                        all.push(if this.is_pruned(j) {
+                            Vec::new()
+                        } else {
+                            this.observations(j).await?
+                        });
                     }
                 }
                 Ok(all)
@@ -2122,7 +2553,11 @@ impl Session for HttpSession {
             }),
             stored,
             unread,
-            pruned: Vec::new(),
+            pruned: self
+                .prune
+                .as_ref()
+                .map(|p| p.pruned.iter().copied().collect())
+                .unwrap_or_default(),
         })
     }
 

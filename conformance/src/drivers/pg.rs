@@ -488,21 +488,12 @@ impl PgSession {
     /// The model's fence or slot token of the implementation's `token`: its epoch counted from
     /// the trace's first ([`model::EPOCH_BASE`] a step), plus its generation.
     fn to_model(&self, token: i64) -> Result<u8, DriverError> {
-        let epochs = imp::epoch::epoch_of(token) - self.epoch;
-        let generation = imp::epoch::generation_of(token);
-        epochs
-            .checked_mul(i64::from(model::EPOCH_BASE))
-            .and_then(|e| e.checked_add(generation))
-            .and_then(|t| u8::try_from(t).ok())
-            .ok_or_else(|| {
-                DriverError::Implementation(format!("fence or slot token {token} out of range"))
-            })
+        crate::driver::token_to_model(self.epoch, token)
     }
 
     /// The implementation's fence or slot token of the model's `token` ([`PgSession::to_model`]).
     fn to_impl(&self, token: u8) -> i64 {
-        let base = i64::from(model::EPOCH_BASE);
-        ((self.epoch + i64::from(token) / base) << 32) + i64::from(token) % base
+        crate::driver::token_to_impl(self.epoch, token)
     }
 
     /// The project whose operator takes an operator step: the job's own project's, or (the
@@ -1182,50 +1173,17 @@ async fn audit_trace(
         leasewright_audit::witness::Witness,
     )>,
 ) -> Result<leasewright_audit::AuditReport, DriverError> {
-    let (since, since_token, since_witness) = match since {
-        Some((token, witness)) => (Some(token.position), Some(token), Some(witness)),
-        None => (None, None, None),
-    };
-    let options = leasewright_audit::AuditOptions {
-        project: None,
-        since,
-        batch: 2000,
-        since_token,
-        settle_timeout: Some(std::time::Duration::from_secs(30)),
-        since_witness,
-        threads: 1,
-        connections: 1,
-    };
+    let options = leasewright_audit::AuditOptions::whole(since);
     leasewright_audit::audit_connecting(connect, &options, |_| {})
         .await
         .map(|(report, _)| report)
         .map_err(|e| DriverError::Implementation(format!("the trace's audit: {e}")))
 }
 
-/// What an audit report found, if anything: its violations (kind, detail) and an unsettled
-/// watermark.
+/// What an audit report found, if anything ([`leasewright_audit::AuditReport::findings`]).
 fn unclean(report: &leasewright_audit::AuditReport) -> Option<String> {
-    if report.is_clean() && report.watermark_unsettled.is_none() {
-        return None;
-    }
-    let mut found: Vec<String> = report
-        .violations
-        .iter()
-        .map(|v| format!("{}: {} ({})", v.kind.as_str(), v.detail, v.record))
-        .collect();
-    found.extend(
-        report
-            .unauditable
-            .iter()
-            .map(|(_, why)| format!("unauditable: {why}")),
-    );
-    found.extend(
-        report
-            .watermark_unsettled
-            .iter()
-            .map(|why| format!("the watermark is not settled: {why}")),
-    );
-    Some(found.join("; "))
+    let found = report.findings();
+    (!found.is_empty()).then(|| found.join("; "))
 }
 
 impl PgSession {

@@ -7,12 +7,14 @@ mod clock_skew;
 mod database;
 mod error;
 mod extract;
+mod failover;
 mod health;
 mod jobs;
 mod listen;
 mod log_stream;
 mod openapi;
 mod projects;
+mod prune;
 mod runner;
 mod slots;
 mod targets;
@@ -182,6 +184,8 @@ struct Inner {
     /// budget a runner's request takes, read without the database. Only a token the database
     /// verified is kept, so made-up tokens cannot fill it (app/slots.rs).
     verified_tokens: std::sync::Mutex<std::collections::HashMap<[u8; 32], ProjectId>>,
+    /// The watermark and witness of the last clean `POST /v1/test/audit` (manual clock only).
+    audited: std::sync::Mutex<prune::Audited>,
     /// This replica's clock against the database's (`None`: not checked, on a manual clock or
     /// a state made over a store by a test).
     clock_check: Option<Arc<clock_skew::ClockCheck>>,
@@ -321,6 +325,7 @@ impl AppState {
             source_limits,
             database,
             verified_tokens: Default::default(),
+            audited: Default::default(),
             clock_check,
             demo_targets,
         }))
@@ -502,13 +507,21 @@ fn api(
         .routes(routes!(jobs::cancel).layer(control))
         .routes(routes!(jobs::reconcile).layer(control))
         .routes(routes!(time::sweep).layer(control));
-    let clock = routes!(time::test_clock).layer(control);
-    if test_clock {
-        api = api.routes(clock);
-    } else {
-        // Described, not routed: a server without `--manual-clock` answers 404.
-        let (_, paths, _) = clock;
-        api.get_openapi_mut().paths.paths.extend(paths.paths);
+    let hooks = [
+        routes!(time::test_clock).layer(control),
+        routes!(failover::test_replicate).layer(control),
+        routes!(failover::test_failover).layer(control),
+        routes!(prune::test_audit).layer(control),
+        routes!(prune::test_prune).layer(control),
+    ];
+    for hook in hooks {
+        if test_clock {
+            api = api.routes(hook);
+        } else {
+            // Described, not routed: a server without `--manual-clock` answers 404.
+            let (_, paths, _) = hook;
+            api.get_openapi_mut().paths.paths.extend(paths.paths);
+        }
     }
     let deploy = routes!(targets::target_deploy).layer(control);
     if demo_targets {

@@ -510,6 +510,10 @@ pub const ROUTES: &[Route] = &[
     ),
     route("POST", "/v1/sweep", Op, Ctl, B::Sweep, None),
     route("POST", "/v1/test/clock", Op, Ctl, B::Clock, None),
+    route("POST", "/v1/test/replicate", Op, Ctl, B::Empty, None),
+    route("POST", "/v1/test/failover", Op, Ctl, B::Empty, None),
+    route("POST", "/v1/test/audit", Op, Ctl, B::Empty, None),
+    route("POST", "/v1/test/prune", Op, Ctl, B::Empty, None),
 ];
 
 impl Route {
