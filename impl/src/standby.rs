@@ -63,8 +63,11 @@ pub async fn has_copy(pool: &PgPool, copy: &str) -> Result<bool, Error> {
 
 /// Puts every table and sequence of `schema` back as the schema `copy` holds them: the tables
 /// emptied, then filled from the copy in the order their foreign keys need (generated columns
-/// computed again, identity values kept), and every sequence set to its position. The copy is
-/// kept (a later failover without a new [`replicate`] goes back to it again).
+/// computed again, identity values kept, none of our triggers run: every row is the one the copy
+/// holds, its ledger position and chain hash included, as on a promoted standby), and every
+/// sequence set to its position. The copy is kept (a later failover without a new [`replicate`]
+/// goes back to it again). Runs as the schema's owner (it disables the tables' triggers while
+/// it fills them, in its one transaction).
 pub async fn restore(pool: &PgPool, schema: &str, copy: &str) -> Result<(), Error> {
     let (schema, copy) = (schema_name(schema)?, schema_name(copy)?);
     let sql = format!(
@@ -97,8 +100,12 @@ BEGIN
             FROM pg_attribute AS a
             WHERE a.attrelid = format('%I.%I', '{schema}', t)::regclass
               AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '';
+            -- The rows as they were: no trigger of ours runs on them (the ledger's chain
+            -- triggers would draw new positions and hashes, the policy's would add history).
+            EXECUTE format('ALTER TABLE %I.%I DISABLE TRIGGER USER', '{schema}', t);
             EXECUTE format('INSERT INTO %I.%I (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %I.%I',
                            '{schema}', t, columns, columns, '{copy}', t);
+            EXECUTE format('ALTER TABLE %I.%I ENABLE TRIGGER USER', '{schema}', t);
             done := done || t;
             progress := true;
         END LOOP;
