@@ -360,6 +360,7 @@ pub(crate) async fn check_all(
     since_buckets: Option<u32>,
     position: i64,
     batch: usize,
+    tolerance: chrono::Duration,
     mut replay: Option<(&mut crate::replayer::Replayer, Option<Uuid>)>,
     progress: &mut impl FnMut(usize, usize, usize),
 ) -> Result<ChainReport, sqlx::Error> {
@@ -423,7 +424,7 @@ pub(crate) async fn check_all(
                     }
                 }
                 for (o, runner, at) in read.accepted.remove(&job.id).unwrap_or_default() {
-                    if let Some(v) = after_revocation(&job, &o, runner, at, &runners) {
+                    if let Some(v) = after_revocation(&job, &o, runner, at, &runners, tolerance) {
                         report.after_revocation.push(v);
                     }
                 }
@@ -708,17 +709,18 @@ async fn holdings(conn: &mut PgConnection) -> Result<HashMap<Uuid, Vec<Vec<u8>>>
     Ok(out)
 }
 
-/// A message recorded from `runner` at `at`, after its revocation by more than the tolerance of
-/// receipt times (`audit::time::TOLERANCE`): a revoked runner authenticates nothing.
+/// A message recorded from `runner` at `at`, after its revocation by more than the `tolerance` of
+/// receipt times (`audit::time::Policy::tolerance`): a revoked runner authenticates nothing.
 fn after_revocation(
     job: &JobHead,
     record: &Name,
     runner: Uuid,
     at: Time,
     runners: &BTreeMap<Uuid, (Uuid, Option<Time>)>,
+    tolerance: chrono::Duration,
 ) -> Option<crate::Violation> {
     let revoked = runners.get(&runner)?.1?;
-    (at > revoked + crate::time::TOLERANCE).then(|| crate::Violation {
+    (at > revoked + tolerance).then(|| crate::Violation {
         kind: crate::Kind::Revocation,
         job: job.id,
         project: job.project,

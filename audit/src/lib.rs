@@ -243,6 +243,10 @@ pub struct AuditReport {
     /// The largest lease ttl a store of the database was configured with (`lease_policy`), in
     /// seconds; `None`: the schema does not record it, and granted ttls were not checked.
     pub configured_lease_ttl_seconds: Option<f64>,
+    /// How far one record's receipt time may be behind an earlier record's of its job, in
+    /// seconds: 1, or twice the `max_clock_skew` the database records when that is more
+    /// (`time::Policy::tolerance`).
+    pub receipt_time_tolerance_seconds: f64,
     pub violations: Vec<Violation>,
     /// The epochs the ledger shows, lowest first (docs/audit.md, "A database that forgot
     /// commits").
@@ -385,6 +389,13 @@ impl AuditReport {
             self.records_per_second,
             self.verdict()
         );
+        if self.receipt_time_tolerance_seconds > time::TOLERANCE.num_seconds() as f64 {
+            let _ = writeln!(
+                out,
+                "receipt times judged within {} s: twice the max_clock_skew the database records",
+                self.receipt_time_tolerance_seconds
+            );
+        }
         if self.configured_lease_ttl_seconds.is_none() {
             let _ = writeln!(
                 out,
@@ -624,7 +635,7 @@ pub async fn audit_connecting(
         ),
     };
     let runner_projects = read::runner_projects(&mut conn).await?;
-    let max_ttl = read::configured_lease_ttl(&mut conn).await?;
+    let policy = read::lease_policy(&mut conn).await?;
     let here = if chained {
         Some(chain::identity(&mut conn).await?)
     } else {
@@ -685,7 +696,7 @@ pub async fn audit_connecting(
     let mut replayer = replayer::Replayer::new(
         chained,
         runner_projects.clone(),
-        max_ttl,
+        policy,
         options.threads,
         cache,
     );
@@ -702,6 +713,7 @@ pub async fn audit_connecting(
                     .and_then(|w| w.witness.map(|(b, _)| b)),
                 watermark,
                 options.batch,
+                policy.tolerance,
                 one_read.then_some((&mut replayer, project)),
                 &mut |jobs_done, jobs_total, records| {
                     progress(Progress {
@@ -759,8 +771,10 @@ pub async fn audit_connecting(
         records_per_second: 0.0,
         watermark,
         watermark_unsettled,
-        configured_lease_ttl_seconds: max_ttl
+        configured_lease_ttl_seconds: policy
+            .max_ttl
             .map(|t| t.num_microseconds().unwrap_or(0) as f64 / 1e6),
+        receipt_time_tolerance_seconds: policy.tolerance.num_milliseconds() as f64 / 1e3,
         violations: Vec::new(),
         epochs: Vec::new(),
         across_epochs: Vec::new(),
@@ -846,7 +860,7 @@ pub async fn audit_connecting(
     let targets = mutations::read(&mut conn).await?;
     report
         .violations
-        .extend(mutations::check(&targets, project));
+        .extend(mutations::check(&targets, project, policy.tolerance));
     for o in read::orphan_observations(&mut conn, since).await? {
         let sender_project = runner_projects.get(&o.sender).copied();
         if project.is_some() && sender_project != project {

@@ -151,7 +151,12 @@ fn violation(m: &MutationRow, detail: String) -> Violation {
 /// slot's history is still replayed whole). After a prune (`record.pruned`) a refusal the rule
 /// does not explain is not reported: the applied mutation behind it may have been pruned (an
 /// applied mutation the rule refuses still is: a prune only removes what came before).
-pub fn check(record: &Record, project: Option<Uuid>) -> Vec<Violation> {
+/// `tolerance`: of receipt times ([`super::time::Policy::tolerance`]).
+pub fn check(
+    record: &Record,
+    project: Option<Uuid>,
+    tolerance: chrono::Duration,
+) -> Vec<Violation> {
     let (mutations, targets) = (&record.mutations, &record.targets);
     let mut out = Vec::new();
     // Per slot: the highest token applied so far (and by which mutation), the deployment ids
@@ -233,7 +238,7 @@ pub fn check(record: &Record, project: Option<Uuid>) -> Vec<Violation> {
                 ))
             } else if m
                 .attempt_claimed_at
-                .is_some_and(|claimed| m.received_at + super::time::TOLERANCE < claimed)
+                .is_some_and(|claimed| m.received_at + tolerance < claimed)
             {
                 Some(format!(
                     "it reached the target at {}, before the claim that issued the token (at {})",
@@ -294,6 +299,7 @@ pub fn check(record: &Record, project: Option<Uuid>) -> Vec<Violation> {
 #[cfg(test)]
 mod tests {
     use super::{check, MutationRow, Record, TargetRow};
+    use crate::time::TOLERANCE;
     use crate::Kind;
     use chrono::{TimeZone, Utc};
     use uuid::Uuid;
@@ -338,12 +344,12 @@ mod tests {
             targets: vec![target(kind)],
             pruned: false,
         };
-        assert!(check(&record(&clean, "idempotent"), None).is_empty());
+        assert!(check(&record(&clean, "idempotent"), None, TOLERANCE).is_empty());
         let twice = [
             mutation(1, "idempotent", 1, "d", "accepted"),
             mutation(2, "idempotent", 2, "d", "accepted"),
         ];
-        let found = check(&record(&twice, "idempotent"), None);
+        let found = check(&record(&twice, "idempotent"), None, TOLERANCE);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert_eq!(found[0].kind, Kind::TargetMutation);
         assert!(found[0].record.starts_with("target mutation #2 "));
@@ -352,13 +358,16 @@ mod tests {
             mutation(1, "unfenced", 2, "d", "accepted"),
             mutation(2, "unfenced", 1, "d", "accepted"),
         ];
-        assert!(check(&record(&unfenced, "unfenced"), None).is_empty());
+        assert!(check(&record(&unfenced, "unfenced"), None, TOLERANCE).is_empty());
         // After a prune, a repeat acknowledged without its first application is not reported.
         let pruned = Record {
             pruned: true,
             ..record(&clean[1..], "idempotent")
         };
-        assert!(check(&pruned, None).is_empty());
-        assert_eq!(check(&record(&clean[1..], "idempotent"), None).len(), 1);
+        assert!(check(&pruned, None, TOLERANCE).is_empty());
+        assert_eq!(
+            check(&record(&clean[1..], "idempotent"), None, TOLERANCE).len(),
+            1
+        );
     }
 }

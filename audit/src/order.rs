@@ -6,7 +6,7 @@
 //!
 //! A claim `c` of job `J` at receipt time `t` (by runner `R`) is a `claim_order` violation when
 //! an earlier-submitted job `E` of the same project (lower `submitted_seq`) shows, with
-//! `m` = [`MARGIN`]:
+//! `m` = the margin ([`ClaimOrder::new`]):
 //!
 //! 1. `E` queued throughout `[t - m, t + m]`: its submission (or the accepted `retry` that
 //!    requeued it) received before `t - m`, and its next claim or accepted cancel received after
@@ -22,8 +22,9 @@
 //! job of its batch took `E`'s slot, or `E`'s slot row was locked by a claim reserving it (then
 //! that reservation is within the margin: 3 fails), or because `E`'s slot was held (3 fails); a
 //! message or operator request naming `E` is recorded (2 fails). What is assumed: clocks of the
-//! servers agree, and a transaction commits, within [`super::time::TOLERANCE`] each (`m` is
-//! twice it). What cannot be shown: a claim transaction that held `E` locked and then rolled back
+//! servers agree within the receipt-time tolerance ([`super::time::Policy::tolerance`]: 1 s, or
+//! 2δ when the database records a larger δ), and a transaction commits within
+//! [`super::time::TOLERANCE`] (`m` is their sum). What cannot be shown: a claim transaction that held `E` locked and then rolled back
 //! (a killed connection, a statement timeout, a crash) leaves no record; if one did during `c`,
 //! the report is wrong, and the operator's answer is the server's log of failed claims at `t`.
 
@@ -34,11 +35,6 @@ use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 type Time = DateTime<Utc>;
-
-/// How far from a claim the earlier job's queue changes, its records and its slot's reservations
-/// must be for the claim to be judged: one receipt-time tolerance for the servers' clocks, one for
-/// a transaction's commit after its receipt time.
-pub const MARGIN: Duration = Duration::seconds(2 * super::time::TOLERANCE.num_seconds());
 
 /// A job's submission: its order and time (not in the replay's rows).
 pub async fn submissions(
@@ -89,8 +85,10 @@ struct Held {
 }
 
 /// What the claim-order check collects from the jobs read.
-#[derive(Default)]
 pub struct ClaimOrder {
+    /// How far from a claim the earlier job's queue changes, its records and its slot's
+    /// reservations must be for the claim to be judged.
+    margin: Duration,
     jobs: Vec<Job>,
     claims: Vec<Claim>,
     slots: HashMap<String, u32>,
@@ -107,6 +105,20 @@ enum Event {
 }
 
 impl ClaimOrder {
+    /// The check with a margin of one receipt-time `tolerance` for the servers' clocks
+    /// ([`super::time::Policy::tolerance`]) and one [`super::time::TOLERANCE`] for a
+    /// transaction's commit after its receipt time.
+    pub fn new(tolerance: Duration) -> ClaimOrder {
+        ClaimOrder {
+            margin: tolerance + super::time::TOLERANCE,
+            jobs: Vec::new(),
+            claims: Vec::new(),
+            slots: HashMap::new(),
+            held: Vec::new(),
+            horizon: None,
+        }
+    }
+
     /// Note one job's queue, claims and reservations (whatever its replay found).
     pub fn read(&mut self, jl: &super::read::JobLedger, submitted: Option<(i64, Time)>) {
         let Some((seq, submitted_at)) = submitted else {
@@ -207,7 +219,7 @@ impl ClaimOrder {
     /// the batch (`runner`, `t`) of a job submitted after `seq`.
     fn held_near(&self, slot: u32, t: Time, runner: Uuid, seq: i64) -> bool {
         let held = &self.held[slot as usize];
-        let (lo, hi) = (t - MARGIN, t + MARGIN);
+        let (lo, hi) = (t - self.margin, t + self.margin);
         let upto = held.partition_point(|h| h.start < hi);
         let mut earlier = 0;
         for h in held[..upto].iter().rev() {
@@ -252,7 +264,7 @@ impl ClaimOrder {
         let mut events: HashMap<Uuid, Vec<(Time, At)>> = HashMap::new();
         for (i, job) in self.jobs.iter().enumerate() {
             for &(start, end) in &job.queued {
-                let (lo, hi) = (start + MARGIN, end.unwrap_or(horizon) - MARGIN);
+                let (lo, hi) = (start + self.margin, end.unwrap_or(horizon) - self.margin);
                 if lo < hi {
                     let e = events.entry(job.project).or_default();
                     e.push((lo, At::Open(i)));
@@ -290,7 +302,7 @@ impl ClaimOrder {
                                 !earlier
                                     .touched
                                     .iter()
-                                    .any(|&at| at > t - MARGIN && at < t + MARGIN)
+                                    .any(|&at| at > t - self.margin && at < t + self.margin)
                                     && !self.held_near(earlier.slot, t, claim.runner, earlier.seq)
                             })
                             .take(8)
@@ -311,7 +323,7 @@ impl ClaimOrder {
             for e in passed_over {
                 let earlier = &self.jobs[e];
                 let slot = slot_names[&earlier.slot];
-                if held_in_database(conn, slot, claim, earlier.seq).await? {
+                if held_in_database(conn, slot, claim, earlier.seq, self.margin).await? {
                     continue;
                 }
                 let (start, end) = earlier
@@ -343,7 +355,7 @@ impl ClaimOrder {
                         fmt(start),
                         end.map_or("now".to_string(), fmt),
                         earlier.id,
-                        MARGIN.num_seconds()
+                        self.margin.num_milliseconds() as f64 / 1e3
                     ),
                     steps: Vec::new(),
                 });
@@ -377,6 +389,7 @@ async fn held_in_database(
     slot: &str,
     claim: &Claim,
     seq: i64,
+    margin: Duration,
 ) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id \
@@ -385,8 +398,8 @@ async fn held_in_database(
            AND NOT (a.runner_id = $4 AND a.claimed_at = $5 AND j.submitted_seq > $6))",
     )
     .bind(slot)
-    .bind(claim.at + MARGIN)
-    .bind(claim.at - MARGIN)
+    .bind(claim.at + margin)
+    .bind(claim.at - margin)
     .bind(claim.runner)
     .bind(claim.at)
     .bind(seq)

@@ -612,21 +612,33 @@ pub async fn slots(conn: &mut PgConnection) -> Result<Vec<SlotRow>, sqlx::Error>
         .collect()
 }
 
-/// The largest lease ttl a store of this database was configured with: the `lease_policy` row
-/// (when the schema has the table, `to_regclass`; `None` otherwise, or without a row).
-pub async fn configured_lease_ttl(
-    conn: &mut PgConnection,
-) -> Result<Option<chrono::Duration>, sqlx::Error> {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('lease_policy') IS NOT NULL")
-        .fetch_one(&mut *conn)
-        .await?;
-    if !exists {
-        return Ok(None);
-    }
-    let micros: Option<i64> = sqlx::query_scalar(
-        "SELECT (extract(epoch FROM max(max_lease_ttl)) * 1000000)::bigint FROM lease_policy",
+/// The lease policy the database records (`lease_policy`): the largest lease ttl a store of it
+/// was configured with, and its `max_clock_skew` (δ); each `None` in a schema without it (the
+/// table, `to_regclass`; the δ column, migration 0012's successors) or without a row.
+pub async fn lease_policy(conn: &mut PgConnection) -> Result<crate::time::Policy, sqlx::Error> {
+    let (table, skew_column): (bool, bool) = sqlx::query_as(
+        "SELECT to_regclass('lease_policy') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute \
+         WHERE attrelid = to_regclass('lease_policy') AND attname = 'max_clock_skew' \
+         AND NOT attisdropped)",
     )
     .fetch_one(&mut *conn)
     .await?;
-    Ok(micros.map(chrono::Duration::microseconds))
+    if !table {
+        return Ok(crate::time::Policy::new(None, None));
+    }
+    let micros = |column: &str| format!("(extract(epoch FROM max({column})) * 1000000)::bigint");
+    let skew = match skew_column {
+        true => micros("max_clock_skew"),
+        false => "NULL::bigint".to_owned(),
+    };
+    let (ttl, skew): (Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+        "SELECT {}, {skew} FROM lease_policy",
+        micros("max_lease_ttl")
+    ))
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(crate::time::Policy::new(
+        ttl.map(chrono::Duration::microseconds),
+        skew.map(chrono::Duration::microseconds),
+    ))
 }

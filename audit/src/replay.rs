@@ -188,17 +188,17 @@ struct Replay<'a> {
     committed_payload: Vec<Option<String>>,
     steps: Vec<String>,
     reservations: Vec<Reservation>,
-    /// The largest configured lease ttl (`lease_policy`), when known.
-    max_ttl: Option<Duration>,
+    /// The database's lease policy: its largest ttl, and the tolerance of receipt times.
+    policy: super::time::Policy,
 }
 
 /// Replay one job.
-/// `max_ttl`: the largest lease ttl a store of the database was configured with (`lease_policy`),
-/// if the schema records it.
+/// `policy`: the largest lease ttl a store of the database was configured with (`lease_policy`,
+/// if the schema records it) and the tolerance of receipt times.
 pub fn replay(
     jl: &JobLedger,
     runner_projects: &HashMap<Uuid, Uuid>,
-    max_ttl: Option<Duration>,
+    policy: super::time::Policy,
 ) -> Outcome {
     let job = &jl.job;
     if jl.attempts.len() > MAX_IDS {
@@ -245,7 +245,7 @@ pub fn replay(
             job.id, job.ledger_seq, job.target
         )],
         reservations: Vec::new(),
-        max_ttl,
+        policy,
     };
     let mut records: Vec<Record<'_>> = (0..jl.attempts.len()).map(Record::Claim).collect();
     records.extend(jl.observations.iter().map(Record::Message));
@@ -253,7 +253,7 @@ pub fn replay(
     records.extend(jl.cancels.iter().map(Record::Cancel));
     records.extend(jl.sweeps.iter().map(Record::Sweep));
     records.sort_by_key(|r| r.seq(jl));
-    let mut receipt_order = super::time::ReceiptOrder::default();
+    let mut receipt_order = super::time::ReceiptOrder::new(policy.tolerance);
     for record in &records {
         let (at, name) = record.received(jl);
         if let Err(detail) = receipt_order.next(at, &name) {
@@ -288,7 +288,7 @@ pub fn replay(
 /// commit order (`receipt_time_order`). The job is still counted as not judged: its verdicts,
 /// leases and rows are not. (Its stored side effects and its slot's counter and holder are checked
 /// for every job, judged or not.)
-pub fn unjudged_checks(jl: &JobLedger) -> Option<Violation> {
+pub fn unjudged_checks(jl: &JobLedger, policy: super::time::Policy) -> Option<Violation> {
     let violation = |kind, record: String, detail: String| Violation {
         kind,
         job: jl.job.id,
@@ -306,7 +306,7 @@ pub fn unjudged_checks(jl: &JobLedger) -> Option<Violation> {
     records.extend(jl.cancels.iter().map(Record::Cancel));
     records.extend(jl.sweeps.iter().map(Record::Sweep));
     records.sort_by_key(|r| r.seq(jl));
-    let mut receipt_order = super::time::ReceiptOrder::default();
+    let mut receipt_order = super::time::ReceiptOrder::new(policy.tolerance);
     for record in &records {
         let (at, name) = record.received(jl);
         if let Err(detail) = receipt_order.next(at, &name) {
@@ -486,7 +486,7 @@ impl Replay<'_> {
                 ),
             ));
         }
-        if let Some(detail) = super::time::ttl_exceeded(ttl, self.max_ttl) {
+        if let Some(detail) = super::time::ttl_exceeded(ttl, self.policy.max_ttl) {
             return Err(self.violation(Kind::LeaseTtl, record, detail));
         }
         self.expiry.push(claim_expiry);

@@ -32,7 +32,7 @@ struct Pending {
 pub(crate) struct Replayer {
     chained: bool,
     runner_projects: Arc<HashMap<Uuid, Uuid>>,
-    max_ttl: Option<chrono::Duration>,
+    policy: crate::time::Policy,
     threads: usize,
     pending: Option<Pending>,
     pub jobs: usize,
@@ -60,7 +60,7 @@ impl Replayer {
     pub fn new(
         chained: bool,
         runner_projects: Arc<HashMap<Uuid, Uuid>>,
-        max_ttl: Option<chrono::Duration>,
+        policy: crate::time::Policy,
         threads: usize,
         cache: HashMap<Uuid, Vec<stored::StoredRow>>,
     ) -> Replayer {
@@ -69,7 +69,7 @@ impl Replayer {
         Replayer {
             chained,
             runner_projects,
-            max_ttl,
+            policy,
             threads: replay_threads(threads),
             pending: None,
             jobs: 0,
@@ -83,7 +83,7 @@ impl Replayer {
             issued: slots::Issued::default(),
             side_effects,
             cache,
-            claim_order: order::ClaimOrder::default(),
+            claim_order: order::ClaimOrder::new(policy.tolerance),
             stopped: HashMap::new(),
         }
     }
@@ -103,10 +103,10 @@ impl Replayer {
             return;
         };
         let runner_projects = self.runner_projects.clone();
-        let (max_ttl, threads) = (self.max_ttl, self.threads);
+        let (policy, threads) = (self.policy, self.threads);
         self.pending = Some(Pending {
             replaying: std::thread::spawn(move || {
-                let outcomes = replay_batch(&ledgers, &runner_projects, max_ttl, threads);
+                let outcomes = replay_batch(&ledgers, &runner_projects, policy, threads);
                 (ledgers, outcomes)
             }),
             stored,
@@ -175,7 +175,8 @@ impl Replayer {
                 }
                 replay::Outcome::Unauditable(why) => {
                     // What needs no lease expiry is still checked, and named.
-                    self.violations.extend(replay::unjudged_checks(&jl));
+                    self.violations
+                        .extend(replay::unjudged_checks(&jl, self.policy));
                     self.unjudged_records += jl.records();
                     self.unauditable.push((jl.job.id, why));
                 }
@@ -205,10 +206,10 @@ fn replay_threads(asked: usize) -> usize {
 fn replay_batch(
     ledgers: &[read::JobLedger],
     runner_projects: &HashMap<Uuid, Uuid>,
-    max_ttl: Option<chrono::Duration>,
+    policy: crate::time::Policy,
     threads: usize,
 ) -> Vec<replay::Outcome> {
-    let one = |jl: &read::JobLedger| replay::replay(jl, runner_projects, max_ttl);
+    let one = |jl: &read::JobLedger| replay::replay(jl, runner_projects, policy);
     if threads <= 1 || ledgers.len() < 2 {
         return ledgers.iter().map(one).collect();
     }

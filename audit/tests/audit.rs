@@ -763,6 +763,58 @@ async fn a_sweep_received_by_a_clock_running_ahead_makes_receipt_times_go_backwa
     assert!(v.detail.contains("before expiry sweep #"), "{v:#?}");
 }
 
+/// Replicas whose clocks are each within the δ the database records (`max_clock_skew`) disagree
+/// by up to 2δ, and may write one job's records in turn: receipt times out of commit order by
+/// less than 2δ are what the protocol allows there, by more still a clock outside the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipt_times_out_of_order_are_judged_within_twice_the_recorded_clock_skew() {
+    let f = build().await;
+    let url = f.db.url();
+    let job = f.retried.0;
+    // The sweep received 20 s after the reconciliation that follows it in commit order.
+    let sweep_after_reconciliation = |seconds: u32| {
+        format!(
+            "UPDATE expiry_sweeps SET swept_at = (SELECT max(decided_at) FROM reconciliations              WHERE job_id = '{job}') + interval '{seconds} seconds' WHERE job_id = '{job}'"
+        )
+    };
+    sql(url, &[sweep_after_reconciliation(20)]).await;
+    let receipt_order = |report: &AuditReport| -> Vec<uuid::Uuid> {
+        replayed(report)
+            .iter()
+            .filter(|v| v.kind == Kind::ReceiptTimeOrder)
+            .map(|v| v.job)
+            .collect()
+    };
+    // δ = 0 recorded: the tolerance is 1 s.
+    let report = run_audit(url).await;
+    assert_eq!(
+        receipt_order(&report),
+        vec![job],
+        "{:#?}",
+        report.violations
+    );
+    // δ = 15 s recorded: 20 s is within 2δ.
+    sql(
+        url,
+        &["UPDATE lease_policy SET max_clock_skew = interval '15 seconds'".to_string()],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert!(replayed(&report).is_empty(), "{:#?}", report.violations);
+    // 40 s is not.
+    sql(url, &[sweep_after_reconciliation(40)]).await;
+    let report = run_audit(url).await;
+    assert_eq!(
+        receipt_order(&report),
+        vec![job],
+        "{:#?}",
+        report.violations
+    );
+    let v = replayed(&report)[0];
+    assert!(v.detail.contains("the 30 s tolerance"), "{v:#?}");
+    assert_eq!(report.receipt_time_tolerance_seconds, 30.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granted_for_a_thousand_times_the_configured_ttl_is_caught_when_the_ttl_is_recorded(
 ) {
