@@ -73,7 +73,8 @@ pub struct ServeArgs {
     /// How long a request body may send nothing before the request is refused (408), in ms.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     body_read_timeout_ms: u64,
-    /// The longest one request may take, headers to answer, in milliseconds.
+    /// The longest one request may take, headers to answer, in milliseconds (not the test hooks
+    /// of --manual-clock, which work on the whole database).
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
     request_timeout_ms: u64,
     /// On SIGTERM or SIGINT: how long the requests under way may take to finish, in

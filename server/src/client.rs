@@ -662,8 +662,14 @@ pub struct OperatorClient {
 
 impl OperatorClient {
     pub fn new(base: &str, token: &str) -> Result<Self, CallError> {
+        Self::with_timeout(base, token, Duration::from_secs(60))
+    }
+
+    /// A client whose requests and answers may each take up to `timeout` (the test hooks' whole-
+    /// database work: [`OperatorClient::prune_hook`] on a database holding a whole suite's jobs).
+    pub fn with_timeout(base: &str, token: &str, timeout: Duration) -> Result<Self, CallError> {
         Ok(Self {
-            http: Http::new(base, token, Duration::from_secs(60))?,
+            http: Http::new(base, token, timeout)?,
         })
     }
 

@@ -117,6 +117,10 @@ pub enum SetupError {
 #[derive(Clone)]
 struct Server {
     operator: OperatorClient,
+    /// The same server's test hooks of failovers and prunes, which work on the whole database
+    /// (the first prune of a database holding a whole suite's jobs deletes them all), with
+    /// [`HOOK_TIMEOUT`].
+    hooks: OperatorClient,
     /// The target's deploy and state routes (the server's own URL unless `--target-url`).
     target: Http,
     /// Whether the server handles a request at the time its `Leasewright-Test-Time` header
@@ -142,6 +146,9 @@ impl Server {
             operator: OperatorClient {
                 http: self.operator.http.with_test_time(time.clone()),
             },
+            hooks: OperatorClient {
+                http: self.hooks.http.with_test_time(time.clone()),
+            },
             target: self.target.with_test_time(time.clone()),
             own_time: self.own_time,
             clock_skew_ms: self.clock_skew_ms,
@@ -150,6 +157,11 @@ impl Server {
         }
     }
 }
+
+/// How long a test hook of failovers and prunes may take: they work on the whole database,
+/// which holds every trace replayed there before (the server does not bound them by its
+/// `--request-timeout-ms` either).
+const HOOK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// The HTTP driver over one or more running servers.
 pub struct HttpDriver {
@@ -607,6 +619,8 @@ impl HttpDriver {
         };
         let operator =
             OperatorClient::new(&url, operator_token).map_err(unexpected("building a client"))?;
+        let hooks = OperatorClient::with_timeout(&url, operator_token, HOOK_TIMEOUT)
+            .map_err(unexpected("building a client"))?;
         let target = match target_url {
             Some(t) => Http::new(t, operator_token, std::time::Duration::from_secs(60))
                 .map_err(unexpected("building a client of the target"))?,
@@ -638,7 +652,7 @@ impl HttpDriver {
         }
         // The failover's test hooks (optional): the standby catches up (nothing is lost by it),
         // and says until when claims wait after the last failover an earlier replay began.
-        let (failover_hooks, floor, database_epoch) = match operator.replicate().await {
+        let (failover_hooks, floor, database_epoch) = match hooks.replicate().await {
             Ok(answer) => (true, floor_after(answer.claims_wait_until), answer.epoch),
             Err(CallError::Http {
                 status: 404 | 405, ..
@@ -805,6 +819,7 @@ impl HttpDriver {
         Ok(Connected {
             server: Server {
                 operator,
+                hooks,
                 target,
                 own_time,
                 clock_skew_ms,
@@ -965,7 +980,7 @@ impl Driver for HttpDriver {
     }
 
     async fn open(&self, model: &LeaseModel, trace: &str) -> Result<HttpSession, DriverError> {
-        self.open_on(model, trace, None).await
+        self.open_on(model, trace, Sharing::Shared).await
     }
 
     /// A trace with a failover replays on servers with the failover's test hooks, alone: the
@@ -981,7 +996,7 @@ impl Driver for HttpDriver {
             let plan = prune::plan(trace)
                 .ok_or_else(|| unmappable("a prune walk with no step to prune before"))?;
             let mut session = self
-                .open_on(model, &trace.name, Some(BTreeSet::new()))
+                .open_on(model, &trace.name, Sharing::Alone(BTreeSet::new()))
                 .await?;
             // As in-process: no other job's earlier result beside a result (that item would
             // write into a finished job's ledger at a step that names no such job, and the
@@ -995,7 +1010,7 @@ impl Driver for HttpDriver {
             return Ok(session);
         }
         if !failover::has_failover(trace) {
-            return self.open_on(model, &trace.name, None).await;
+            return self.open_on(model, &trace.name, Sharing::Shared).await;
         }
         if !self.replays_failovers() {
             return Err(unmappable(crate::select::FAILOVER));
@@ -1006,19 +1021,28 @@ impl Driver for HttpDriver {
                  trace's steps",
             )
         })?;
-        self.open_on(model, &trace.name, Some(snapshot_before))
+        self.open_on(model, &trace.name, Sharing::Alone(snapshot_before))
             .await
     }
 }
 
+/// How a trace shares its server's database with the other traces ([`HttpDriver::open_on`]).
+enum Sharing {
+    /// Beside the others, after the waits earlier failovers began.
+    Shared,
+    /// Alone on every server (a trace with a failover or a prune: the standby's copy, the wait
+    /// and the audit's watermark are the whole database's), the standby catching up before the
+    /// steps named ([`failover::snapshot_steps`]; none for a walk pruned between its jobs).
+    Alone(BTreeSet<usize>),
+}
+
 impl HttpDriver {
-    /// [`Driver::open`], for a trace with a failover when `snapshot_before` names the steps
-    /// before which the standby catches up ([`failover::snapshot_steps`]).
+    /// [`Driver::open`], beside the other traces or alone ([`Sharing`]).
     async fn open_on(
         &self,
         model: &LeaseModel,
         trace: &str,
-        snapshot_before: Option<BTreeSet<usize>>,
+        sharing: Sharing,
     ) -> Result<HttpSession, DriverError> {
         let config = &model.config;
         let tick_ms = self.tick_ms(config.lease_ttl).map_err(unmappable)?;
@@ -1046,10 +1070,9 @@ impl HttpDriver {
             _permit: permit,
         };
         // Every trace after the waits earlier failovers began; one with a failover alone.
-        let floor = if snapshot_before.is_some() {
-            Floor::Alone(Arc::clone(&self.floor).write_owned().await)
-        } else {
-            Floor::Shared(Arc::clone(&self.floor).read_owned().await)
+        let floor = match &sharing {
+            Sharing::Alone(_) => Floor::Alone(Arc::clone(&self.floor).write_owned().await),
+            Sharing::Shared => Floor::Shared(Arc::clone(&self.floor).read_owned().await),
         };
         // A trace that sweeps over every project, as the server's background sweeper does, on a
         // server where traces run at once (each at its own time): alone among such traces, at a
@@ -1059,7 +1082,7 @@ impl HttpDriver {
         // has a schema of its own: its sweeps are scoped to its projects.
         let global = if self.servers[index].own_time
             && sweeps_globally(trace)
-            && snapshot_before.is_none()
+            && matches!(sharing, Sharing::Shared)
         {
             Some(Arc::clone(&self.global_lane).lock_owned().await)
         } else {
@@ -1209,7 +1232,10 @@ impl HttpDriver {
             batches: ResultBatches::new(trace_hash_bit(trace)),
             echo_after: None,
             differences: Vec::new(),
-            snapshot_before: snapshot_before.unwrap_or_default(),
+            snapshot_before: match sharing {
+                Sharing::Alone(steps) => steps,
+                Sharing::Shared => BTreeSet::new(),
+            },
             step_index: 0,
             first_epoch,
             floor,
@@ -1385,12 +1411,7 @@ impl HttpSession {
     /// server's ledger, which must be clean; the server records its watermark.
     async fn audit_for_prune(&mut self) -> Result<(), DriverError> {
         self.sync_clock().await?;
-        let audit = self
-            .server
-            .operator
-            .audit_hook()
-            .await
-            .map_err(http_failed)?;
+        let audit = self.server.hooks.audit_hook().await.map_err(http_failed)?;
         if !audit.clean || audit.watermark.is_none() {
             self.differences.push(format!(
                 "the audit of the ledger before the prune: {}",
@@ -1422,12 +1443,7 @@ impl HttpSession {
             return Ok(());
         }
         self.sync_clock().await?;
-        let pruned_report = self
-            .server
-            .operator
-            .prune_hook()
-            .await
-            .map_err(http_failed)?;
+        let pruned_report = self.server.hooks.prune_hook().await.map_err(http_failed)?;
         let mut pruned = BTreeSet::new();
         for (j, (job, owner)) in self.jobs.iter().zip(&self.owners).enumerate() {
             let read: Result<Value, CallError> =
@@ -1461,7 +1477,7 @@ impl HttpSession {
     /// first claim, which takes nothing and starts the wait (runners poll, so in production it
     /// comes at once; the model's wait starts at the failover).
     async fn fail_over(&mut self) -> Result<(), DriverError> {
-        let failed_over = self.server.operator.failover().await.map_err(http_failed)?;
+        let failed_over = self.server.hooks.failover().await.map_err(http_failed)?;
         if failed_over.epoch <= failed_over.epoch_before {
             return Err(DriverError::Implementation(format!(
                 "the failover hook left the epoch at {} (it was {})",
@@ -2138,11 +2154,7 @@ impl Session for HttpSession {
         let i = self.step_index;
         self.step_index += 1;
         if self.snapshot_before.contains(&i) {
-            self.server
-                .operator
-                .replicate()
-                .await
-                .map_err(http_failed)?;
+            self.server.hooks.replicate().await.map_err(http_failed)?;
         }
         // A walk pruned between its jobs: the audit, then the prune, as its plan says.
         if let Some(plan) = self.prune.as_ref().map(|p| p.plan.clone()) {

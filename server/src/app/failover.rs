@@ -16,12 +16,7 @@ use leasewright_impl::standby;
 
 /// The server's schema (its connections' search path) and its copy's name.
 async fn schemas(state: &AppState) -> Result<(String, String), ApiError> {
-    if state.0.manual_clock.is_none() {
-        return Err(ApiError::not_found(
-            "not_found",
-            "the server does not run on a manual clock",
-        ));
-    }
+    super::time::manual_clock(state)?;
     let schema: String = sqlx::query_scalar("SELECT current_schema()")
         .fetch_one(state.0.store.pool())
         .await

@@ -27,7 +27,8 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// How long a request body may stall between two of its chunks.
     pub body_read_timeout: Duration,
-    /// The longest one request may take, from its headers to its answer.
+    /// The longest one request may take, from its headers to its answer (not a test hook's:
+    /// [`TEST_HOOKS`]).
     pub request_timeout: Duration,
     /// The most connections open at once (further ones wait in the listen backlog); never more
     /// than the process's open-file limit leaves room for.
@@ -40,6 +41,15 @@ pub struct ConnectionLimits {
     /// idempotent), and every connection is closed within [`SHUTDOWN_WRITE_MARGIN`] more.
     pub shutdown_grace: Duration,
 }
+
+/// The test hooks' paths (routed only on a `--manual-clock` server; elsewhere they answer 404 at
+/// once). They work on the whole database (a failover's copy and restore, a whole audit, a prune
+/// of every finished job), so [`ConnectionLimits::request_timeout`], which bounds the API's
+/// requests, does not bound them; [`TEST_HOOK_TIMEOUT`] does.
+const TEST_HOOKS: &str = "/v1/test/";
+
+/// The longest a test hook may take.
+const TEST_HOOK_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// How long the answers of a shutdown may take to be written once the grace is over.
 pub const SHUTDOWN_WRITE_MARGIN: Duration = Duration::from_secs(1);
@@ -125,6 +135,15 @@ fn connection_cap(wanted: usize) -> usize {
             wanted.min(room.max(16))
         }
         None => wanted,
+    }
+}
+
+/// The longest a request to `path` may take: [`TEST_HOOK_TIMEOUT`] for a test hook, otherwise
+/// [`ConnectionLimits::request_timeout`].
+fn request_timeout(path: &str, limits: &ConnectionLimits) -> Duration {
+    match path.starts_with(TEST_HOOKS) {
+        true => TEST_HOOK_TIMEOUT,
+        false => limits.request_timeout,
     }
 }
 
@@ -246,7 +265,8 @@ async fn connection(
         let count = served.fetch_add(1, Ordering::Relaxed) + 1;
         async move {
             let request = request.map(|body| IdleTimeoutBody::new(body, limits.body_read_timeout));
-            let answer = tokio::time::timeout(limits.request_timeout, app.oneshot(request));
+            let timeout = request_timeout(request.uri().path(), &limits);
+            let answer = tokio::time::timeout(timeout, app.oneshot(request));
             let mut response = tokio::select! {
                 answer = answer => match answer {
                     Ok(Ok(response)) => response,
@@ -281,4 +301,32 @@ async fn connection(
         _ = closing.wait_for(|closing| *closing) => conn.as_mut().graceful_shutdown(),
     }
     let _ = conn.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_hooks_are_bounded_by_their_own_timeout_and_every_other_route_by_the_limit() {
+        let limits = ConnectionLimits {
+            request_timeout: Duration::from_millis(5),
+            ..ConnectionLimits::default()
+        };
+        for hook in ["/v1/test/prune", "/v1/test/audit", "/v1/test/failover"] {
+            assert_eq!(request_timeout(hook, &limits), TEST_HOOK_TIMEOUT, "{hook}");
+        }
+        for route in [
+            "/v1/projects",
+            "/v1/runner/claim",
+            "/v1/testing",
+            "/healthz",
+        ] {
+            assert_eq!(
+                request_timeout(route, &limits),
+                limits.request_timeout,
+                "{route}"
+            );
+        }
+    }
 }

@@ -18,16 +18,6 @@ use leasewright_audit::{chain, witness, AuditOptions, AuditReport};
 /// The watermark and witness of the last clean `POST /v1/test/audit`.
 pub(super) type Audited = Option<(chain::Watermark, witness::Witness)>;
 
-fn test_mode(state: &AppState) -> Result<(), ApiError> {
-    match state.0.manual_clock {
-        Some(_) => Ok(()),
-        None => Err(ApiError::not_found(
-            "not_found",
-            "the server does not run on a manual clock",
-        )),
-    }
-}
-
 /// A whole audit of the server's schema (`--since` a watermark with its witness when given).
 async fn audit(
     state: &AppState,
@@ -59,7 +49,7 @@ pub(super) async fn test_audit(
     _: OperatorAuth,
     OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
 ) -> ApiResult {
-    test_mode(&state)?;
+    super::time::manual_clock(&state)?;
     let report = audit(&state, None).await?;
     let findings = report.findings();
     let token = report
@@ -104,7 +94,7 @@ pub(super) async fn test_prune(
     _: OperatorAuth,
     OptionalJsonBody(EmptyRequest {}): OptionalJsonBody<EmptyRequest>,
 ) -> ApiResult {
-    test_mode(&state)?;
+    super::time::manual_clock(&state)?;
     // Before any clean audit nothing is audited: the prune deletes nothing (as `leasewright
     // prune` with no watermark recorded) and the audit after it is a whole one.
     let since = state

@@ -64,9 +64,7 @@ pub(super) async fn test_clock(
     headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<ClockRequest>,
 ) -> ApiResult {
-    let clock = state.0.manual_clock.as_ref().ok_or_else(|| {
-        ApiError::not_found("not_found", "the server does not run on a manual clock")
-    })?;
+    let clock = manual_clock(&state)?;
     if headers.contains_key(TEST_TIME_HEADER) {
         // A request with a time of its own reads that time (how a driver finds out that the
         // server supports the header) and moves no clock.
@@ -115,4 +113,12 @@ pub(super) async fn request_time(request: Request, next: Next) -> Response {
         ))
         .into_response(),
     }
+}
+
+/// The server's manual clock; `404 not_found` when it runs on the system clock: then no test hook
+/// (`/v1/test/…`) exists.
+pub(super) fn manual_clock(state: &AppState) -> Result<&ManualClock, ApiError> {
+    state.0.manual_clock.as_ref().ok_or_else(|| {
+        ApiError::not_found("not_found", "the server does not run on a manual clock")
+    })
 }
