@@ -614,7 +614,7 @@ pub async fn slots(conn: &mut PgConnection) -> Result<Vec<SlotRow>, sqlx::Error>
 
 /// The lease policy the database records (`lease_policy`): the largest lease ttl a store of it
 /// was configured with, and its `max_clock_skew` (δ); each `None` in a schema without it (the
-/// table, `to_regclass`; the δ column, migration 0012's successors) or without a row.
+/// table: before migration 0012; the δ column: before 0016) or without a row.
 pub async fn lease_policy(conn: &mut PgConnection) -> Result<crate::time::Policy, sqlx::Error> {
     let (table, skew_column): (bool, bool) = sqlx::query_as(
         "SELECT to_regclass('lease_policy') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute \

@@ -37,12 +37,6 @@ impl Policy {
     }
 }
 
-impl Default for Policy {
-    fn default() -> Policy {
-        Policy::new(None, None)
-    }
-}
-
 /// The latest receipt time seen so far in one job's commit order, and its record.
 pub struct ReceiptOrder {
     tolerance: Duration,
