@@ -423,6 +423,36 @@ async fn an_overwritten_outcome_is_a_replaced_outcome() {
     assert_caught(&report, Kind::ReplacedOutcome, f.passed, "job ");
 }
 
+/// Since migration 0022 no foreign key refuses an attempt held by a runner of another project
+/// (invariant 12): the replay of its claim finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_moved_to_another_projects_runner_is_caught() {
+    let f = build().await;
+    let url = f.db.url();
+    let running = f.running.0;
+    sql(
+        url,
+        &[format!(
+            "UPDATE attempts SET runner_id = (SELECT id FROM runners WHERE name = 'o1') \
+             WHERE job_id = '{running}'"
+        )],
+    )
+    .await;
+    let report = run_audit(url).await;
+    assert_caught(&report, Kind::Verdict, f.running, "attempt ");
+    let found = report
+        .violations
+        .iter()
+        .find(|v| v.kind == Kind::Verdict)
+        .expect("the verdict");
+    assert!(
+        found
+            .detail
+            .contains("the runner is not of the job's project"),
+        "{found:#?}"
+    );
+}
+
 /// A ledger across an epoch change (docs/audit.md, "A database that forgot commits"): the raised
 /// epoch (the operator's `advance_epoch`, as a promotion would), a job left running from epoch 0,
 /// a job retried across the change (its fence jumps to 2^32 + 1) and a job first claimed in epoch

@@ -1,7 +1,7 @@
 -- name: observation_select_of_attempt
 -- The attempt's ledger of observations: the messages attributed to it. An attributed message
 -- names the attempt's job (docs/protocol.md §7, checks 1-5), so they are read among the job's
--- (observations_by_named_job; migration 0010).
+-- (the key of observations, (named_job_id, id): migrations 0010, 0023).
 -- $1 attempt
 SELECT id, sender_runner_id, kind, named_job_id, named_attempt_id, named_lease_id, named_fence,
     attempt_id, received_at, runner_time, verdict, reason, outcome, payload_sha256

@@ -689,9 +689,11 @@ mod setup {
 }
 
 /// What the composite foreign keys enforced before migration 0005 (it dropped them with their
-/// unique indexes to write fewer index entries per job), and what the reservation's foreign keys
+/// unique indexes to write fewer index entries per job), what the reservation's foreign keys
 /// enforced before migration 0009 (it made the reservation columns of the slot's row, without
-/// them), now a test: every attempt is of its job's project, every job's current attempt is an
+/// them), and what the attempt's runner's foreign key enforced before migration 0022 (it dropped
+/// it: every claim locked its runner's row), now a test: every attempt is of its job's project
+/// and held by an existing runner of that project, every job's current attempt is an
 /// attempt of that job, every reservation (a slot's holder columns) names an existing job of its
 /// project whose target is the slot, held by an existing attempt of that job. The claim statement
 /// is the only one that writes these columns; the workload below runs every rule that touches
@@ -704,6 +706,12 @@ mod cross_row {
         SELECT 'attempt ' || a.id || ' is of another project than its job'
         FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
         WHERE a.project_id <> j.project_id
+        UNION ALL
+        SELECT 'attempt ' || a.id || CASE WHEN r.id IS NULL
+            THEN ' is held by a runner that does not exist'
+            ELSE ' is held by a runner of another project' END
+        FROM attempts AS a LEFT JOIN runners AS r ON r.id = a.runner_id
+        WHERE r.id IS NULL OR r.project_id <> a.project_id
         UNION ALL
         SELECT 'job ' || j.id || ' names an attempt of another job as current'
         FROM jobs AS j JOIN attempts AS a ON a.id = j.current_attempt_id
@@ -867,7 +875,9 @@ mod cross_row {
     }
 
     /// Since migration 0013 no foreign key refuses a current attempt, or the attempt of a
-    /// reconciliation, cancel or sweep, that does not exist, or one of another job: each is found.
+    /// reconciliation, cancel or sweep, that does not exist, or one of another job, and since
+    /// 0022 none refuses an attempt's runner of another project or that does not exist: each is
+    /// found.
     #[tokio::test]
     async fn a_reference_to_an_attempt_that_does_not_exist_or_of_another_job_is_found() {
         let sabotages = [
@@ -875,6 +885,18 @@ mod cross_row {
                 "UPDATE jobs SET current_attempt_id = gen_random_uuid()
                  WHERE id = (SELECT job_id FROM attempts ORDER BY ledger_seq LIMIT 1)",
                 "names an attempt that does not exist as current",
+            ),
+            (
+                "UPDATE attempts SET runner_id = (
+                     SELECT r.id FROM runners AS r WHERE r.project_id <> attempts.project_id
+                     LIMIT 1)
+                 WHERE id = (SELECT id FROM attempts ORDER BY ledger_seq LIMIT 1)",
+                "is held by a runner of another project",
+            ),
+            (
+                "UPDATE attempts SET runner_id = gen_random_uuid()
+                 WHERE id = (SELECT id FROM attempts ORDER BY ledger_seq LIMIT 1)",
+                "is held by a runner that does not exist",
             ),
             (
                 "UPDATE reconciliations SET attempt_id = gen_random_uuid()

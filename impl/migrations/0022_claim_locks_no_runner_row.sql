@@ -1,0 +1,16 @@
+-- A claim writes no row lock on its runner's row (issue 35 item 2; docs/benchmarks.md, "WAL per
+-- job"; docs/impl.md, "Schema"). No rule, predicate or verdict changes.
+--
+-- The foreign key `attempts_runner_of_job_project` (0001: an attempt's runner is of the attempt's
+-- project, invariant 12) made every attempt's insert lock its runner's row FOR KEY SHARE: a
+-- 54-byte WAL record on every single claim (`leasewright bench writes`: `runners`, lock 1.00),
+-- and on every batch claim. What it guarded the claim holds by itself: it inserts an attempt only
+-- for a job its `runner` step found in the sender's own project (§6.2 check 1), and runners are
+-- never deleted (0014 revokes them in place). As for the attempt's project being its job's (0005)
+-- and a reservation's (0009), the rule is now a test, impl/tests/protocol.rs `cross_row` (every
+-- rule that writes attempts run, then no attempt held by a runner of another project, or by one
+-- that does not exist; a sabotage of each is found), and the audit replays it on every claim (an
+-- attempt whose runner is not of the job's project: a `verdict` violation). The key the foreign
+-- key referenced, `runners_id_project_unique`, stays: runners are written once each, and the
+-- table is altered only by 0014 (impl/src/store/setup.rs `runner_token_hashes_are_never_changed`).
+ALTER TABLE attempts DROP CONSTRAINT attempts_runner_of_job_project;
