@@ -30,7 +30,9 @@
 -- search_path, the installation's schema (impl/src/schema.rs).
 -- History: migrations 0007 (the function), 0008 (its target columns), 0009 (the reservation in
 -- the slot row), 0011 (the pick that locks the head first), 0012 (the epoch), 0015 (the attempt's
--- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait), 0018 (an epoch out of range refused).
+-- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait), 0018 (an epoch out of range refused);
+-- Changed since in this file alone (functions are re-applied from it): the epoch joined in
+-- `started`, so that the chain's hash is inlined.
 CREATE OR REPLACE FUNCTION claim_epoch(timestamptz) RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -105,7 +107,11 @@ RETURN QUERY
 --                 row lock, taken in head or beyond);
 --   started:      each reserved job becomes `running` with fence greatest(fence + 1, epoch base
 --                 + 1) and the new current attempt, and its chain advances to the attempt's
---                 record (ledger_claim_hash, ledger_encoding.sql, in the job's one update);
+--                 record (ledger_claim_hash, ledger_encoding.sql, in the job's one update; the
+--                 epoch's row is joined, not sub-selected, so that the planner inlines the hash:
+--                 a sub-select in an argument that the encoding reads more than once keeps
+--                 PostgreSQL from inlining a SQL function, which then parses and plans its
+--                 body on every claim);
 --   attempted:    the `active` attempts, with a fresh lease id, lease_expiry = now + lease_ttl
 --                 (kept in claim_lease_expiry too) and the slot token issued, chained (the
 --                 trigger leaves a chained record as it is).
@@ -168,13 +174,13 @@ WITH epoch AS MATERIALIZED (
         gen_random_uuid() AS lease_id, nextval('ledger_seq') AS ledger_seq
 ), started AS (
     UPDATE jobs AS j
-    SET state = 'running', fence = greatest(j.fence + 1, (SELECT base FROM epoch) + 1),
+    SET state = 'running', fence = greatest(j.fence + 1, e.base + 1),
         current_attempt_id = r.attempt_id,
         chain_seq = j.chain_seq + 1,
         chain_head = ledger_claim_hash(j.chain_head, j.chain_seq + 1, r.attempt_id, j.id,
             j.project_id, r.ledger_seq, $1, r.lease_id,
-            greatest(j.fence + 1, (SELECT base FROM epoch) + 1), r.slot_token, $3, $4)
-    FROM reserved AS r
+            greatest(j.fence + 1, e.base + 1), r.slot_token, $3, $4)
+    FROM reserved AS r, epoch AS e
     WHERE j.id = r.job_id
       AND j.state = 'queued'
     RETURNING j.id, j.project_id, j.submitted_seq, j.target, j.target_kind, j.fence,
