@@ -30,9 +30,9 @@
 -- search_path, the installation's schema (impl/src/schema.rs).
 -- History: migrations 0007 (the function), 0008 (its target columns), 0009 (the reservation in
 -- the slot row), 0011 (the pick that locks the head first), 0012 (the epoch), 0015 (the attempt's
--- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait), 0018 (an epoch out of range refused);
--- Changed since in this file alone (functions are re-applied from it): the epoch joined in
--- `started`, so that the chain's hash is inlined.
+-- chain advanced in the claim's own update of the job), 0016 (the clock-skew wait), 0018 (an
+-- epoch out of range refused); since then in this file alone (functions are re-applied from
+-- it): the epoch's row joined in `started`, so that the chain's hash is inlined.
 CREATE OR REPLACE FUNCTION claim_epoch(timestamptz) RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
