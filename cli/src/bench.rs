@@ -83,9 +83,10 @@ struct PeersArgs {
     /// Payload bytes per peer job.
     #[arg(long, default_value_t = 64)]
     payload_bytes: usize,
-    /// The batched contenders' K (jobs per batch claim and batch result); the workers are
-    /// split over workers / K agents.
-    #[arg(long, default_value_t = 4)]
+    /// The batched contenders' K: the job slots of each agent (leasewright-batched, and
+    /// --capacity of each leasewright-runners process) and the river-shaped fetch; the workers
+    /// are split over workers / K agents.
+    #[arg(long, default_value_t = 8)]
     batch: usize,
     /// A slot's work stops after this many seconds even when fewer jobs were done.
     #[arg(long, default_value_t = 10)]

@@ -1,8 +1,9 @@
 //! `leasewright bench peers`: Leasewright beside the queues people run instead, on one
 //! PostgreSQL, in one run.
 //!
-//! The contenders: Leasewright in-process batched (a batch claim of K, no-op work, a batch result
-//! of K, as the runner agent uses them), in-process single (claim -> result), over HTTP with real
+//! The contenders: Leasewright in-process batched (agents of K slots each claiming their free
+//! slots in one batch claim and sending the waiting results in one batch result, as the runner
+//! agent uses them: [`agents`]), in-process single (claim -> result), over HTTP with real
 //! `leasewright runner` processes running the command `true` ([`runners`]), over HTTP with runner
 //! clients in this process (no command: the protocol's HTTP cost alone), the fenced floor and
 //! the bare queue as yardsticks ([`crate::floor`], [`crate::baseline`]), a River-shaped table
@@ -17,6 +18,7 @@
 //! the same order every round, so the machine's noise falls on all of them alike: compare only
 //! the ratios of one run, round by round.
 
+pub mod agents;
 pub mod external;
 pub mod river;
 pub mod runners;
@@ -26,7 +28,6 @@ use crate::contender::{Contender, Op};
 use crate::fixture::{server_settings, uses_database_url, BenchError, Fixture};
 use crate::measure::percentile;
 use leasewright_impl::database::TestDatabase;
-use leasewright_impl::{Outcome, ResultReport, Verdict};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -125,7 +126,7 @@ const HTTP_CLIENTS: &str = "leasewright-http-clients";
 /// One contender of this benchmark.
 #[derive(Debug)]
 enum Who {
-    /// Leasewright: batch claim of K, batch result of K, `workers / K` agents.
+    /// Leasewright: `workers / K` agents of K slots, batch claims and batch results ([`agents`]).
     Batched,
     /// Leasewright claim -> result, one job at a time per worker (in-process).
     Single,
@@ -467,8 +468,15 @@ async fn measure(fixture: &mut Fixture, options: &Options) -> Result<Report, Ben
          connections are not counted"
             .to_string(),
         format!(
-            "{BATCHED} and river-shaped: {agents} agents x K={k} (a batch claim/fetch of K, no-op \
-             work, a batch result/completion of K)",
+            "{BATCHED}: {agents} agents x {k} slots, as the runner agent drives the protocol: \
+             each agent's claim loop claims as many jobs as slots are free in one batch claim, \
+             and its result sender sends the results waiting in one batch result, at the same \
+             time on another connection (no-op work, no HTTP)",
+            agents = agents(options),
+            k = batch_k(options)
+        ),
+        format!(
+            "river-shaped: {agents} agents x K={k} (a fetch of K, no-op work, a completion of K)",
             agents = agents(options),
             k = batch_k(options)
         ),
@@ -642,11 +650,22 @@ async fn slot(
             .map(|s| (s, how));
     }
     let k = batch_k(options);
+    if let Who::Batched = who {
+        how = format!(
+            "{} agents x {k} slots (claims of the free slots, results sent as they wait)",
+            agents(options)
+        );
+        let before = fixture.wal_lsn().await?;
+        let (done, elapsed, latencies) =
+            agents::run(fixture, agents(options), k, jobs, max).await?;
+        s.done = done;
+        s.seconds = elapsed.as_secs_f64();
+        s.latencies_us = latencies;
+        return work_written(fixture, s, &before, count_records)
+            .await
+            .map(|s| (s, how));
+    }
     let (op, concurrency): (Op, usize) = match who {
-        Who::Batched => {
-            how = format!("{} agents x batch claim/result of K={k}", agents(options));
-            (batched_op(fixture, k), agents(options))
-        }
         Who::River => {
             how = format!("{} agents x fetch/complete of K={k}", agents(options));
             (river_op(fixture, k), agents(options))
@@ -683,7 +702,7 @@ async fn slot(
                 options.workers,
             )
         }
-        Who::Peer(_) | Who::Runners(_) => unreachable!("handled above"),
+        Who::Peer(_) | Who::Runners(_) | Who::Batched => unreachable!("handled above"),
     };
     let before = fixture.wal_lsn().await?;
     let (done, elapsed, latencies) = counted(concurrency, jobs, max, op).await?;
@@ -708,33 +727,6 @@ async fn work_written(
         (s.rows, s.index_entries) = records(fixture, before, &end).await?;
     }
     Ok(s)
-}
-
-/// Leasewright as the runner agent drives it: one agent claims up to `k` jobs at once, runs them
-/// (no-op) and reports their results in one batch result. The jobs whose results were accepted.
-fn batched_op(fixture: &Fixture, k: usize) -> Op {
-    let store = fixture.store.clone();
-    let runners = Arc::new(fixture.runners.clone());
-    Arc::new(move |w| {
-        let store = store.clone();
-        let runner = runners[w as usize];
-        Box::pin(async move {
-            let Verdict::Accepted(leases) = store.claim_batch(runner, k, None).await? else {
-                return Ok(0);
-            };
-            let items: Vec<ResultReport> = leases
-                .iter()
-                .map(|lease| ResultReport {
-                    tuple: lease.tuple,
-                    outcome: Outcome::Passed,
-                    result_digest: "bench".into(),
-                    runner_time: None,
-                })
-                .collect();
-            let verdicts = store.report_results(&items).await?;
-            Ok(verdicts.iter().filter(|v| v.is_accepted()).count() as u64)
-        })
-    })
 }
 
 /// The River-shaped table driven the same way: fetch up to `k`, complete them in one statement.
