@@ -2,7 +2,8 @@
 //! (server/src/agent.rs) drives the protocol, without HTTP and without commands.
 //!
 //! Each agent has `capacity` job slots. Its claim loop waits for a free slot, then claims as many
-//! jobs as slots are free in one batch claim; every job is a no-op that finishes at once, and its
+//! jobs as slots are free in one batch claim (at most `MAX_CLAIM_CAPACITY`, the server's limit the
+//! agent keeps, as it keeps `MAX_RESULTS_PER_BATCH` per batch result); every job is a no-op that finishes at once, and its
 //! result waits for the agent's result sender, which sends whatever results are waiting as one
 //! batch result and frees their slots when the answer is back. The claim loop and the result
 //! sender run at the same time, each on a connection of its own, as the agent's do: a claim is
@@ -10,6 +11,7 @@
 
 use crate::fixture::{BenchError, Fixture};
 use leasewright_impl::{Lease, Outcome, ResultReport, Verdict};
+use leasewright_server::app::{MAX_CLAIM_CAPACITY, MAX_RESULTS_PER_BATCH};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,7 +50,9 @@ pub async fn run(
             tokio::spawn(async move {
                 while done.load(Ordering::Relaxed) < jobs && Instant::now() < deadline {
                     let first = acquire(&slots).await;
-                    let free = slots.available_permits() + 1;
+                    // As the agent: no more than a claim may ask for (over HTTP the server
+                    // refuses more).
+                    let free = (slots.available_permits() + 1).min(MAX_CLAIM_CAPACITY as usize);
                     let claimed = Instant::now();
                     let Verdict::Accepted(leases) = store.claim_batch(runner, free, None).await?
                     else {
@@ -77,8 +81,11 @@ pub async fn run(
             let mut latencies = Vec::new();
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
-                while let Ok(next) = rx.try_recv() {
-                    batch.push(next);
+                while batch.len() < MAX_RESULTS_PER_BATCH {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
                 }
                 let items: Vec<ResultReport> = batch
                     .iter()
