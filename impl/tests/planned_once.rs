@@ -3,10 +3,11 @@
 //! is more volatile than the function is declared, or an argument read more than once is
 //! costly) is called row by row, and its body is parsed and planned again in every statement
 //! that calls it; an IMMUTABLE one whose arguments are all constants is run, body planned, while
-//! the calling statement is planned (every custom plan). The ledger's encoding (impl/sql/functions/ledger_encoding.sql) and the epoch
-//! (epoch.sql) are called by every claim and result: a claim, a heartbeat, a result and a batch
-//! result are made here with function tracking on, and no SQL-language function may show a call
-//! (PostgreSQL counts a function it inlined as no call: docs/impl.md, "The claim's plan").
+//! the calling statement is planned (every custom plan). The ledger's encoding
+//! (impl/sql/functions/ledger_encoding.sql) and the epoch (epoch.sql) are called by every claim
+//! and result: a claim, a heartbeat, a result and a batch result are made here with function
+//! tracking on, and no SQL-language function may show a call (PostgreSQL counts a function it
+//! inlined as none: docs/impl.md, "No SQL function is called at run time on the hot path").
 
 use std::sync::Arc;
 use std::time::Duration;

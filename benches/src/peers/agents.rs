@@ -2,12 +2,13 @@
 //! (server/src/agent.rs) drives the protocol, without HTTP and without commands.
 //!
 //! Each agent has `capacity` job slots. Its claim loop waits for a free slot, then claims as many
-//! jobs as slots are free in one batch claim (at most `MAX_CLAIM_CAPACITY`, the server's limit the
-//! agent keeps, as it keeps `MAX_RESULTS_PER_BATCH` per batch result); every job is a no-op that finishes at once, and its
-//! result waits for the agent's result sender, which sends whatever results are waiting as one
-//! batch result and frees their slots when the answer is back. The claim loop and the result
-//! sender run at the same time, each on a connection of its own, as the agent's do: a claim is
-//! not held back while the last batch's results are on their way.
+//! jobs as slots are free in one batch claim (at most `MAX_CLAIM_CAPACITY`, the server's limit,
+//! which the agent keeps, as it keeps `MAX_RESULTS_PER_BATCH` per batch result); a claim that
+//! finds no job is tried again, as the agent polls. Every job is a no-op that finishes at once,
+//! and its result waits for the agent's result sender, which sends whatever results are waiting
+//! as one batch result and frees their slots when the answer is back. The claim loop and the
+//! result sender run at the same time, each on a connection of its own, as the agent's do: a
+//! claim is not held back while the last batch's results are on their way.
 
 use crate::fixture::{BenchError, Fixture};
 use leasewright_impl::{Lease, Outcome, ResultReport, Verdict};
@@ -54,9 +55,12 @@ pub async fn run(
                     // refuses more).
                     let free = (slots.available_permits() + 1).min(MAX_CLAIM_CAPACITY as usize);
                     let claimed = Instant::now();
+                    // No job now (the rest are locked by the other agents' claims, or in
+                    // flight): claim again, until the jobs are done or the time is up.
                     let Verdict::Accepted(leases) = store.claim_batch(runner, free, None).await?
                     else {
-                        return Ok(());
+                        tokio::task::yield_now().await;
+                        continue;
                     };
                     let mut permit = Some(first);
                     for lease in leases {

@@ -9,7 +9,8 @@
 -- of SQL.
 -- PL/pgSQL, not SQL: a SQL function whose body reads a table is never inlined, so it was parsed
 -- and planned again at every call (every claim's claim_epoch); PL/pgSQL keeps the plan of its
--- statement for the session (docs/impl.md, "The claim's plan").
+-- statement for the session (docs/impl.md, "No SQL function is called at run time on the hot
+-- path").
 CREATE OR REPLACE FUNCTION current_epoch() RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
