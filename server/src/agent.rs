@@ -1088,19 +1088,20 @@ async fn prepare_source(
             .join(format!("{expected_blob}.tar.gz"))
     });
     let archive = job_dir.join("source.tar.gz");
-    // A hard link, not the kept path: a concurrent job's eviction or replacement of the kept copy
-    // does not change the file this job verifies and then extracts (two opens).
-    if let Some(cached) = cached
-        .clone()
-        .filter(|c| std::fs::hard_link(c, &archive).is_ok())
-    {
+    if let Some(cached) = cached.clone() {
         let (linked, blob, manifest, dest) = (
             archive.clone(),
             expected_blob.clone(),
             expected_manifest.clone(),
             src.to_owned(),
         );
+        // Like every file operation of a job, off the runtime's threads: a slow disk delays this
+        // job, not the heartbeats and uploads of the others.
         let reused = tokio::task::spawn_blocking(move || {
+            // A hard link, not the kept path: a concurrent job's eviction or replacement of the
+            // kept copy does not change the file this job verifies and then extracts (two opens).
+            // No kept copy (or none that links): fetched below.
+            std::fs::hard_link(&cached, &linked).ok()?;
             let result = source::verify_and_extract(&linked, &blob, &manifest, &dest, limits);
             let _ = std::fs::remove_file(&linked);
             match result {
@@ -1253,7 +1254,13 @@ async fn run_job(
         lease.source_revision
     ));
     let mut exit_code: Option<i32> = None;
-    let prepared = match std::fs::create_dir_all(&job_dir) {
+    // Off the runtime's threads, as the workspace's removal below.
+    let dir = job_dir.clone();
+    let created = tokio::task::spawn_blocking(move || std::fs::create_dir_all(dir))
+        .await
+        .map_err(|error| error.to_string())
+        .and_then(|created| created.map_err(|error| error.to_string()));
+    let prepared = match created {
         Ok(()) => prepare_source(&ctx, &config.workdir, &job_dir, &src, config.limits).await,
         Err(error) => Err(format!("cannot create the workspace: {error}")),
     };
