@@ -222,6 +222,9 @@ macro_rules! named_enum {
         }
 
         impl $name {
+            /// Every value, in the spec's order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
             /// The spec's name.
             pub fn as_str(self) -> &'static str {
                 match self {
