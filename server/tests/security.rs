@@ -921,9 +921,10 @@ fn check_sql(file: &str, source: &str) -> Vec<String> {
                 problems.push("a function that builds SQL text");
             }
         }
+        let unquoted = without_array_literals(code);
         if ["%s", "%I", "%L", "{", "}"]
             .iter()
-            .any(|t| without_array_literals(code).contains(t))
+            .any(|t| unquoted.contains(t))
         {
             problems.push("a template placeholder");
         }
