@@ -7,7 +7,9 @@
 //! (impl/sql/functions/ledger_encoding.sql) and the epoch (epoch.sql) are called by every claim
 //! and result: a claim, a heartbeat, a result and a batch result are made here with function
 //! tracking on, and no SQL-language function may show a call (PostgreSQL counts a function it
-//! inlined as none: docs/impl.md, "No SQL function is called at run time on the hot path").
+//! inlined as none: docs/impl.md, "No SQL function is called at run time on the hot path"), and
+//! the chain's trigger function (PL/pgSQL) is not called for the records those statements chain
+//! themselves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,6 +108,25 @@ async fn the_claim_heartbeat_and_results_call_no_sql_function() {
     assert!(
         calls.iter().any(|(name, _, n)| name == "claim" && *n >= 2),
         "the two claims reached the statistics: {calls:?}"
+    );
+    // The records these statements write are chained by the statements themselves (the claim's
+    // attempts, the heartbeat's and the results' observations): the chain's trigger function
+    // is not called for them (its WHEN, impl/sql/functions/ledger_chain.sql).
+    // The positive control: the four submissions went through the job's chain trigger, so
+    // trigger functions are counted.
+    assert!(
+        calls
+            .iter()
+            .any(|(name, _, n)| name == "ledger_chain_job" && *n == 4),
+        "the four submissions were chained by their trigger: {calls:?}"
+    );
+    let chained_by_trigger: Vec<_> = calls
+        .iter()
+        .filter(|(name, _, n)| name == "ledger_chain_record" && *n > 0)
+        .collect();
+    assert!(
+        chained_by_trigger.is_empty(),
+        "the hot path's records went through the chain's trigger function: {chained_by_trigger:?}"
     );
     let called: Vec<_> = calls.iter().filter(|(_, l, _)| l == "sql").collect();
     assert!(

@@ -16,7 +16,8 @@
 -- log chunks, artifacts and cache entries (side effects, replaced in place), target mutations
 -- (written under the slot's lock, not the job's), and jobs submitted before migration 0015 (their
 -- chain is NULL; the audit counts them as unchained). The writer is one trigger per record
--- table, BEFORE INSERT. History: migrations 0015 (the chain) and 0017 (the head in the attempt).
+-- table, BEFORE INSERT. History: migrations 0015 (the chain) and 0017 (the head in the attempt);
+-- since then in this file alone: the triggers' WHEN (NEW.chain_seq IS NULL).
 
 -- The later of two heads: the attempt's when it is ahead of the job row's, else the job row's
 -- (NULL for a job without a chain).
@@ -48,9 +49,13 @@ $$;
 CREATE OR REPLACE TRIGGER jobs_chain BEFORE INSERT ON jobs
 FOR EACH ROW EXECUTE FUNCTION ledger_chain_job();
 -- A record: the job's next seq, hash = sha256(the job's head || the record's encoding, which
--- starts with its kind and its seq). The job's row is updated under its row lock (taken here if
--- the statement has not taken it). A job without a chain or that does not exist leaves the
--- record unchained (NULL).
+-- starts with its kind and its seq). Called only for a record that arrives unchained (the
+-- triggers' WHEN below): a record its own statement chained (the claim's attempt, the result's
+-- observation: their statements advance the job's chain in the job update they make anyway) is
+-- left as it is without calling the function at all, which spares the hot path a PL/pgSQL call
+-- per row (docs/benchmarks.md, "What a claim costs before its jobs"). The job's row is updated
+-- under its row lock (taken here if the statement has not taken it). A job without a chain or
+-- that does not exist leaves the record unchained (NULL).
 CREATE OR REPLACE FUNCTION ledger_chain_record() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -59,11 +64,6 @@ DECLARE
     head bytea;
     current_attempt uuid;
 BEGIN
-    -- A record its own statement chained (the claim's attempt, the result's observation: their
-    -- statements advance the job's chain in the job update they make anyway) is left as it is.
-    IF NEW.chain_seq IS NOT NULL THEN
-        RETURN NEW;
-    END IF;
     -- Each branch is its own statement: a trigger's expression may name only its table's fields.
     IF TG_TABLE_NAME = 'observations' THEN
         job := NEW.named_job_id;
@@ -122,12 +122,12 @@ END
 $$;
 
 CREATE OR REPLACE TRIGGER attempts_chain BEFORE INSERT ON attempts
-FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
+FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION ledger_chain_record();
 CREATE OR REPLACE TRIGGER observations_chain BEFORE INSERT ON observations
-FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
+FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION ledger_chain_record();
 CREATE OR REPLACE TRIGGER reconciliations_chain BEFORE INSERT ON reconciliations
-FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
+FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION ledger_chain_record();
 CREATE OR REPLACE TRIGGER cancels_chain BEFORE INSERT ON cancels
-FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
+FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION ledger_chain_record();
 CREATE OR REPLACE TRIGGER expiry_sweeps_chain BEFORE INSERT ON expiry_sweeps
-FOR EACH ROW EXECUTE FUNCTION ledger_chain_record();
+FOR EACH ROW WHEN (NEW.chain_seq IS NULL) EXECUTE FUNCTION ledger_chain_record();

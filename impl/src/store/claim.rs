@@ -441,6 +441,38 @@ mod tests {
         );
     }
 
+    /// The pick reads the queued jobs of the runner's project by the project: every read of
+    /// `jobs` in the cached plan is an index lookup, and the pick's two walks of the queue (the
+    /// head, `j`, and the jobs beyond it, `q`) have the project in their index condition. A walk
+    /// that filtered the project row by row (migration 0025 dropped the index that let the plan
+    /// do so while the statistics said one project) read the whole queue whenever the claim
+    /// found nothing of its project: a runner of a project without queued jobs (this test's plan
+    /// was made by one), every claim while the claims wait after an epoch change (the project is
+    /// NULL), an unknown runner.
+    #[tokio::test]
+    async fn the_claims_pick_reads_only_its_projects_queued_jobs() {
+        let plan = claim_plan_after_an_empty_analyze("", false).await;
+        let scans = {
+            let plan: serde_json::Value = serde_json::from_str(&plan).expect("json");
+            crate::store::plan::scans_of(&plan, "jobs")
+        };
+        assert!(
+            scans
+                .iter()
+                .all(|scan| scan.starts_with("Index") && !scan.contains("no Index Cond")),
+            "every read of jobs must be an index lookup: {scans:?}: {plan}"
+        );
+        let walks = scans
+            .iter()
+            .filter(|scan| scan.contains("(project_id = "))
+            .count();
+        assert_eq!(
+            walks, 2,
+            "the head and the jobs beyond it must each walk the queue of the runner's project by \
+             its index: {scans:?}: {plan}"
+        );
+    }
+
     /// The chain's hash of the claimed attempt (`ledger_claim_hash` and the `ledger_field`s it
     /// is made of, impl/sql/functions/ledger_encoding.sql) is inlined into the claim's cached
     /// plan: a SQL function the planner cannot inline (an argument it reads more than once that
