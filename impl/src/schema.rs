@@ -153,6 +153,33 @@ pub fn schema_name(name: &str) -> Result<&str, Error> {
     }
 }
 
+/// How long a pooled connection may sit idle before the pool tests it (a ping, one round trip)
+/// as it hands it out: [`pool_options`].
+pub const IDLE_BEFORE_PING: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pool settings of every store and of `serve`: a connection that sat idle for
+/// [`IDLE_BEFORE_PING`] or longer is pinged before it is handed out, and one that fails the
+/// ping is closed and another one taken (or made), so that a connection a failover or restart
+/// cut while it sat idle never meets a request. A connection in use within the last second is
+/// handed out as it is: sqlx's default pings every one (`test_before_acquire`), a round trip on
+/// every statement under load that tests nothing a statement's own error does not report
+/// (docs/benchmarks.md, "What a claim costs before its jobs"; the pattern is sqlx's own,
+/// documented at `PoolOptions::before_acquire`). A request that meets a connection cut in use
+/// fails as it did with the ping (`serve` answers `503 database_unavailable`, runners retry),
+/// and sqlx closes that connection when it is given back (its release ping fails).
+pub fn pool_options() -> sqlx::postgres::PgPoolOptions {
+    sqlx::postgres::PgPoolOptions::new()
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_BEFORE_PING {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// The connection options of `database_url` with `search_path` set to `schema` on every
 /// connection (after any `search_path` the URL sets).
 pub fn connect_options(database_url: &str, schema: &str) -> Result<PgConnectOptions, Error> {

@@ -17,7 +17,6 @@ use crate::sql::Statement;
 use crate::types::*;
 use chrono::{DateTime, SubsecRound, Utc};
 use sha2::{Digest, Sha256};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,7 +130,7 @@ impl Store {
         clock: Arc<dyn Clock>,
         config: StoreConfig,
     ) -> Result<Store, Error> {
-        let pool = PgPoolOptions::new()
+        let pool = crate::schema::pool_options()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             .connect_with(crate::schema::connect_options(
@@ -152,7 +151,7 @@ impl Store {
         clock: Arc<dyn Clock>,
         config: StoreConfig,
     ) -> Result<Store, Error> {
-        let pool = PgPoolOptions::new()
+        let pool = crate::schema::pool_options()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             .connect_with(crate::schema::connect_options(

@@ -20,7 +20,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use leasewright_impl::hosts::{self, DatabaseUrl, ReplicationState, TargetSessionAttrs};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions as _, PgConnection};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -91,7 +91,7 @@ pub(super) async fn connect(
     let options = session_options(resolved.options.clone(), &config.schema)?;
     let policy_recorded = Arc::new(AtomicBool::new(false));
     let after_connect_ready = policy_recorded.clone();
-    let pool = PgPoolOptions::new()
+    let pool = leasewright_impl::schema::pool_options()
         .max_connections(config.max_connections)
         .acquire_timeout(leasewright_impl::StoreConfig::default().acquire_timeout)
         .after_connect(move |connection, _| {
