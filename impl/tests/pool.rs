@@ -24,7 +24,13 @@ async fn cut_its_connection(pool: &PgPool, url: &str) -> i32 {
         .await
         .expect("terminate");
     assert!(signalled, "the pool's backend {pid} was signalled");
+    // Bounded: a backend that outlives its signal this long is a broken server, not a slow one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool's backend {pid} did not exit within 30 s of its signal"
+        );
         let alive: bool =
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
                 .bind(pid)
